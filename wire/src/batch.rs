@@ -1,0 +1,187 @@
+//! Record batches in the Kafka RecordBatch v2 layout (big-endian, as Kafka writes them).
+//!
+//! ```text
+//! offset size field
+//!  0     8    base offset            stamped by the broker at append (outside the CRC)
+//!  8     4    batch length           bytes after this field
+//! 12     4    partition leader epoch (unused, 0)
+//! 16     1    magic                  2
+//! 17     4    CRC-32C                over bytes 21..end
+//! 21     2    attributes             bits 0-2 compression, 4 transactional, 5 control
+//! 23     4    last offset delta      record count - 1
+//! 27     8    base timestamp (ms)
+//! 35     8    max timestamp (ms)
+//! 43     8    producer id
+//! 51     2    producer epoch
+//! 53     4    base sequence
+//! 57     4    record count
+//! 61     ..   records (see `records`)
+//! ```
+//! A producer sends, the broker stores and a consumer receives these same bytes. The broker
+//! validates (`validate_batch`) before appending and never re-encodes records.
+
+use crate::ids::{BatchSequence, ProducerId, RecordOffset};
+use thiserror::Error;
+
+pub const BATCH_HEADER_BYTES: usize = 61;
+pub const BATCH_MAGIC: u8 = 2;
+/// Bytes before the CRC-covered region.
+pub const CRC_START: usize = 21;
+/// A batch may hold at most this many records (bounds per-record work on the broker).
+pub const BATCH_RECORDS_MAX: u32 = 1 << 22;
+
+const ATTR_COMPRESSION_MASK: u16 = 0b0000_0111;
+const ATTR_TRANSACTIONAL: u16 = 1 << 4;
+const ATTR_CONTROL: u16 = 1 << 5;
+
+const _: () = assert!(BATCH_HEADER_BYTES == 8 + 4 + 4 + 1 + 4 + 2 + 4 + 8 + 8 + 8 + 2 + 4 + 4);
+const _: () = assert!(CRC_START == 8 + 4 + 4 + 1 + 4);
+
+/// Why a record batch was refused.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum BatchError {
+    #[error("record batch of {len} bytes is shorter than its {BATCH_HEADER_BYTES}-byte header")]
+    TooShort { len: usize },
+    #[error("record batch length field says {declared} bytes follow, {actual} do")]
+    LengthMismatch { declared: i64, actual: usize },
+    #[error("record batch magic {0} is not 2")]
+    BadMagic(u8),
+    #[error("record batch CRC-32C mismatch: header {stored:#010x}, computed {computed:#010x}")]
+    Checksum { stored: u32, computed: u32 },
+    #[error("record batch count {count} does not match last offset delta {last_offset_delta}")]
+    RecordCount { count: i32, last_offset_delta: i32 },
+    #[error(
+        "record batch attributes {0:#06x} are not supported (only uncompressed, non-transactional batches)"
+    )]
+    UnsupportedAttributes(u16),
+    #[error("record batch producer id {0} is negative")]
+    BadProducerId(i64),
+    #[error("record {index} of the batch is malformed: {reason}")]
+    BadRecord { index: u32, reason: &'static str },
+}
+
+/// Header fields of a validated batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchInfo {
+    pub producer_id: ProducerId,
+    pub producer_epoch: i16,
+    pub base_sequence: BatchSequence,
+    pub record_count: u32,
+    pub base_timestamp_ms: i64,
+    pub max_timestamp_ms: i64,
+}
+
+fn be_i16(b: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes([b[at], b[at + 1]])
+}
+fn be_i32(b: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+fn be_i64(b: &[u8], at: usize) -> i64 {
+    let mut raw = [0u8; 8];
+    raw.copy_from_slice(&b[at..at + 8]);
+    i64::from_be_bytes(raw)
+}
+
+/// Checks magic, length, CRC-32C, attributes and record count; returns the header fields.
+/// Cheap relative to the batch: one CRC pass, no per-record work.
+pub fn validate_batch(bytes: &[u8]) -> Result<BatchInfo, BatchError> {
+    if bytes.len() < BATCH_HEADER_BYTES {
+        return Err(BatchError::TooShort { len: bytes.len() });
+    }
+    let declared = i64::from(be_i32(bytes, 8));
+    if declared != bytes.len() as i64 - 12 {
+        return Err(BatchError::LengthMismatch {
+            declared,
+            actual: bytes.len() - 12,
+        });
+    }
+    if bytes[16] != BATCH_MAGIC {
+        return Err(BatchError::BadMagic(bytes[16]));
+    }
+    let stored = u32::from_be_bytes([bytes[17], bytes[18], bytes[19], bytes[20]]);
+    let computed = crc32c::crc32c(&bytes[CRC_START..]);
+    if stored != computed {
+        return Err(BatchError::Checksum { stored, computed });
+    }
+    let attributes = be_i16(bytes, 21) as u16;
+    if attributes & (ATTR_COMPRESSION_MASK | ATTR_TRANSACTIONAL | ATTR_CONTROL) != 0 {
+        return Err(BatchError::UnsupportedAttributes(attributes));
+    }
+    let last_offset_delta = be_i32(bytes, 23);
+    let count = be_i32(bytes, 57);
+    // Every record takes at least 7 bytes, so the count is also bounded by the length.
+    let plausible = count >= 1
+        && count as u32 <= BATCH_RECORDS_MAX
+        && (count as usize) * 7 <= bytes.len() - BATCH_HEADER_BYTES;
+    if !plausible || last_offset_delta != count - 1 {
+        return Err(BatchError::RecordCount {
+            count,
+            last_offset_delta,
+        });
+    }
+    let producer_id = be_i64(bytes, 43);
+    if producer_id < 0 {
+        return Err(BatchError::BadProducerId(producer_id));
+    }
+    Ok(BatchInfo {
+        producer_id: ProducerId(producer_id as u64),
+        producer_epoch: be_i16(bytes, 51),
+        base_sequence: BatchSequence(be_i32(bytes, 53) as u32),
+        record_count: count as u32,
+        base_timestamp_ms: be_i64(bytes, 27),
+        max_timestamp_ms: be_i64(bytes, 35),
+    })
+}
+
+/// Writes the base offset into a batch (outside the CRC, so nothing else changes).
+pub fn stamp_base_offset(bytes: &mut [u8], offset: RecordOffset) {
+    bytes[0..8].copy_from_slice(&(offset.0 as i64).to_be_bytes());
+}
+
+/// The base offset stamped into a batch at append time.
+pub fn base_offset(bytes: &[u8]) -> Option<RecordOffset> {
+    let raw = bytes.get(0..8)?;
+    Some(RecordOffset(be_i64(raw, 0) as u64))
+}
+
+/// Gives a batch a new base sequence and recomputes its CRC-32C (the sequence lies inside the
+/// CRC). A producer uses it to close the gap a permanently refused batch leaves behind.
+pub fn restamp_sequence(bytes: &mut [u8], sequence: BatchSequence) -> Result<(), BatchError> {
+    if bytes.len() < BATCH_HEADER_BYTES {
+        return Err(BatchError::TooShort { len: bytes.len() });
+    }
+    bytes[53..57].copy_from_slice(&(sequence.0 as i32).to_be_bytes());
+    let crc = crc32c::crc32c(&bytes[CRC_START..]);
+    bytes[17..21].copy_from_slice(&crc.to_be_bytes());
+    Ok(())
+}
+
+/// Fills in the header of a batch whose records are already at `bytes[61..]` and computes
+/// its CRC-32C. Used by `RecordBatchBuilder`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_header(
+    bytes: &mut [u8],
+    record_count: u32,
+    base_timestamp_ms: i64,
+    max_timestamp_ms: i64,
+    producer_id: ProducerId,
+    producer_epoch: i16,
+    base_sequence: BatchSequence,
+) {
+    let batch_length = (bytes.len() - 12) as i32;
+    bytes[0..8].copy_from_slice(&0i64.to_be_bytes());
+    bytes[8..12].copy_from_slice(&batch_length.to_be_bytes());
+    bytes[12..16].copy_from_slice(&0i32.to_be_bytes());
+    bytes[16] = BATCH_MAGIC;
+    bytes[21..23].copy_from_slice(&0i16.to_be_bytes());
+    bytes[23..27].copy_from_slice(&(record_count as i32 - 1).to_be_bytes());
+    bytes[27..35].copy_from_slice(&base_timestamp_ms.to_be_bytes());
+    bytes[35..43].copy_from_slice(&max_timestamp_ms.to_be_bytes());
+    bytes[43..51].copy_from_slice(&(producer_id.0 as i64).to_be_bytes());
+    bytes[51..53].copy_from_slice(&producer_epoch.to_be_bytes());
+    bytes[53..57].copy_from_slice(&(base_sequence.0 as i32).to_be_bytes());
+    bytes[57..61].copy_from_slice(&(record_count as i32).to_be_bytes());
+    let crc = crc32c::crc32c(&bytes[CRC_START..]);
+    bytes[17..21].copy_from_slice(&crc.to_be_bytes());
+}

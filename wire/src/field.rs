@@ -1,0 +1,193 @@
+//! `WireField`: how each field type is written and read, and `wire_message!`, which derives a
+//! message's encoding from its field list so every message is encoded the same way.
+
+use crate::codec::{DecodeError, WireReader, WireWrite};
+use crate::ids::{
+    BatchSequence, GroupId, LogId, ProducerId, RecordOffset, SegmentId, SegmentPosition, ServerId,
+    StreamId, StreamletId,
+};
+use bytes::{BufMut, Bytes, BytesMut};
+
+/// Longest string field (names, addresses, error messages).
+pub const STRING_BYTES_MAX: usize = 4096;
+/// Most elements in any list field.
+pub const LIST_ITEMS_MAX: usize = 1 << 20;
+/// Longest length-prefixed byte field.
+pub const BYTES_FIELD_MAX: usize = 64 << 20;
+
+/// A type that can be a field of a wire message.
+pub trait WireField: Sized {
+    /// Fewest bytes an encoded value takes: lets list decoding reject forged counts.
+    const MIN_BYTES: usize;
+    fn put(&self, out: &mut BytesMut);
+    fn get(reader: &mut WireReader, what: &'static str) -> Result<Self, DecodeError>;
+}
+
+macro_rules! int_field {
+    ($ty:ty, $bytes:literal, $put:ident, $get:ident) => {
+        impl WireField for $ty {
+            const MIN_BYTES: usize = $bytes;
+            fn put(&self, out: &mut BytesMut) {
+                out.$put(*self);
+            }
+            fn get(reader: &mut WireReader, what: &'static str) -> Result<Self, DecodeError> {
+                reader.$get(what)
+            }
+        }
+    };
+}
+
+int_field!(u8, 1, put_u8, u8);
+int_field!(u16, 2, put_u16_le, u16);
+int_field!(u32, 4, put_u32_le, u32);
+int_field!(u64, 8, put_u64_le, u64);
+int_field!(bool, 1, put_bool, bool);
+
+macro_rules! id_field {
+    ($ty:ident, $inner:ty) => {
+        impl WireField for $ty {
+            const MIN_BYTES: usize = <$inner as WireField>::MIN_BYTES;
+            fn put(&self, out: &mut BytesMut) {
+                self.0.put(out);
+            }
+            fn get(reader: &mut WireReader, what: &'static str) -> Result<Self, DecodeError> {
+                Ok($ty(<$inner>::get(reader, what)?))
+            }
+        }
+    };
+}
+
+id_field!(StreamId, u64);
+id_field!(StreamletId, u32);
+id_field!(LogId, u32);
+id_field!(GroupId, u64);
+id_field!(SegmentId, u64);
+id_field!(ProducerId, u64);
+id_field!(RecordOffset, u64);
+id_field!(SegmentPosition, u32);
+id_field!(BatchSequence, u32);
+
+impl WireField for ServerId {
+    const MIN_BYTES: usize = 8;
+    fn put(&self, out: &mut BytesMut) {
+        out.put_u32_le(self.index);
+        out.put_u32_le(self.generation);
+    }
+    fn get(reader: &mut WireReader, what: &'static str) -> Result<Self, DecodeError> {
+        Ok(ServerId {
+            index: reader.u32(what)?,
+            generation: reader.u32(what)?,
+        })
+    }
+}
+
+impl WireField for String {
+    const MIN_BYTES: usize = 4;
+    fn put(&self, out: &mut BytesMut) {
+        out.put_str(self);
+    }
+    fn get(reader: &mut WireReader, what: &'static str) -> Result<Self, DecodeError> {
+        reader.string(what, STRING_BYTES_MAX)
+    }
+}
+
+impl WireField for Bytes {
+    const MIN_BYTES: usize = 4;
+    fn put(&self, out: &mut BytesMut) {
+        out.put_len_bytes(self);
+    }
+    fn get(reader: &mut WireReader, what: &'static str) -> Result<Self, DecodeError> {
+        reader.bytes(what, BYTES_FIELD_MAX)
+    }
+}
+
+impl<T: WireField> WireField for Option<T> {
+    const MIN_BYTES: usize = 1;
+    fn put(&self, out: &mut BytesMut) {
+        match self {
+            None => out.put_u8(0),
+            Some(value) => {
+                out.put_u8(1);
+                value.put(out);
+            }
+        }
+    }
+    fn get(reader: &mut WireReader, what: &'static str) -> Result<Self, DecodeError> {
+        match reader.u8(what)? {
+            0 => Ok(None),
+            1 => Ok(Some(T::get(reader, what)?)),
+            tag => Err(DecodeError::InvalidValue {
+                what,
+                value: u64::from(tag),
+            }),
+        }
+    }
+}
+
+impl<T: WireField> WireField for Vec<T> {
+    const MIN_BYTES: usize = 4;
+    fn put(&self, out: &mut BytesMut) {
+        out.put_count(self.len());
+        for item in self {
+            item.put(out);
+        }
+    }
+    fn get(reader: &mut WireReader, what: &'static str) -> Result<Self, DecodeError> {
+        let count = reader.count(what, LIST_ITEMS_MAX, T::MIN_BYTES.max(1))?;
+        let mut items = Vec::with_capacity(count);
+        for _ in 0..count {
+            items.push(T::get(reader, what)?);
+        }
+        Ok(items)
+    }
+}
+
+/// Declares a message struct whose encoding is its fields, in order, each as `WireField`.
+/// The struct is also a `WireField`, so messages nest.
+#[macro_export]
+macro_rules! wire_message {
+    ($(#[$meta:meta])* pub struct $name:ident {
+        $($(#[$fmeta:meta])* pub $field:ident : $ty:ty),* $(,)?
+    }) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+        pub struct $name {
+            $($(#[$fmeta])* pub $field: $ty,)*
+        }
+
+        impl $crate::field::WireField for $name {
+            const MIN_BYTES: usize = 0 $(+ <$ty as $crate::field::WireField>::MIN_BYTES)*;
+
+            fn put(&self, _out: &mut ::bytes::BytesMut) {
+                $($crate::field::WireField::put(&self.$field, _out);)*
+            }
+
+            fn get(
+                _reader: &mut $crate::codec::WireReader,
+                _what: &'static str,
+            ) -> Result<Self, $crate::codec::DecodeError> {
+                Ok(Self {
+                    $($field: $crate::field::WireField::get(
+                        _reader,
+                        concat!(stringify!($name), ".", stringify!($field)),
+                    )?,)*
+                })
+            }
+        }
+
+        impl $crate::codec::Encode for $name {
+            fn encode(&self, out: &mut ::bytes::BytesMut) {
+                $crate::field::WireField::put(self, out);
+            }
+        }
+
+        impl $crate::codec::Decode for $name {
+            fn decode(
+                reader: &mut $crate::codec::WireReader,
+            ) -> Result<Self, $crate::codec::DecodeError> {
+                <Self as $crate::field::WireField>::get(reader, stringify!($name))
+            }
+        }
+    };
+}

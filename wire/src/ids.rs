@@ -1,0 +1,139 @@
+//! Typed identifiers. No signature in Tailstream takes a bare integer for an identity.
+//!
+//! Ids that name storage (`GroupId`, `SegmentId`) only ever increase within their streamlet;
+//! `ServerId` carries a generation so that a server that comes back after being declared dead
+//! is a different identity and its old incarnation can be fenced.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident($inner:ty), $prefix:literal) => {
+        $(#[$doc])*
+        #[derive(
+            Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+        )]
+        #[serde(transparent)]
+        #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+        pub struct $name(pub $inner);
+
+        impl $name {
+            pub const fn new(value: $inner) -> Self {
+                Self(value)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!($prefix, "{}"), self.0)
+            }
+        }
+    };
+}
+
+id_type!(
+    /// A stream, unique in the cluster for its whole life (never reused after deletion).
+    StreamId(u64),
+    "stream-"
+);
+id_type!(
+    /// A streamlet of a stream (like a Kafka partition): `0..streamlets`.
+    StreamletId(u32),
+    "streamlet-"
+);
+id_type!(
+    /// One log of a streamlet's MultiLog: `0..logs_per_streamlet`.
+    LogId(u32),
+    "log-"
+);
+id_type!(
+    /// A group of segments. Unique within a streamlet; belongs to exactly one log.
+    GroupId(u64),
+    "group-"
+);
+id_type!(
+    /// A fixed-size segment. Unique within a streamlet; increasing within each log.
+    SegmentId(u64),
+    "segment-"
+);
+id_type!(
+    /// A producer, allocated by the coordinator. Stored in the record batch header.
+    ProducerId(u64),
+    "producer-"
+);
+id_type!(
+    /// Correlates a response with its request on one connection (clients pipeline).
+    RequestId(u64),
+    "req-"
+);
+id_type!(
+    /// Per-log record offset: +1 per record, stamped as a batch's base offset at append.
+    RecordOffset(u64),
+    "offset-"
+);
+id_type!(
+    /// Byte offset of an entry inside a segment. Position 0 means "the first entry after the
+    /// segment's log digest" in a fetch.
+    SegmentPosition(u32),
+    "pos-"
+);
+id_type!(
+    /// A producer's per-streamlet batch sequence number (Kafka's base sequence).
+    BatchSequence(u32),
+    "seq-"
+);
+
+/// A server (broker) identity: a slot index that may be reused plus a generation that is not.
+/// Backups and the coordinator reject requests from an older generation of the same index.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub struct ServerId {
+    pub index: u32,
+    pub generation: u32,
+}
+
+impl ServerId {
+    pub const fn new(index: u32, generation: u32) -> Self {
+        Self { index, generation }
+    }
+
+    /// True when `self` is the same slot as `other` but an older incarnation of it.
+    pub fn is_fenced_by(&self, other: &ServerId) -> bool {
+        self.index == other.index && self.generation < other.generation
+    }
+}
+
+impl fmt::Display for ServerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "server-{}.{}", self.index, self.generation)
+    }
+}
+
+impl RecordOffset {
+    /// The offset `records` records after this one.
+    pub fn advance(self, records: u32) -> RecordOffset {
+        RecordOffset(self.0 + u64::from(records))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_generations_fence_older_incarnations_only() {
+        let old = ServerId::new(3, 1);
+        let new = ServerId::new(3, 2);
+        assert!(old.is_fenced_by(&new));
+        assert!(!new.is_fenced_by(&old));
+        assert!(!old.is_fenced_by(&ServerId::new(4, 9)));
+    }
+
+    #[test]
+    fn ids_display_with_their_kind() {
+        assert_eq!(GroupId(7).to_string(), "group-7");
+        assert_eq!(ServerId::new(1, 2).to_string(), "server-1.2");
+    }
+}

@@ -1,0 +1,36 @@
+//! tailstream-wire: the only place Tailstream's bytes are defined.
+//!
+//! Nothing here does I/O; every decoder takes bytes and returns a value or an error, never a
+//! panic, and caps every length before allocating.
+//!
+//! - [`ids`]: typed identifiers (`StreamId`, `StreamletId`, `LogId`, `GroupId`, `SegmentId`,
+//!   `ServerId` with generation, ...).
+//! - [`codec`]: bounded little-endian reader/writer primitives, `Encode`/`Decode`.
+//! - [`field`]: `WireField` per field type and the `wire_message!` macro.
+//! - [`frame`]: the 32-byte frame header (magic, checksums, request id, opcode, status) and the
+//!   incremental `FrameDecoder`.
+//! - [`status`]: typed status codes and what a caller should do about each.
+//! - [`messages`]: request/response bodies for every opcode.
+//! - [`entry`]: segment entries: entry header, types, checksum trailer, log digest.
+//! - [`segment`]: `SegmentAppender`, which writes entry + trailer into a segment buffer.
+//! - [`scan`]: Algorithm 1 (`scan_segment`), closed-segment verification, entry iteration.
+//! - [`batch`] and [`records`]: Kafka RecordBatch v2 validation, builder and record iterator.
+//! - [`fuzzing`]: every decoder behind one entry point, for fuzz targets and property tests.
+
+pub mod batch;
+pub mod codec;
+pub mod entry;
+pub mod field;
+pub mod frame;
+pub mod fuzzing;
+pub mod ids;
+pub mod messages;
+pub mod records;
+pub mod scan;
+pub mod segment;
+pub mod status;
+
+pub use codec::{Decode, DecodeError, Encode};
+pub use frame::{Frame, FrameDecoder, FrameError, FrameHeader, Opcode};
+pub use ids::*;
+pub use status::Status;

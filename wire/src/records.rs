@@ -1,0 +1,393 @@
+//! Records inside a v2 record batch: varints, the builder producers use, and the iterator
+//! consumers use.
+//!
+//! ```text
+//! record := length varint      bytes after this field
+//!           attributes i8      (unused, 0)
+//!           timestamp delta varlong
+//!           offset delta varint
+//!           key length varint (-1 = null), key
+//!           value length varint (-1 = null), value
+//!           header count varint, then per header: key length varint, key (UTF-8),
+//!                                                 value length varint (-1 = null), value
+//! ```
+//! Varints are zigzag-encoded LEB128, as in Kafka and protobuf.
+
+use crate::batch::{BATCH_HEADER_BYTES, BATCH_RECORDS_MAX, BatchError, write_header};
+use crate::ids::{BatchSequence, ProducerId};
+use bytes::{BufMut, Bytes, BytesMut};
+
+/// Per-record header count limit when decoding.
+pub const RECORD_HEADERS_MAX: usize = 1024;
+
+fn put_varlong(out: &mut BytesMut, value: i64) {
+    let mut v = ((value << 1) ^ (value >> 63)) as u64;
+    while v >= 0x80 {
+        out.put_u8((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.put_u8(v as u8);
+}
+
+fn varlong_len(value: i64) -> usize {
+    let v = ((value << 1) ^ (value >> 63)) as u64;
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+/// Reads a zigzag varlong; `None` on truncation or more than 10 bytes.
+fn get_varlong(buf: &[u8], pos: &mut usize) -> Option<i64> {
+    let mut result: u64 = 0;
+    for shift in (0..70).step_by(7) {
+        let byte = *buf.get(*pos)?;
+        *pos += 1;
+        result |= u64::from(byte & 0x7f).checked_shl(shift)?;
+        if byte & 0x80 == 0 {
+            return Some(((result >> 1) as i64) ^ -((result & 1) as i64));
+        }
+    }
+    None
+}
+
+fn opt_len(value: Option<&[u8]>) -> i64 {
+    value.map_or(-1, |v| v.len() as i64)
+}
+
+/// A record header (key/value pair).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordHeader {
+    pub key: String,
+    pub value: Option<Bytes>,
+}
+
+/// One decoded record. Key, value and header values are zero-copy slices of the batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub offset_delta: u32,
+    pub timestamp_delta_ms: i64,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<RecordHeader>,
+}
+
+/// Builds one batch, record by record; `finish` writes the header and CRC-32C.
+#[derive(Debug)]
+pub struct RecordBatchBuilder {
+    buf: BytesMut,
+    count: u32,
+    base_timestamp_ms: i64,
+    max_timestamp_ms: i64,
+}
+
+impl RecordBatchBuilder {
+    pub fn new(capacity_bytes: usize) -> Self {
+        let mut buf = BytesMut::with_capacity(capacity_bytes.max(BATCH_HEADER_BYTES));
+        buf.put_bytes(0, BATCH_HEADER_BYTES);
+        Self {
+            buf,
+            count: 0,
+            base_timestamp_ms: 0,
+            max_timestamp_ms: 0,
+        }
+    }
+
+    pub fn record_count(&self) -> u32 {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Bytes the batch would have if finished now.
+    pub fn encoded_len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Upper bound on the bytes `push` adds for a record of this shape.
+    pub fn record_len_bound(key_len: usize, value_len: usize, headers_len: usize) -> usize {
+        // length(5) + attributes(1) + ts delta(10) + offset delta(5) + 2 lengths(5 each)
+        // + header count(5) + payloads.
+        36 + key_len + value_len + headers_len
+    }
+
+    /// True when the batch can take no more records (count limit).
+    pub fn is_full(&self) -> bool {
+        self.count >= BATCH_RECORDS_MAX
+    }
+
+    pub fn push(
+        &mut self,
+        timestamp_ms: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[(&str, Option<&[u8]>)],
+    ) {
+        if self.count == 0 {
+            self.base_timestamp_ms = timestamp_ms;
+        }
+        self.max_timestamp_ms = self.max_timestamp_ms.max(timestamp_ms);
+        let ts_delta = timestamp_ms - self.base_timestamp_ms;
+        let offset_delta = i64::from(self.count);
+        let mut body_len = 1 + varlong_len(ts_delta) + varlong_len(offset_delta);
+        for field in [key, value] {
+            body_len += varlong_len(opt_len(field)) + field.map_or(0, <[u8]>::len);
+        }
+        body_len += varlong_len(headers.len() as i64);
+        for (hkey, hvalue) in headers {
+            body_len += varlong_len(hkey.len() as i64) + hkey.len();
+            body_len += varlong_len(opt_len(*hvalue)) + hvalue.map_or(0, <[u8]>::len);
+        }
+        let out = &mut self.buf;
+        put_varlong(out, body_len as i64);
+        out.put_u8(0);
+        put_varlong(out, ts_delta);
+        put_varlong(out, offset_delta);
+        for field in [key, value] {
+            put_varlong(out, opt_len(field));
+            if let Some(bytes) = field {
+                out.put_slice(bytes);
+            }
+        }
+        put_varlong(out, headers.len() as i64);
+        for (hkey, hvalue) in headers {
+            put_varlong(out, hkey.len() as i64);
+            out.put_slice(hkey.as_bytes());
+            put_varlong(out, opt_len(*hvalue));
+            if let Some(bytes) = hvalue {
+                out.put_slice(bytes);
+            }
+        }
+        self.count += 1;
+    }
+
+    /// Seals the batch with its producer identity and sequence. Panics if empty: an empty
+    /// batch is a programming error in the caller (producers never seal one).
+    pub fn finish(
+        mut self,
+        producer_id: ProducerId,
+        producer_epoch: i16,
+        base_sequence: BatchSequence,
+    ) -> Bytes {
+        assert!(self.count > 0, "sealing an empty record batch");
+        write_header(
+            &mut self.buf,
+            self.count,
+            self.base_timestamp_ms,
+            self.max_timestamp_ms,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+        );
+        self.buf.freeze()
+    }
+}
+
+/// Iterates the records of a batch that passed `validate_batch`. Yields an error (and stops)
+/// on the first malformed record; never panics.
+#[derive(Debug, Clone)]
+pub struct RecordIter {
+    batch: Bytes,
+    pos: usize,
+    index: u32,
+    count: u32,
+    failed: bool,
+}
+
+impl RecordIter {
+    pub fn new(batch: Bytes, record_count: u32) -> Self {
+        Self {
+            batch,
+            pos: BATCH_HEADER_BYTES,
+            index: 0,
+            count: record_count,
+            failed: false,
+        }
+    }
+
+    fn bad(&mut self, reason: &'static str) -> Option<Result<Record, BatchError>> {
+        self.failed = true;
+        Some(Err(BatchError::BadRecord {
+            index: self.index,
+            reason,
+        }))
+    }
+
+    fn field(&mut self, end: usize) -> Result<Option<Bytes>, &'static str> {
+        let len = get_varlong(&self.batch, &mut self.pos).ok_or("truncated length")?;
+        if len == -1 {
+            return Ok(None);
+        }
+        let len = usize::try_from(len).map_err(|_| "negative length")?;
+        let stop = self
+            .pos
+            .checked_add(len)
+            .filter(|s| *s <= end)
+            .ok_or("length past end")?;
+        let value = self.batch.slice(self.pos..stop);
+        self.pos = stop;
+        Ok(Some(value))
+    }
+
+    fn record(&mut self) -> Result<Record, &'static str> {
+        let len = get_varlong(&self.batch, &mut self.pos).ok_or("truncated record length")?;
+        let len = usize::try_from(len).map_err(|_| "negative record length")?;
+        let end = self
+            .pos
+            .checked_add(len)
+            .filter(|e| *e <= self.batch.len())
+            .ok_or("record past end of batch")?;
+        self.pos = self
+            .pos
+            .checked_add(1)
+            .filter(|p| *p <= end)
+            .ok_or("missing attributes")?;
+        let timestamp_delta_ms = get_varlong(&self.batch, &mut self.pos).ok_or("bad timestamp")?;
+        let offset_delta = get_varlong(&self.batch, &mut self.pos).ok_or("bad offset delta")?;
+        if offset_delta != i64::from(self.index) {
+            return Err("offset delta out of sequence");
+        }
+        let key = self.field(end)?;
+        let value = self.field(end)?;
+        let header_count = get_varlong(&self.batch, &mut self.pos).ok_or("bad header count")?;
+        let header_count = usize::try_from(header_count)
+            .ok()
+            .filter(|c| *c <= RECORD_HEADERS_MAX)
+            .ok_or("header count out of range")?;
+        let mut headers = Vec::with_capacity(header_count.min(16));
+        for _ in 0..header_count {
+            let key = self.field(end)?.ok_or("null header key")?;
+            let key = String::from_utf8(key.to_vec()).map_err(|_| "header key not UTF-8")?;
+            headers.push(RecordHeader {
+                key,
+                value: self.field(end)?,
+            });
+        }
+        if self.pos != end {
+            return Err("record length does not match its fields");
+        }
+        Ok(Record {
+            offset_delta: offset_delta as u32,
+            timestamp_delta_ms,
+            key,
+            value,
+            headers,
+        })
+    }
+}
+
+impl Iterator for RecordIter {
+    type Item = Result<Record, BatchError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        if self.index == self.count {
+            if self.pos != self.batch.len() {
+                return self.bad("bytes after the last record");
+            }
+            return None;
+        }
+        match self.record() {
+            Ok(record) => {
+                self.index += 1;
+                Some(Ok(record))
+            }
+            Err(reason) => self.bad(reason),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::{base_offset, stamp_base_offset, validate_batch};
+    use crate::ids::RecordOffset;
+
+    #[test]
+    fn varlongs_round_trip_at_the_edges() {
+        for value in [
+            0,
+            1,
+            -1,
+            63,
+            -64,
+            64,
+            i64::from(i32::MAX),
+            i64::MIN,
+            i64::MAX,
+        ] {
+            let mut out = BytesMut::new();
+            put_varlong(&mut out, value);
+            assert_eq!(out.len(), varlong_len(value), "{value}");
+            let mut pos = 0;
+            assert_eq!(get_varlong(&out, &mut pos), Some(value));
+            assert_eq!(pos, out.len());
+        }
+        let mut pos = 0;
+        assert_eq!(get_varlong(&[0xff; 11], &mut pos), None);
+    }
+
+    #[test]
+    fn a_built_batch_validates_and_its_records_read_back() {
+        let mut builder = RecordBatchBuilder::new(1024);
+        builder.push(1000, Some(b"k1"), Some(b"v1"), &[]);
+        builder.push(1005, None, Some(b"v2"), &[("h", Some(b"x")), ("n", None)]);
+        builder.push(1002, Some(b""), None, &[]);
+        let batch = builder.finish(ProducerId(9), 0, BatchSequence(4));
+        let info = validate_batch(&batch).unwrap();
+        assert_eq!(info.producer_id, ProducerId(9));
+        assert_eq!(info.base_sequence, BatchSequence(4));
+        assert_eq!(info.record_count, 3);
+        assert_eq!(info.max_timestamp_ms, 1005);
+        let records: Vec<_> = RecordIter::new(batch.clone(), 3)
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(records[0].key.as_deref(), Some(&b"k1"[..]));
+        assert_eq!(records[1].key, None);
+        assert_eq!(records[1].timestamp_delta_ms, 5);
+        assert_eq!(records[1].headers[0].key, "h");
+        assert_eq!(records[1].headers[1].value, None);
+        assert_eq!(records[2].value, None);
+        assert_eq!(records[2].offset_delta, 2);
+    }
+
+    #[test]
+    fn stamping_the_base_offset_keeps_the_batch_valid() {
+        let mut builder = RecordBatchBuilder::new(64);
+        builder.push(0, None, Some(b"v"), &[]);
+        let mut batch = builder.finish(ProducerId(1), 0, BatchSequence(0)).to_vec();
+        stamp_base_offset(&mut batch, RecordOffset(77));
+        assert!(validate_batch(&batch).is_ok());
+        assert_eq!(base_offset(&batch), Some(RecordOffset(77)));
+    }
+
+    #[test]
+    fn restamping_the_sequence_keeps_the_batch_valid() {
+        let mut builder = RecordBatchBuilder::new(64);
+        builder.push(0, None, Some(b"v"), &[]);
+        let mut batch = builder.finish(ProducerId(1), 0, BatchSequence(5)).to_vec();
+        crate::batch::restamp_sequence(&mut batch, BatchSequence(2)).unwrap();
+        assert_eq!(
+            validate_batch(&batch).unwrap().base_sequence,
+            BatchSequence(2)
+        );
+        assert!(crate::batch::restamp_sequence(&mut [0u8; 10], BatchSequence(0)).is_err());
+    }
+
+    #[test]
+    fn any_bit_flip_in_the_crc_region_is_refused() {
+        let mut builder = RecordBatchBuilder::new(64);
+        builder.push(0, Some(b"key"), Some(b"value"), &[]);
+        let batch = builder.finish(ProducerId(1), 0, BatchSequence(0)).to_vec();
+        for bit in (8 * 8)..batch.len() * 8 {
+            // The partition leader epoch (bytes 12..16) is outside Kafka's CRC by design.
+            if (12..16).contains(&(bit / 8)) {
+                continue;
+            }
+            let mut bad = batch.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert!(validate_batch(&bad).is_err(), "bit {bit}");
+        }
+    }
+}

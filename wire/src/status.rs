@@ -1,0 +1,127 @@
+//! Typed status codes carried in every response frame header.
+//!
+//! A status tells the caller what to do next: retry the same request (`is_retryable`), refresh
+//! its cached metadata and re-route (`needs_metadata_refresh`), or give up with a clear error.
+
+use std::fmt;
+
+macro_rules! statuses {
+    ($($(#[$doc:meta])* $name:ident = $value:literal),* $(,)?) => {
+        /// Outcome of a request. Discriminants are the wire values and never change.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(u16)]
+        pub enum Status {
+            $($(#[$doc])* $name = $value,)*
+        }
+
+        impl Status {
+            /// Every status, for exhaustive tests.
+            pub const ALL: &'static [Status] = &[$(Status::$name,)*];
+
+            pub fn from_u16(value: u16) -> Option<Status> {
+                match value {
+                    $($value => Some(Status::$name),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+statuses! {
+    Ok = 0,
+    /// The body could not be decoded.
+    Malformed = 1,
+    /// The opcode is not one this server knows.
+    UnknownOpcode = 2,
+    /// The frame's declared body length exceeds this server's maximum.
+    FrameTooLarge = 3,
+    /// A header or body checksum did not match.
+    ChecksumMismatch = 4,
+    /// The frame's version is not one this server speaks.
+    UnsupportedVersion = 5,
+    /// A request argument is out of range (e.g. zero streamlets).
+    InvalidArgument = 6,
+
+    UnknownStream = 10,
+    StreamExists = 11,
+    /// This broker does not own the streamlet: refresh metadata and re-route.
+    NotOwner = 12,
+    UnknownLog = 13,
+    UnknownGroup = 14,
+    UnknownSegment = 15,
+    /// The fetch position is not an entry boundary of the segment.
+    PositionOutOfRange = 16,
+    /// The group was freed by retention; resume from the log's oldest group.
+    GroupRetired = 17,
+
+    /// The broker's segment memory budget is full: retry later (backpressure).
+    Backpressure = 20,
+    /// The record batch failed validation (magic, length, CRC-32C, record count).
+    InvalidBatch = 21,
+    /// The record batch cannot fit in an empty segment.
+    BatchTooLarge = 22,
+    /// A batch sequence arrived after a gap: an earlier batch of this producer is missing.
+    OutOfOrderSequence = 23,
+    /// The compression or attribute bits of the batch are not supported.
+    UnsupportedBatch = 24,
+
+    NoBrokers = 30,
+    UnknownServer = 31,
+    /// The sender is an older generation of a server that has since re-registered.
+    StaleGeneration = 32,
+
+    Internal = 50,
+    ShuttingDown = 51,
+    /// Too many requests in flight on this connection or server: retry later.
+    Busy = 52,
+    /// The operation did not complete in time.
+    Timeout = 53,
+}
+
+impl Status {
+    pub fn is_ok(self) -> bool {
+        self == Status::Ok
+    }
+
+    /// The same request may succeed if sent again later, unchanged.
+    pub fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            Status::Backpressure
+                | Status::Busy
+                | Status::ShuttingDown
+                | Status::Timeout
+                | Status::NotOwner
+                | Status::OutOfOrderSequence
+                | Status::NoBrokers
+        )
+    }
+
+    /// The caller's view of the cluster is stale: fetch metadata again before retrying.
+    pub fn needs_metadata_refresh(self) -> bool {
+        matches!(
+            self,
+            Status::NotOwner | Status::ShuttingDown | Status::UnknownStream
+        )
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_status_round_trips_through_its_wire_value() {
+        for status in Status::ALL {
+            assert_eq!(Status::from_u16(*status as u16), Some(*status));
+        }
+        assert_eq!(Status::from_u16(9999), None);
+    }
+}
