@@ -1,0 +1,311 @@
+//! tailstream-config: the typed settings of every Tailstream process and the embedded default.
+//!
+//! - [`Config`] and its sections mirror `config/default.toml`, which is compiled into the
+//!   binary (`DEFAULT_TOML`); `Config::load` overlays an optional user file on it, then
+//!   `validate` checks how the values relate before any process trusts them.
+//!
+//! Nothing here does network I/O; loading reads at most one file.
+
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use tailstream_wire::messages::StreamConfig;
+use thiserror::Error;
+
+/// The documented default configuration, embedded at build time.
+pub const DEFAULT_TOML: &str = include_str!("../default.toml");
+
+/// Smallest segment we accept: room for a digest and a few small batches.
+pub const SEGMENT_SIZE_BYTES_MIN: u32 = 4096;
+/// Largest segment: positions are u32 and buffers are allocated whole.
+pub const SEGMENT_SIZE_BYTES_MAX: u32 = 1 << 30;
+/// Most logs in one streamlet's MultiLog.
+pub const LOGS_PER_STREAMLET_MAX: u32 = 256;
+/// Most streamlets in one stream.
+pub const STREAMLETS_MAX: u32 = 4096;
+/// Most backups per segment.
+pub const REPLICAS_MAX: u32 = 7;
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("reading config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("parsing config: {0}")]
+    Parse(String),
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub coordinator: CoordinatorConfig,
+    pub broker: BrokerConfig,
+    pub stream_defaults: StreamDefaults,
+    pub producer: ProducerConfig,
+    pub consumer: ConsumerConfig,
+    pub client: ClientConfig,
+    pub dev: DevConfig,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoordinatorConfig {
+    pub rpc_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub data_dir: PathBuf,
+    pub broker_liveness_timeout_ms: u64,
+    pub assign_timeout_ms: u64,
+    pub connections_max: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerConfig {
+    pub rpc_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub data_dir: PathBuf,
+    pub heartbeat_interval_ms: u64,
+    pub segment_memory_bytes_max: u64,
+    pub connections_max: u32,
+    pub requests_in_flight_per_connection_max: u32,
+    pub frame_body_bytes_max: u32,
+    pub fetch_wait_ms_max: u32,
+    pub fetch_bytes_max: u32,
+    pub retention_check_interval_ms: u64,
+    pub producers_per_log_max: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamDefaults {
+    pub logs_per_streamlet: u32,
+    pub replicas: u32,
+    pub segment_size_bytes: u32,
+    pub segments_per_group: u32,
+    pub retention_bytes: u64,
+    pub retention_ms: u64,
+}
+
+impl StreamDefaults {
+    pub fn to_stream_config(&self) -> StreamConfig {
+        StreamConfig {
+            logs_per_streamlet: self.logs_per_streamlet,
+            replicas: self.replicas,
+            segment_size_bytes: self.segment_size_bytes,
+            segments_per_group: self.segments_per_group,
+            retention_bytes: self.retention_bytes,
+            retention_ms: self.retention_ms,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProducerConfig {
+    pub batch_size_bytes: u32,
+    pub linger_ms: u64,
+    pub max_in_flight: u32,
+    pub buffer_bytes_max: u64,
+    pub request_timeout_ms: u64,
+    pub delivery_timeout_ms: u64,
+    pub retry_backoff_ms: u64,
+    pub retry_backoff_ms_max: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsumerConfig {
+    pub fetch_max_bytes: u32,
+    pub fetch_max_wait_ms: u32,
+    pub group_refresh_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientConfig {
+    pub requests_in_flight_max: u32,
+    pub frame_body_bytes_max: u32,
+    pub connect_timeout_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DevConfig {
+    pub brokers: u32,
+    pub data_dir: PathBuf,
+    pub broker_rpc_port_base: u16,
+    pub broker_admin_port_base: u16,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self::embedded()
+    }
+}
+
+macro_rules! section_default {
+    ($($ty:ident => $field:ident),*) => {
+        $(impl Default for $ty {
+            fn default() -> Self {
+                Config::embedded().$field
+            }
+        })*
+    };
+}
+
+section_default!(
+    CoordinatorConfig => coordinator, BrokerConfig => broker, StreamDefaults => stream_defaults,
+    ProducerConfig => producer, ConsumerConfig => consumer, ClientConfig => client,
+    DevConfig => dev
+);
+
+impl Config {
+    /// The embedded default.
+    pub fn embedded() -> Self {
+        // invariant: DEFAULT_TOML is compiled in and checked by `embedded_default_is_valid`.
+        Self::parse(DEFAULT_TOML).expect("invariant: the embedded default config parses")
+    }
+
+    /// Parses a complete configuration.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))
+    }
+
+    /// The embedded default, overlaid with `overrides` (any subset of the same tables), validated.
+    pub fn with_overrides(overrides: &str) -> Result<Self, ConfigError> {
+        let parse = |text: &str| -> Result<toml::Table, ConfigError> {
+            text.parse::<toml::Table>()
+                .map_err(|e| ConfigError::Parse(e.to_string()))
+        };
+        let mut base = parse(DEFAULT_TOML)?;
+        merge(&mut base, parse(overrides)?);
+        let config: Config = base
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The embedded default overlaid with the file at `path`, if any.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        match path {
+            None => {
+                let config = Self::embedded();
+                config.validate()?;
+                Ok(config)
+            }
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                Self::with_overrides(&text)
+            }
+        }
+    }
+
+    /// Checks the relations between values that the types cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        validate_stream_config(&self.stream_defaults.to_stream_config())
+            .map_err(ConfigError::Invalid)?;
+        let invalid = |what: String| Err(ConfigError::Invalid(what));
+        let broker = &self.broker;
+        if broker.frame_body_bytes_max < 1024 {
+            return invalid("broker.frame_body_bytes_max must be at least 1024".into());
+        }
+        if broker.fetch_bytes_max == 0 || broker.fetch_bytes_max > broker.frame_body_bytes_max {
+            return invalid("broker.fetch_bytes_max must be in 1..=frame_body_bytes_max".into());
+        }
+        if broker.connections_max == 0 || broker.requests_in_flight_per_connection_max == 0 {
+            return invalid("broker connection and request limits must be positive".into());
+        }
+        let producer = &self.producer;
+        if producer.batch_size_bytes < 128 {
+            return invalid("producer.batch_size_bytes must be at least 128".into());
+        }
+        if u64::from(producer.batch_size_bytes) > producer.buffer_bytes_max {
+            return invalid("producer.batch_size_bytes must not exceed buffer_bytes_max".into());
+        }
+        if producer.max_in_flight == 0 || producer.request_timeout_ms == 0 {
+            return invalid(
+                "producer.max_in_flight and request_timeout_ms must be positive".into(),
+            );
+        }
+        if self.consumer.fetch_max_bytes == 0 {
+            return invalid("consumer.fetch_max_bytes must be positive".into());
+        }
+        if self.client.requests_in_flight_max == 0 {
+            return invalid("client.requests_in_flight_max must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+/// Checks a stream's settings (used for the defaults and for every `create stream`).
+pub fn validate_stream_config(config: &StreamConfig) -> Result<(), String> {
+    if !(1..=LOGS_PER_STREAMLET_MAX).contains(&config.logs_per_streamlet) {
+        return Err(format!(
+            "logs per streamlet must be in 1..={LOGS_PER_STREAMLET_MAX}"
+        ));
+    }
+    if config.replicas > REPLICAS_MAX {
+        return Err(format!("replicas must be at most {REPLICAS_MAX}"));
+    }
+    if !(SEGMENT_SIZE_BYTES_MIN..=SEGMENT_SIZE_BYTES_MAX).contains(&config.segment_size_bytes) {
+        return Err(format!(
+            "segment_size_bytes must be in {SEGMENT_SIZE_BYTES_MIN}..={SEGMENT_SIZE_BYTES_MAX}"
+        ));
+    }
+    if config.segments_per_group == 0 {
+        return Err("segments_per_group must be positive".into());
+    }
+    Ok(())
+}
+
+/// Overlays `overlay` on `base`, table by table; non-table values replace.
+fn merge(base: &mut toml::Table, overlay: toml::Table) {
+    for (key, value) in overlay {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(inner)), toml::Value::Table(over)) => merge(inner, over),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_is_valid() {
+        let config = Config::embedded();
+        config.validate().unwrap();
+        assert_eq!(config.stream_defaults.logs_per_streamlet, 4);
+        assert_eq!(config.stream_defaults.segment_size_bytes, 8 << 20);
+        assert_eq!(config.stream_defaults.segments_per_group, 16);
+        assert_eq!(config.dev.brokers, 4);
+    }
+
+    #[test]
+    fn overrides_replace_single_values_and_keep_the_rest() {
+        let config = Config::with_overrides("[producer]\nlinger_ms = 42\n").unwrap();
+        assert_eq!(config.producer.linger_ms, 42);
+        assert_eq!(
+            config.producer.batch_size_bytes,
+            Config::embedded().producer.batch_size_bytes
+        );
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_relations_are_refused() {
+        assert!(Config::with_overrides("[producer]\nlinger = 42\n").is_err());
+        assert!(Config::with_overrides("[stream_defaults]\nsegment_size_bytes = 10\n").is_err());
+        assert!(Config::with_overrides("[stream_defaults]\nlogs_per_streamlet = 0\n").is_err());
+    }
+}

@@ -1,0 +1,283 @@
+//! The client half: one TCP connection carrying many requests at once.
+//!
+//! A call registers a one-shot slot under a fresh request id, queues its frame to the writer
+//! task and waits. The reader task matches each response to its slot. When the connection
+//! dies (read error, bad frame, timeout) every waiting call fails with `RpcError::Connection`
+//! and the client reports `is_closed`, so its owner (usually an `RpcPool`) reconnects.
+
+use crate::error::RpcError;
+use crate::write::{OutFrame, write_frames};
+use bytes::{Bytes, BytesMut};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tailstream_wire::frame::{Frame, FrameDecoder};
+use tailstream_wire::messages::ErrorBody;
+use tailstream_wire::{Decode, Encode, Opcode, RequestId};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+#[derive(Clone, Copy, Debug)]
+pub struct RpcClientConfig {
+    /// Requests awaiting an answer on this connection; more calls wait for a slot.
+    pub requests_in_flight_max: usize,
+    pub frame_body_bytes_max: u32,
+    pub connect_timeout_ms: u64,
+    /// A call with no answer after this long fails and closes the connection.
+    pub request_timeout_ms: u64,
+}
+
+impl Default for RpcClientConfig {
+    fn default() -> Self {
+        Self {
+            requests_in_flight_max: 1024,
+            frame_body_bytes_max: 64 << 20,
+            connect_timeout_ms: 3000,
+            request_timeout_ms: 10_000,
+        }
+    }
+}
+
+type Slot = oneshot::Sender<Result<Frame, RpcError>>;
+
+/// State the reader task shares with callers.
+#[derive(Debug, Default)]
+struct Shared {
+    pending: Mutex<HashMap<u64, Slot>>,
+    closed: AtomicBool,
+}
+
+impl Shared {
+    fn fail_all(&self, error: RpcError) {
+        self.closed.store(true, Ordering::Release);
+        let drained: Vec<Slot> = match self.pending.lock() {
+            Ok(mut pending) => pending.drain().map(|(_, slot)| slot).collect(),
+            Err(poisoned) => poisoned
+                .into_inner()
+                .drain()
+                .map(|(_, slot)| slot)
+                .collect(),
+        };
+        for slot in drained {
+            let _ = slot.send(Err(error.clone()));
+        }
+    }
+
+    fn take(&self, id: u64) -> Option<Slot> {
+        self.pending.lock().ok()?.remove(&id)
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    addr: String,
+    config: RpcClientConfig,
+    queue: mpsc::Sender<OutFrame>,
+    shared: Arc<Shared>,
+    next_id: AtomicU64,
+    in_flight: Arc<Semaphore>,
+    tasks: [JoinHandle<()>; 2],
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// A pipelined connection to one server. Cheap to clone; the connection closes when the last
+/// clone is dropped.
+#[derive(Clone, Debug)]
+pub struct RpcClient {
+    inner: Arc<Inner>,
+}
+
+impl RpcClient {
+    pub async fn connect(addr: &str, config: RpcClientConfig) -> Result<Self, RpcError> {
+        let failed = |reason: String| RpcError::Connection {
+            addr: addr.to_string(),
+            reason,
+        };
+        let timeout = Duration::from_millis(config.connect_timeout_ms);
+        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| {
+                failed(format!(
+                    "connect timed out after {} ms",
+                    config.connect_timeout_ms
+                ))
+            })?
+            .map_err(|e| failed(e.to_string()))?;
+        let _ = stream.set_nodelay(true);
+        let (reader, writer) = stream.into_split();
+        let in_flight_max = config.requests_in_flight_max.max(1);
+        let (queue, queue_rx) = mpsc::channel(in_flight_max);
+        let shared = Arc::new(Shared::default());
+        let write_shared = shared.clone();
+        let write_addr = addr.to_string();
+        let writer = tokio::spawn(async move {
+            if let Err(error) = write_frames(writer, queue_rx).await {
+                let reason = format!("write: {error}");
+                write_shared.fail_all(RpcError::Connection {
+                    addr: write_addr,
+                    reason,
+                });
+            }
+        });
+        let decoder = FrameDecoder::new(config.frame_body_bytes_max);
+        let reader = tokio::spawn(read_responses(
+            reader,
+            decoder,
+            shared.clone(),
+            addr.to_string(),
+        ));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                addr: addr.to_string(),
+                config,
+                queue,
+                shared,
+                next_id: AtomicU64::new(1),
+                in_flight: Arc::new(Semaphore::new(in_flight_max)),
+                tasks: [writer, reader],
+            }),
+        })
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.inner.addr
+    }
+
+    /// The connection is gone; calls fail at once. Make a new client.
+    pub fn is_closed(&self) -> bool {
+        self.inner.shared.closed.load(Ordering::Acquire)
+    }
+
+    /// Closes the connection: pending and future calls fail.
+    pub fn close(&self, reason: &str) {
+        let error = RpcError::Connection {
+            addr: self.inner.addr.clone(),
+            reason: reason.into(),
+        };
+        self.inner.shared.fail_all(error);
+        for task in &self.inner.tasks {
+            task.abort();
+        }
+    }
+
+    /// Sends a request whose body is `parts` back to back; returns the body of an `Ok` answer.
+    pub async fn call_parts(&self, opcode: Opcode, parts: Vec<Bytes>) -> Result<Bytes, RpcError> {
+        let timeout_ms = self.inner.config.request_timeout_ms;
+        self.call_parts_with_timeout(opcode, parts, timeout_ms)
+            .await
+    }
+
+    pub async fn call_parts_with_timeout(
+        &self,
+        opcode: Opcode,
+        parts: Vec<Bytes>,
+        timeout_ms: u64,
+    ) -> Result<Bytes, RpcError> {
+        let inner = &self.inner;
+        let closed = || RpcError::Connection {
+            addr: inner.addr.clone(),
+            reason: "connection closed".into(),
+        };
+        let _permit = inner.in_flight.acquire().await.map_err(|_| closed())?;
+        if self.is_closed() {
+            return Err(closed());
+        }
+        let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let (slot, answer) = oneshot::channel();
+        inner
+            .shared
+            .pending
+            .lock()
+            .map_err(|_| closed())?
+            .insert(id, slot);
+        // The reader may have failed everything between the check above and the insert.
+        if self.is_closed() {
+            inner.shared.take(id);
+            return Err(closed());
+        }
+        let frame = OutFrame::request(opcode, RequestId(id), parts);
+        if inner.queue.send(frame).await.is_err() {
+            inner.shared.take(id);
+            return Err(closed());
+        }
+        let frame = match tokio::time::timeout(Duration::from_millis(timeout_ms), answer).await {
+            Ok(Ok(result)) => result?,
+            Ok(Err(_)) => return Err(closed()),
+            Err(_) => {
+                inner.shared.take(id);
+                // A server that does not answer within the deadline is treated as gone: the
+                // caller retries on a fresh connection rather than behind a stuck one.
+                self.close("request timed out");
+                return Err(RpcError::Timeout {
+                    addr: inner.addr.clone(),
+                    timeout_ms,
+                });
+            }
+        };
+        let status = frame.header.status();
+        if status.is_ok() {
+            Ok(frame.body)
+        } else {
+            let message = ErrorBody::decode_exact(frame.body)
+                .map(|body| body.message)
+                .unwrap_or_else(|_| String::from("(no message)"));
+            Err(RpcError::Status { status, message })
+        }
+    }
+
+    /// Encodes `request`, calls, decodes the answer.
+    pub async fn call<Req: Encode, Resp: Decode>(
+        &self,
+        opcode: Opcode,
+        request: &Req,
+    ) -> Result<Resp, RpcError> {
+        let body = self.call_parts(opcode, vec![request.to_bytes()]).await?;
+        Ok(Resp::decode_exact(body)?)
+    }
+}
+
+async fn read_responses(
+    mut reader: OwnedReadHalf,
+    decoder: FrameDecoder,
+    shared: Arc<Shared>,
+    addr: String,
+) {
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let reason = 'read: loop {
+        loop {
+            match decoder.decode(&mut buf) {
+                Ok(Some(frame)) => {
+                    if !frame.header.is_response {
+                        break 'read "server sent a request frame".to_string();
+                    }
+                    // An unknown id belongs to a call that timed out: drop the late answer.
+                    if let Some(slot) = shared.take(frame.header.request_id.0) {
+                        let _ = slot.send(Ok(frame));
+                    }
+                }
+                Ok(None) => break,
+                Err(error) => break 'read format!("bad frame from server: {error}"),
+            }
+        }
+        if buf.capacity() - buf.len() < 16 * 1024 {
+            buf.reserve(64 * 1024);
+        }
+        match reader.read_buf(&mut buf).await {
+            Ok(0) => break "closed by server".to_string(),
+            Ok(_) => {}
+            Err(error) => break format!("read: {error}"),
+        }
+    };
+    shared.fail_all(RpcError::Connection { addr, reason });
+}
