@@ -65,6 +65,9 @@ statuses! {
     OutOfOrderSequence = 23,
     /// The compression or attribute bits of the batch are not supported.
     UnsupportedBatch = 24,
+    /// The batch was appended long ago and the broker no longer remembers where: it is in the
+    /// log, but no location can be given for it.
+    DuplicateSequence = 25,
 
     NoBrokers = 30,
     UnknownServer = 31,

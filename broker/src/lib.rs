@@ -1,0 +1,15 @@
+//! tailstream-broker: one broker process.
+//!
+//! - [`storage`]: streamlets as MultiLogs in memory (store → streamlet → log → group →
+//!   segment), idempotence tables, the segment memory budget. No I/O, no async.
+//! - [`service`]: the RPC service: decodes requests, validates record batches, appends and
+//!   reads through `storage`, answers with typed statuses. Produce is appended on the
+//!   connection's reader task (so pipelined batches keep their order); fetch may long-poll.
+//! - [`cluster`]: the broker's side of membership: register with the coordinator, heartbeat,
+//!   apply streamlet assignments.
+//! - [`server`]: wires it together: listeners, admin HTTP, retention timer, shutdown.
+
+pub mod cluster;
+pub mod server;
+pub mod service;
+pub mod storage;

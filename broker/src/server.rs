@@ -1,0 +1,181 @@
+//! A broker process, assembled: RPC listener, admin HTTP, retention timer, membership loop.
+
+use crate::cluster::{Advertised, ClusterState, run_membership};
+use crate::service::BrokerService;
+use crate::storage::Store;
+use axum::Router;
+use axum::routing::get;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tailstream_config::Config;
+use tailstream_net::RpcClientConfig;
+use tailstream_net::server::{ServerLimits, serve, shutdown_signalled};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// What a broker process needs to start.
+#[derive(Clone, Debug)]
+pub struct BrokerOptions {
+    pub config: Config,
+    pub coordinator_addr: String,
+}
+
+/// Addresses a started broker actually listens on (ports may have been 0 in the config).
+#[derive(Clone, Copy, Debug)]
+pub struct BrokerAddrs {
+    pub rpc: SocketAddr,
+    pub admin: SocketAddr,
+}
+
+/// Binds, prints the addresses on one line (`tailstream broker ready rpc=... admin=...`, which
+/// `tailstream dev` reads), and serves until `shutdown` turns true.
+pub async fn run(options: BrokerOptions, shutdown: watch::Receiver<bool>) -> Result<(), String> {
+    let config = &options.config.broker;
+    let metrics = tailstream_admin::install_metrics()?;
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|e| format!("creating data dir {}: {e}", config.data_dir.display()))?;
+    let rpc_listener = TcpListener::bind(config.rpc_addr)
+        .await
+        .map_err(|e| format!("binding broker rpc {}: {e}", config.rpc_addr))?;
+    let admin_listener = TcpListener::bind(config.admin_addr)
+        .await
+        .map_err(|e| format!("binding broker admin {}: {e}", config.admin_addr))?;
+    let addrs = BrokerAddrs {
+        rpc: rpc_listener.local_addr().map_err(|e| e.to_string())?,
+        admin: admin_listener.local_addr().map_err(|e| e.to_string())?,
+    };
+    println!(
+        "tailstream broker ready rpc={} admin=http://{}",
+        addrs.rpc, addrs.admin
+    );
+
+    let store = Arc::new(Store::new(
+        config.segment_memory_bytes_max,
+        config.producers_per_log_max as usize,
+    ));
+    let cluster = Arc::new(ClusterState::new(store.clone()));
+    let service = Arc::new(BrokerService::new(
+        store.clone(),
+        cluster.clone(),
+        config.clone(),
+    ));
+    let limits = ServerLimits {
+        connections_max: config.connections_max as usize,
+        requests_in_flight_per_connection_max: config.requests_in_flight_per_connection_max
+            as usize,
+        frame_body_bytes_max: config.frame_body_bytes_max,
+    };
+    let rpc = tokio::spawn(serve(rpc_listener, service, limits, shutdown.clone()));
+    let admin = tokio::spawn(tailstream_admin::serve(
+        admin_listener,
+        metrics,
+        admin_routes(store.clone(), cluster.clone()),
+        shutdown.clone(),
+    ));
+    tokio::spawn(retention_loop(
+        store.clone(),
+        Duration::from_millis(config.retention_check_interval_ms.max(10)),
+        shutdown.clone(),
+    ));
+    let client = &options.config.client;
+    let client_config = RpcClientConfig {
+        requests_in_flight_max: client.requests_in_flight_max as usize,
+        frame_body_bytes_max: client.frame_body_bytes_max,
+        connect_timeout_ms: client.connect_timeout_ms,
+        request_timeout_ms: options.config.coordinator.assign_timeout_ms.max(1000),
+    };
+    tokio::spawn(run_membership(
+        cluster,
+        options.coordinator_addr.clone(),
+        Advertised {
+            rpc_addr: addrs.rpc.to_string(),
+            admin_addr: addrs.admin.to_string(),
+        },
+        Duration::from_millis(config.heartbeat_interval_ms.max(10)),
+        client_config,
+        shutdown.clone(),
+    ));
+    let mut shutdown = shutdown;
+    shutdown_signalled(&mut shutdown).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        let _ = rpc.await;
+        let _ = admin.await;
+    })
+    .await;
+    Ok(())
+}
+
+async fn retention_loop(
+    store: Arc<Store>,
+    interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(interval);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown_signalled(&mut shutdown) => return,
+        }
+        let freed = store.enforce_retention(Instant::now());
+        if freed > 0 {
+            metrics::counter!("tailstream_retention_freed_bytes_total").increment(freed);
+        }
+    }
+}
+
+/// `/streamlets`: what this broker owns, per log; `/memory`: the segment budget.
+fn admin_routes(store: Arc<Store>, cluster: Arc<ClusterState>) -> Router {
+    let memory_store = store.clone();
+    Router::new()
+        .route(
+            "/streamlets",
+            get(move || {
+                let store = store.clone();
+                let cluster = cluster.clone();
+                async move {
+                    let streamlets: Vec<_> = store
+                        .streamlets()
+                        .iter()
+                        .map(|s| {
+                            let logs: Vec<_> = s
+                                .logs()
+                                .iter()
+                                .map(|log| {
+                                    let (next, committed) = log.offsets();
+                                    serde_json::json!({
+                                        "log": log.id().0,
+                                        "next_offset": next.0,
+                                        "committed_offset": committed.0,
+                                        "written_bytes": log.written_bytes(),
+                                    })
+                                })
+                                .collect();
+                            serde_json::json!({
+                                "stream": s.stream().0,
+                                "streamlet": s.id().0,
+                                "logs": logs,
+                            })
+                        })
+                        .collect();
+                    axum::Json(serde_json::json!({
+                        "server_id": cluster.server_id().map(|id| id.to_string()),
+                        "assignment_version": cluster.assignment_version(),
+                        "streamlets": streamlets,
+                    }))
+                }
+            }),
+        )
+        .route(
+            "/memory",
+            get(move || {
+                let memory = memory_store.memory().clone();
+                async move {
+                    axum::Json(serde_json::json!({
+                        "segment_memory_bytes": memory.used_bytes(),
+                        "segment_memory_bytes_max": memory.bytes_max(),
+                    }))
+                }
+            }),
+        )
+}

@@ -1,0 +1,24 @@
+//! Storage: streamlets as MultiLogs, in memory, with no network I/O and no async.
+//!
+//! `store` (every streamlet this broker owns) → `streamlet` (a MultiLog of Q logs) → `log`
+//! (append lock, head segment, groups) → `group` → `segment` (pre-zeroed buffer of entries and
+//! trailers). `producers` keeps the idempotence state of each log, `memory` the broker-wide
+//! segment budget, `error` the reasons an operation is refused.
+
+pub mod error;
+pub mod group;
+pub mod log;
+pub mod memory;
+pub mod producers;
+pub mod segment;
+pub mod store;
+pub mod streamlet;
+
+pub use error::StorageError;
+pub use log::{AppendLocation, Appended, Log, ReadOutcome};
+pub use memory::SegmentMemory;
+pub use store::Store;
+pub use streamlet::Streamlet;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,257 @@
+//! One fixed-size segment on its primary: a pre-zeroed buffer written front to back.
+//!
+//! The written part is a list of immutable chunks, one per append (entry + trailer), all slices
+//! of the one zeroed allocation; the unwritten tail is a `BytesMut` that only the appender
+//! touches. Readers take zero-copy `Bytes` of committed chunks and send them without holding
+//! any lock, and the replication layer ships the very same chunks. Nothing is copied after the
+//! append's single copy of the batch into the segment.
+
+use super::memory::MemoryLease;
+use bytes::{Bytes, BytesMut};
+use tailstream_wire::entry::EntryType;
+use tailstream_wire::segment::{AppendedEntry, SegmentAppender, SegmentFull};
+use tailstream_wire::{RecordOffset, SegmentId};
+
+/// The written bytes of one append.
+#[derive(Clone, Debug)]
+struct Chunk {
+    position: u32,
+    bytes: Bytes,
+}
+
+impl Chunk {
+    fn end(&self) -> usize {
+        self.position as usize + self.bytes.len()
+    }
+}
+
+/// A fetch position that is not the start of an entry of this segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NotAnEntryBoundary;
+
+#[derive(Debug)]
+pub struct Segment {
+    id: SegmentId,
+    base_offset: RecordOffset,
+    chunks: Vec<Chunk>,
+    tail: BytesMut,
+    appender: SegmentAppender,
+    committed_bytes: usize,
+    sealed: bool,
+    _lease: MemoryLease,
+}
+
+impl Segment {
+    /// A new, empty segment of `capacity_bytes` whose first record will have `base_offset`.
+    pub fn new(
+        id: SegmentId,
+        capacity_bytes: usize,
+        base_offset: RecordOffset,
+        lease: MemoryLease,
+    ) -> Self {
+        Self {
+            id,
+            base_offset,
+            chunks: Vec::new(),
+            // Pre-zeroed, as the trailer scheme needs; large zeroed allocations come from the
+            // kernel's zero pages, so untouched capacity costs no resident memory.
+            tail: BytesMut::zeroed(capacity_bytes),
+            appender: SegmentAppender::new(capacity_bytes),
+            committed_bytes: 0,
+            sealed: false,
+            _lease: lease,
+        }
+    }
+
+    pub fn id(&self) -> SegmentId {
+        self.id
+    }
+
+    pub fn base_offset(&self) -> RecordOffset {
+        self.base_offset
+    }
+
+    pub fn capacity_bytes(&self) -> usize {
+        self.appender.capacity()
+    }
+
+    pub fn written_bytes(&self) -> usize {
+        self.appender.written()
+    }
+
+    pub fn committed_bytes(&self) -> usize {
+        self.committed_bytes
+    }
+
+    pub fn is_sealed(&self) -> bool {
+        self.sealed
+    }
+
+    /// Every committed byte has been written and no more will be.
+    pub fn is_complete(&self) -> bool {
+        self.sealed && self.committed_bytes == self.written_bytes()
+    }
+
+    pub fn fits(&self, payload_len: usize) -> bool {
+        !self.sealed && self.appender.fits(payload_len)
+    }
+
+    /// Appends one entry (and its trailer). `fill` writes the payload into its slot.
+    pub fn append(
+        &mut self,
+        entry_type: EntryType,
+        payload_len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<AppendedEntry, SegmentFull> {
+        if self.sealed {
+            return Err(SegmentFull {
+                needed: payload_len,
+                remaining: 0,
+            });
+        }
+        let appended = self
+            .appender
+            .append_with(&mut self.tail, entry_type, payload_len, fill)?;
+        let bytes = self
+            .tail
+            .split_to(appended.end - appended.position)
+            .freeze();
+        // Positions fit in u32: segments are at most 1 GiB (config::SEGMENT_SIZE_BYTES_MAX).
+        let position = u32::try_from(appended.position).unwrap_or(u32::MAX);
+        self.chunks.push(Chunk { position, bytes });
+        Ok(appended)
+    }
+
+    /// Makes every byte up to `end` visible to readers. Commits only move forward and only to
+    /// the end of an append.
+    pub fn commit_to(&mut self, end: usize) {
+        debug_assert!(end <= self.written_bytes(), "commit past the written bytes");
+        debug_assert!(
+            end == 0 || self.chunks.iter().any(|c| c.end() == end),
+            "commit mid-entry"
+        );
+        self.committed_bytes = self.committed_bytes.max(end.min(self.written_bytes()));
+    }
+
+    /// No more appends; the unwritten tail is released.
+    pub fn seal(&mut self) {
+        self.sealed = true;
+        self.tail = BytesMut::new();
+    }
+
+    /// Position of the first entry after the segment's log digest (what position 0 means in a
+    /// fetch).
+    pub fn first_entry_position(&self) -> usize {
+        self.chunks.first().map_or(0, Chunk::end)
+    }
+
+    /// Committed whole appends from `position` (which must start an append, or be the end of
+    /// the committed bytes), up to `max_bytes` but always at least one append. Returns the
+    /// chunks and the position just past them.
+    pub fn read_committed(
+        &self,
+        position: usize,
+        max_bytes: usize,
+    ) -> Result<(Vec<Bytes>, usize), NotAnEntryBoundary> {
+        if position == self.committed_bytes {
+            return Ok((Vec::new(), position));
+        }
+        if position > self.committed_bytes {
+            return Err(NotAnEntryBoundary);
+        }
+        let start = self
+            .chunks
+            .binary_search_by_key(&position, |chunk| chunk.position as usize)
+            .map_err(|_| NotAnEntryBoundary)?;
+        let mut parts = Vec::new();
+        let mut total = 0usize;
+        let mut next = position;
+        for chunk in &self.chunks[start..] {
+            if chunk.end() > self.committed_bytes
+                || (!parts.is_empty() && total + chunk.bytes.len() > max_bytes)
+            {
+                break;
+            }
+            total += chunk.bytes.len();
+            next = chunk.end();
+            parts.push(chunk.bytes.clone());
+        }
+        Ok((parts, next))
+    }
+
+    /// Every written byte, in order (for verification and, later, replication catch-up).
+    pub fn written_chunks(&self) -> impl Iterator<Item = &Bytes> {
+        self.chunks.iter().map(|chunk| &chunk.bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::memory::SegmentMemory;
+    use tailstream_wire::scan::scan_segment;
+
+    fn segment(capacity: usize) -> Segment {
+        let lease = SegmentMemory::new(1 << 30)
+            .try_reserve(capacity as u64)
+            .unwrap();
+        Segment::new(SegmentId(1), capacity, RecordOffset(0), lease)
+    }
+
+    fn append(segment: &mut Segment, entry_type: EntryType, payload: &[u8]) -> AppendedEntry {
+        segment
+            .append(entry_type, payload.len(), |slot| {
+                slot.copy_from_slice(payload)
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn chunks_rebuild_a_buffer_that_scans_clean() {
+        let mut s = segment(1024);
+        append(&mut s, EntryType::LogDigest, b"digest");
+        let a = append(&mut s, EntryType::Batch, b"first");
+        let b = append(&mut s, EntryType::Batch, b"second");
+        let mut image = vec![0u8; 1024];
+        let mut at = 0;
+        for chunk in s.written_chunks() {
+            image[at..at + chunk.len()].copy_from_slice(chunk);
+            at += chunk.len();
+        }
+        let outcome = scan_segment(&image);
+        assert_eq!(outcome.valid_len, b.end);
+        assert_eq!(outcome.batch_entries, 2);
+        assert_eq!(s.first_entry_position(), a.position);
+    }
+
+    #[test]
+    fn readers_see_only_committed_whole_appends_from_entry_boundaries() {
+        let mut s = segment(1024);
+        let digest = append(&mut s, EntryType::LogDigest, b"d");
+        let a = append(&mut s, EntryType::Batch, &[1; 50]);
+        let b = append(&mut s, EntryType::Batch, &[2; 50]);
+        s.commit_to(a.end);
+        let (parts, next) = s.read_committed(a.position, 1 << 20).unwrap();
+        assert_eq!((parts.len(), next), (1, a.end));
+        // b is written but not committed: invisible, and its start is the committed end.
+        assert_eq!(s.read_committed(b.position, 1 << 20).unwrap().0.len(), 0);
+        s.commit_to(b.end);
+        // At least one append even when it exceeds max_bytes.
+        let (parts, next) = s.read_committed(digest.end, 1).unwrap();
+        assert_eq!((parts.len(), next), (1, a.end));
+        assert_eq!(
+            s.read_committed(a.position + 1, 100),
+            Err(NotAnEntryBoundary)
+        );
+        assert_eq!(s.read_committed(b.end + 13, 100), Err(NotAnEntryBoundary));
+    }
+
+    #[test]
+    fn a_sealed_segment_takes_no_more_appends() {
+        let mut s = segment(1024);
+        append(&mut s, EntryType::LogDigest, b"d");
+        s.seal();
+        assert!(!s.fits(1));
+        assert!(s.append(EntryType::Batch, 1, |_| {}).is_err());
+    }
+}

@@ -1,0 +1,88 @@
+//! Every streamlet this broker owns, keyed by (stream, streamlet), and what they share: the
+//! segment memory budget.
+
+use super::error::StorageError;
+use super::memory::SegmentMemory;
+use super::streamlet::Streamlet;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+use tailstream_wire::messages::StreamletAssignment;
+use tailstream_wire::{StreamId, StreamletId};
+
+type Key = (StreamId, StreamletId);
+
+#[derive(Debug)]
+pub struct Store {
+    memory: SegmentMemory,
+    producers_per_log_max: usize,
+    streamlets: RwLock<HashMap<Key, Arc<Streamlet>>>,
+}
+
+impl Store {
+    pub fn new(segment_memory_bytes_max: u64, producers_per_log_max: usize) -> Self {
+        Self {
+            memory: SegmentMemory::new(segment_memory_bytes_max),
+            producers_per_log_max,
+            streamlets: RwLock::new(HashMap::new()),
+        }
+    }
+
+    pub fn memory(&self) -> &SegmentMemory {
+        &self.memory
+    }
+
+    pub fn get(
+        &self,
+        stream: StreamId,
+        streamlet: StreamletId,
+    ) -> Result<Arc<Streamlet>, StorageError> {
+        let streamlets = self.streamlets.read().unwrap_or_else(|p| p.into_inner());
+        streamlets
+            .get(&(stream, streamlet))
+            .cloned()
+            .ok_or(StorageError::NotOwner)
+    }
+
+    /// Makes the owned set exactly `assignments`: creates the streamlets that are new and drops
+    /// those no longer assigned here. Returns (created, dropped).
+    pub fn apply_assignments(&self, assignments: &[StreamletAssignment]) -> (usize, usize) {
+        let mut streamlets = self.streamlets.write().unwrap_or_else(|p| p.into_inner());
+        let wanted: HashMap<Key, &StreamletAssignment> = assignments
+            .iter()
+            .map(|a| ((a.stream, a.streamlet), a))
+            .collect();
+        let before = streamlets.len();
+        streamlets.retain(|key, _| wanted.contains_key(key));
+        let dropped = before - streamlets.len();
+        let mut created = 0;
+        for (key, assignment) in wanted {
+            streamlets.entry(key).or_insert_with(|| {
+                created += 1;
+                Arc::new(Streamlet::new(
+                    assignment.stream,
+                    assignment.streamlet,
+                    assignment.config.clone(),
+                    self.memory.clone(),
+                    self.producers_per_log_max,
+                ))
+            });
+        }
+        (created, dropped)
+    }
+
+    pub fn streamlets(&self) -> Vec<Arc<Streamlet>> {
+        let streamlets = self.streamlets.read().unwrap_or_else(|p| p.into_inner());
+        let mut all: Vec<_> = streamlets.values().cloned().collect();
+        all.sort_by_key(|s| (s.stream(), s.id()));
+        all
+    }
+
+    /// One retention pass over every streamlet; returns the bytes freed.
+    pub fn enforce_retention(&self, now: Instant) -> u64 {
+        self.streamlets()
+            .iter()
+            .map(|s| s.enforce_retention(now))
+            .sum()
+    }
+}

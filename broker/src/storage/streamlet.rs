@@ -1,0 +1,151 @@
+//! A streamlet on its broker: a MultiLog of Q independent logs.
+//!
+//! A producer's batches always go to the same log (`producer id mod Q`), so Q producers append
+//! in parallel, each under its own log's lock, and one producer's batches stay in order.
+//! Group and segment ids are drawn from counters shared by the streamlet's logs, so they are
+//! unique within the streamlet and only increase.
+
+use super::error::StorageError;
+use super::log::{Appended, Log};
+use super::memory::SegmentMemory;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tailstream_wire::batch::BatchInfo;
+use tailstream_wire::messages::{LogGroups, StreamConfig};
+use tailstream_wire::{GroupId, LogId, ProducerId, SegmentId, StreamId, StreamletId};
+
+/// Streamlet-wide, only-increasing group and segment ids.
+#[derive(Debug, Default)]
+pub struct IdAllocator {
+    next_group: AtomicU64,
+    next_segment: AtomicU64,
+}
+
+impl IdAllocator {
+    pub fn next_group(&self) -> GroupId {
+        GroupId(self.next_group.fetch_add(1, Ordering::Relaxed))
+    }
+
+    pub fn next_segment(&self) -> SegmentId {
+        SegmentId(self.next_segment.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// What every log of a streamlet shares.
+#[derive(Debug)]
+pub struct StreamletShared {
+    pub stream: StreamId,
+    pub streamlet: StreamletId,
+    pub config: StreamConfig,
+    pub memory: SegmentMemory,
+    pub ids: IdAllocator,
+}
+
+#[derive(Debug)]
+pub struct Streamlet {
+    shared: StreamletShared,
+    logs: Vec<Log>,
+}
+
+impl Streamlet {
+    pub fn new(
+        stream: StreamId,
+        streamlet: StreamletId,
+        config: StreamConfig,
+        memory: SegmentMemory,
+        producers_per_log_max: usize,
+    ) -> Self {
+        let logs = (0..config.logs_per_streamlet.max(1))
+            .map(|id| Log::new(LogId(id), producers_per_log_max))
+            .collect();
+        Self {
+            shared: StreamletShared {
+                stream,
+                streamlet,
+                config,
+                memory,
+                ids: IdAllocator::default(),
+            },
+            logs,
+        }
+    }
+
+    pub fn stream(&self) -> StreamId {
+        self.shared.stream
+    }
+
+    pub fn id(&self) -> StreamletId {
+        self.shared.streamlet
+    }
+
+    pub fn config(&self) -> &StreamConfig {
+        &self.shared.config
+    }
+
+    pub fn logs(&self) -> &[Log] {
+        &self.logs
+    }
+
+    /// The log a producer appends to.
+    pub fn log_for(&self, producer: ProducerId) -> &Log {
+        // `logs` is never empty (at least one log is created), so the modulus is non-zero.
+        let index = (producer.0 % self.logs.len() as u64) as usize;
+        &self.logs[index]
+    }
+
+    pub fn log(&self, id: LogId) -> Result<&Log, StorageError> {
+        self.logs
+            .get(id.0 as usize)
+            .ok_or(StorageError::UnknownLog(id))
+    }
+
+    pub fn append(
+        &self,
+        batch: &[u8],
+        info: &BatchInfo,
+        now: Instant,
+    ) -> Result<Appended, StorageError> {
+        self.log_for(info.producer_id)
+            .append(&self.shared, batch, info, now)
+    }
+
+    pub fn list_groups(&self) -> Vec<LogGroups> {
+        self.logs.iter().map(Log::groups).collect()
+    }
+
+    /// Frees sealed groups older than `retention_ms`, then the oldest sealed groups while the
+    /// streamlet holds more than `retention_bytes`. Returns the bytes freed.
+    pub fn enforce_retention(&self, now: Instant) -> u64 {
+        let config = &self.shared.config;
+        if config.retention_bytes == 0 && config.retention_ms == 0 {
+            return 0;
+        }
+        let max_age = Duration::from_millis(config.retention_ms);
+        let mut total: u64 = self.logs.iter().map(Log::written_bytes).sum();
+        let mut freed = 0;
+        loop {
+            let candidates = self
+                .logs
+                .iter()
+                .filter_map(|log| Some((log, log.oldest_sealed_group()?)));
+            let expired = |sealed_at: Instant| {
+                config.retention_ms > 0 && now.saturating_duration_since(sealed_at) >= max_age
+            };
+            let over_size = config.retention_bytes > 0 && total > config.retention_bytes;
+            // Among the logs' oldest sealed groups, the lowest id is the oldest in the streamlet.
+            let victim = candidates
+                .filter(|(_, (_, _, sealed_at))| over_size || expired(*sealed_at))
+                .min_by_key(|(_, (group, _, _))| *group);
+            let Some((log, (group, _, _))) = victim else {
+                return freed;
+            };
+            match log.free_oldest_group(group) {
+                Some(bytes) => {
+                    freed += bytes;
+                    total = total.saturating_sub(bytes);
+                }
+                None => return freed,
+            }
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! Storage against a reference model: what was appended is what is read back, in order,
+//! across segment and group boundaries, and the refusals are the documented ones.
+
+use super::*;
+use bytes::Bytes;
+use std::time::{Duration, Instant};
+use tailstream_wire::batch::{base_offset, validate_batch};
+use tailstream_wire::entry::{EntryType, LogDigest};
+use tailstream_wire::messages::StreamConfig;
+use tailstream_wire::records::{RecordBatchBuilder, RecordIter};
+use tailstream_wire::scan::EntryIter;
+use tailstream_wire::{
+    BatchSequence, Decode, GroupId, LogId, ProducerId, RecordOffset, SegmentId, SegmentPosition,
+    StreamId, StreamletId,
+};
+
+fn config(logs: u32, segment_size_bytes: u32, segments_per_group: u32) -> StreamConfig {
+    StreamConfig {
+        logs_per_streamlet: logs,
+        replicas: 0,
+        segment_size_bytes,
+        segments_per_group,
+        retention_bytes: 0,
+        retention_ms: 0,
+    }
+}
+
+fn streamlet(config: StreamConfig, memory_bytes: u64) -> Streamlet {
+    Streamlet::new(
+        StreamId(1),
+        StreamletId(0),
+        config,
+        SegmentMemory::new(memory_bytes),
+        64,
+    )
+}
+
+fn batch(producer: u64, sequence: u32, values: &[&str]) -> Bytes {
+    let mut builder = RecordBatchBuilder::new(256);
+    for value in values {
+        builder.push(0, None, Some(value.as_bytes()), &[]);
+    }
+    builder.finish(ProducerId(producer), 0, BatchSequence(sequence))
+}
+
+fn append(s: &Streamlet, bytes: &Bytes) -> Result<Appended, StorageError> {
+    let info = validate_batch(bytes).unwrap();
+    s.append(bytes, &info, Instant::now())
+}
+
+/// Reads a whole log the way a consumer does; returns (offset, value) of every record.
+fn read_log(log: &Log) -> Vec<(u64, String)> {
+    let groups = log.groups();
+    let mut out = Vec::new();
+    let Some(first) = groups.groups.first() else {
+        return out;
+    };
+    let (mut group, mut segment, mut position) =
+        (first.group, first.segments[0].segment, SegmentPosition(0));
+    loop {
+        let outcome = log.read(group, segment, position, 300).unwrap();
+        for part in &outcome.parts {
+            for entry in EntryIter::new(part, true) {
+                let entry = entry.unwrap();
+                if entry.header.entry_type != EntryType::Batch {
+                    continue;
+                }
+                let info = validate_batch(entry.payload).unwrap();
+                let base = base_offset(entry.payload).unwrap();
+                let records =
+                    RecordIter::new(Bytes::copy_from_slice(entry.payload), info.record_count);
+                for record in records {
+                    let record = record.unwrap();
+                    let value = String::from_utf8(record.value.unwrap().to_vec()).unwrap();
+                    out.push((base.0 + u64::from(record.offset_delta), value));
+                }
+            }
+        }
+        if outcome.end_of_group {
+            match outcome.next_group {
+                Some(next) => {
+                    let summary = log.groups();
+                    let g = summary.groups.iter().find(|g| g.group == next).unwrap();
+                    (group, segment, position) = (next, g.segments[0].segment, SegmentPosition(0));
+                    continue;
+                }
+                None => return out,
+            }
+        }
+        if outcome.parts.is_empty() {
+            return out;
+        }
+        (segment, position) = (outcome.next_segment, outcome.next_position);
+    }
+}
+
+#[test]
+fn records_read_back_in_order_across_segments_and_groups() {
+    let s = streamlet(config(1, 4096, 3), 1 << 30);
+    let mut expected = Vec::new();
+    for i in 0..400u32 {
+        let value = format!("record-{i:05}-{}", "x".repeat((i % 37) as usize));
+        append(&s, &batch(1, i, &[&value])).unwrap();
+        expected.push((u64::from(i), value));
+    }
+    let log = s.log(LogId(0)).unwrap();
+    let groups = log.groups();
+    assert!(
+        groups.groups.len() > 2,
+        "expected several groups, got {}",
+        groups.groups.len()
+    );
+    assert!(
+        groups
+            .groups
+            .iter()
+            .rev()
+            .skip(1)
+            .all(|g| g.sealed && g.segments.len() == 3)
+    );
+    // Group and segment ids only increase.
+    let ids: Vec<_> = groups
+        .groups
+        .iter()
+        .flat_map(|g| g.segments.iter().map(|s| s.segment))
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(read_log(log), expected);
+    assert_eq!(log.offsets(), (RecordOffset(400), RecordOffset(400)));
+}
+
+#[test]
+fn producers_map_to_logs_and_each_log_counts_its_own_offsets() {
+    let s = streamlet(config(4, 1 << 16, 4), 1 << 30);
+    for producer in 0..8u64 {
+        for seq in 0..5u32 {
+            let a = append(&s, &batch(producer, seq, &["a", "b"])).unwrap();
+            assert_eq!(a.location.log, LogId((producer % 4) as u32));
+        }
+    }
+    for log in s.logs() {
+        // Two producers per log, five batches each, two records per batch.
+        assert_eq!(log.offsets().0, RecordOffset(20));
+        let offsets: Vec<u64> = read_log(log).into_iter().map(|(o, _)| o).collect();
+        assert_eq!(offsets, (0..20).collect::<Vec<_>>());
+    }
+}
+
+#[test]
+fn a_retried_batch_is_appended_once_and_a_gap_is_refused() {
+    let s = streamlet(config(1, 1 << 16, 4), 1 << 30);
+    let first = append(&s, &batch(3, 0, &["one"])).unwrap();
+    let retry = append(&s, &batch(3, 0, &["one"])).unwrap();
+    assert!(retry.duplicate && !first.duplicate);
+    assert_eq!(retry.location, first.location);
+    let gap = append(&s, &batch(3, 2, &["three"])).unwrap_err();
+    assert_eq!(gap.status(), tailstream_wire::Status::OutOfOrderSequence);
+    append(&s, &batch(3, 1, &["two"])).unwrap();
+    append(&s, &batch(3, 2, &["three"])).unwrap();
+    let values: Vec<_> = read_log(s.log(LogId(0)).unwrap())
+        .into_iter()
+        .map(|r| r.1)
+        .collect();
+    assert_eq!(values, ["one", "two", "three"]);
+}
+
+#[test]
+fn every_segment_starts_with_a_digest_of_the_live_segments() {
+    let s = streamlet(config(1, 4096, 2), 1 << 30);
+    for i in 0..100u32 {
+        append(&s, &batch(1, i, &[&"y".repeat(100)])).unwrap();
+    }
+    let log = s.log(LogId(0)).unwrap();
+    let groups = log.groups();
+    let all: Vec<(GroupId, SegmentId)> = groups
+        .groups
+        .iter()
+        .flat_map(|g| g.segments.iter().map(move |s| (g.group, s.segment)))
+        .collect();
+    let (last_group, last_segment) = *all.last().unwrap();
+    let image = segment_image(log, last_group, last_segment);
+    let entry = EntryIter::new(&image, true).next().unwrap().unwrap();
+    assert_eq!(
+        (entry.position, entry.header.entry_type),
+        (0, EntryType::LogDigest)
+    );
+    let digest = LogDigest::decode_exact(Bytes::copy_from_slice(entry.payload)).unwrap();
+    let listed: Vec<(GroupId, SegmentId)> = digest
+        .segments
+        .iter()
+        .map(|d| (d.group, d.segment))
+        .collect();
+    assert_eq!(listed, all);
+    assert_eq!((digest.group, digest.segment), (last_group, last_segment));
+    // Position 0 in a fetch means the first entry after the digest.
+    let outcome = log
+        .read(last_group, last_segment, SegmentPosition(0), 1)
+        .unwrap();
+    let trailer = tailstream_wire::entry::TRAILER_BYTES;
+    assert_eq!(outcome.position.0 as usize, entry.end() + trailer);
+}
+
+fn segment_image(log: &Log, group: GroupId, segment: SegmentId) -> Vec<u8> {
+    log.with_segment(group, segment, |s| {
+        s.written_chunks().flat_map(|c| c.to_vec()).collect()
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_full_memory_budget_answers_backpressure_until_retention_frees_groups() {
+    let mut cfg = config(1, 4096, 1);
+    cfg.retention_bytes = 3 * 4096;
+    // Room for four segments.
+    let s = streamlet(cfg, 4 * 4096);
+    let value = "z".repeat(1000);
+    let mut seq = 0;
+    let refused = loop {
+        match append(&s, &batch(1, seq, &[&value])) {
+            Ok(_) => seq += 1,
+            Err(error) => break error,
+        }
+        assert!(seq < 1000);
+    };
+    assert_eq!(refused.status(), tailstream_wire::Status::Backpressure);
+    assert!(s.enforce_retention(Instant::now()) > 0);
+    append(&s, &batch(1, seq, &[&value])).unwrap();
+    // The oldest group is gone: reading it says so.
+    let err = s
+        .log(LogId(0))
+        .unwrap()
+        .read(GroupId(0), SegmentId(0), SegmentPosition(0), 100);
+    assert!(matches!(err, Err(StorageError::GroupRetired(GroupId(0)))));
+}
+
+#[test]
+fn age_retention_frees_only_sealed_groups_older_than_the_limit() {
+    let mut cfg = config(1, 4096, 1);
+    cfg.retention_ms = 1000;
+    let s = streamlet(cfg, 1 << 30);
+    for i in 0..20u32 {
+        append(&s, &batch(1, i, &[&"q".repeat(1000)])).unwrap();
+    }
+    let now = Instant::now();
+    assert_eq!(s.enforce_retention(now), 0);
+    assert!(s.enforce_retention(now + Duration::from_secs(2)) > 0);
+    let groups = s.log(LogId(0)).unwrap().groups();
+    assert_eq!(groups.groups.len(), 1, "only the open group survives");
+    assert!(!groups.groups[0].sealed);
+}
+
+#[test]
+fn oversized_batches_and_bad_positions_are_refused() {
+    let s = streamlet(config(1, 4096, 4), 1 << 30);
+    let big = "b".repeat(5000);
+    assert!(matches!(
+        append(&s, &batch(1, 0, &[&big])),
+        Err(StorageError::BatchTooLarge { .. })
+    ));
+    let a = append(&s, &batch(1, 0, &["ok"])).unwrap();
+    let log = s.log(LogId(0)).unwrap();
+    let bad = log.read(
+        a.location.group,
+        a.location.segment,
+        SegmentPosition(a.location.position.0 + 1),
+        100,
+    );
+    assert!(matches!(bad, Err(StorageError::PositionOutOfRange { .. })));
+    assert!(matches!(
+        log.read(GroupId(99), a.location.segment, SegmentPosition(0), 100),
+        Err(StorageError::UnknownGroup(_))
+    ));
+    assert!(matches!(s.log(LogId(7)), Err(StorageError::UnknownLog(_))));
+}
+
+mod model {
+    //! Random appends from several producers (with retries) against a `Vec` per log.
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn storage_matches_a_vec_per_log(
+            ops in proptest::collection::vec((0u64..5, 1usize..4, 0usize..200, any::<bool>()), 1..150),
+            logs in 1u32..4,
+        ) {
+            let s = streamlet(config(logs, 4096, 2), 1 << 30);
+            let mut model: Vec<Vec<String>> = vec![Vec::new(); logs as usize];
+            let mut next_seq = [0u32; 5];
+            for (i, (producer, records, len, retry)) in ops.into_iter().enumerate() {
+                let values: Vec<String> =
+                    (0..records).map(|r| format!("{producer}-{i}-{r}-{}", "v".repeat(len))).collect();
+                let refs: Vec<&str> = values.iter().map(String::as_str).collect();
+                let b = batch(producer, next_seq[producer as usize], &refs);
+                let first = append(&s, &b).unwrap();
+                prop_assert!(!first.duplicate);
+                if retry {
+                    let again = append(&s, &b).unwrap();
+                    prop_assert!(again.duplicate);
+                    prop_assert_eq!(again.location, first.location);
+                }
+                next_seq[producer as usize] += 1;
+                model[(producer % u64::from(logs)) as usize].extend(values);
+            }
+            for (log, expected) in s.logs().iter().zip(model) {
+                let got: Vec<String> = read_log(log).into_iter().map(|r| r.1).collect();
+                prop_assert_eq!(got, expected);
+            }
+        }
+    }
+}
