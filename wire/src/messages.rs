@@ -23,7 +23,9 @@ fn small_vec<T: proptest::arbitrary::Arbitrary>() -> impl Strategy<Value = Vec<T
 }
 
 wire_message! {
-    /// Per-stream storage settings, fixed at creation.
+    /// Per-stream storage settings, fixed at creation. Also serde, because the coordinator
+    /// persists it with the stream.
+    #[derive(serde::Serialize, serde::Deserialize)]
     pub struct StreamConfig {
         /// Q: independent logs per streamlet (each with its own append lock and head segment).
         pub logs_per_streamlet: u32,

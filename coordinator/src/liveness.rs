@@ -1,0 +1,52 @@
+//! When each broker was last heard from. Kept in memory only: after a coordinator restart a
+//! broker counts as alive again once its next heartbeat arrives.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+use tailstream_wire::ServerId;
+
+#[derive(Debug)]
+pub struct Liveness {
+    timeout: Duration,
+    last_heard: HashMap<ServerId, Instant>,
+}
+
+impl Liveness {
+    pub fn new(timeout: Duration) -> Self {
+        Self {
+            timeout,
+            last_heard: HashMap::new(),
+        }
+    }
+
+    pub fn heard(&mut self, server: ServerId, now: Instant) {
+        self.last_heard.insert(server, now);
+    }
+
+    pub fn forget(&mut self, server: ServerId) {
+        self.last_heard.remove(&server);
+    }
+
+    pub fn is_alive(&self, server: ServerId, now: Instant) -> bool {
+        self.last_heard
+            .get(&server)
+            .is_some_and(|heard| now.saturating_duration_since(*heard) < self.timeout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broker_is_alive_only_within_the_timeout_of_its_last_heartbeat() {
+        let mut liveness = Liveness::new(Duration::from_secs(3));
+        let id = ServerId::new(1, 1);
+        let t0 = Instant::now();
+        assert!(!liveness.is_alive(id, t0));
+        liveness.heard(id, t0);
+        assert!(liveness.is_alive(id, t0 + Duration::from_secs(2)));
+        assert!(!liveness.is_alive(id, t0 + Duration::from_secs(3)));
+        assert!(!liveness.is_alive(ServerId::new(1, 2), t0));
+    }
+}

@@ -1,0 +1,130 @@
+//! A coordinator process, assembled: load metadata, bind, serve RPC and admin HTTP.
+
+use crate::persist::MetadataFile;
+use crate::service::CoordinatorService;
+use axum::Router;
+use axum::routing::get;
+use std::sync::Arc;
+use std::time::Duration;
+use tailstream_config::Config;
+use tailstream_net::server::{ServerLimits, serve, shutdown_signalled};
+use tailstream_net::{RpcClientConfig, RpcPool};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Binds, prints `tailstream coordinator ready rpc=... admin=...`, serves until `shutdown`.
+pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), String> {
+    let coordinator = &config.coordinator;
+    let metrics = tailstream_admin::install_metrics()?;
+    let file = MetadataFile::new(&coordinator.data_dir);
+    let metadata = file.load()?;
+    let rpc_listener = TcpListener::bind(coordinator.rpc_addr)
+        .await
+        .map_err(|e| format!("binding coordinator rpc {}: {e}", coordinator.rpc_addr))?;
+    let admin_listener = TcpListener::bind(coordinator.admin_addr)
+        .await
+        .map_err(|e| format!("binding coordinator admin {}: {e}", coordinator.admin_addr))?;
+    let rpc_addr = rpc_listener.local_addr().map_err(|e| e.to_string())?;
+    let admin_addr = admin_listener.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!(
+        streams = metadata.streams.len(),
+        brokers = metadata.brokers.len(),
+        "coordinator metadata loaded from {}",
+        file.path().display()
+    );
+    println!("tailstream coordinator ready rpc={rpc_addr} admin=http://{admin_addr}");
+
+    let pool = RpcPool::new(RpcClientConfig {
+        requests_in_flight_max: 64,
+        frame_body_bytes_max: config.client.frame_body_bytes_max,
+        connect_timeout_ms: config.client.connect_timeout_ms,
+        request_timeout_ms: coordinator.assign_timeout_ms,
+    });
+    let service = Arc::new(CoordinatorService::new(
+        metadata,
+        file,
+        pool,
+        Duration::from_millis(coordinator.broker_liveness_timeout_ms),
+        Duration::from_millis(coordinator.assign_timeout_ms),
+    ));
+    let limits = ServerLimits {
+        connections_max: coordinator.connections_max as usize,
+        requests_in_flight_per_connection_max: 64,
+        frame_body_bytes_max: 1 << 20,
+    };
+    let rpc = tokio::spawn(serve(
+        rpc_listener,
+        service.clone(),
+        limits,
+        shutdown.clone(),
+    ));
+    let admin = tokio::spawn(tailstream_admin::serve(
+        admin_listener,
+        metrics,
+        admin_routes(service),
+        shutdown.clone(),
+    ));
+    let mut shutdown = shutdown;
+    shutdown_signalled(&mut shutdown).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        let _ = rpc.await;
+        let _ = admin.await;
+    })
+    .await;
+    Ok(())
+}
+
+/// `/brokers` and `/streams` as JSON.
+fn admin_routes(service: Arc<CoordinatorService>) -> Router {
+    let streams_service = service.clone();
+    Router::new()
+        .route(
+            "/brokers",
+            get(move || {
+                let (brokers, _) = service.snapshot();
+                let brokers: Vec<_> = brokers
+                    .brokers
+                    .iter()
+                    .map(|b| {
+                        serde_json::json!({
+                            "server_id": b.server_id.to_string(),
+                            "rpc_addr": b.rpc_addr,
+                            "admin_url": format!("http://{}", b.admin_addr),
+                            "alive": b.alive,
+                        })
+                    })
+                    .collect();
+                std::future::ready(axum::Json(serde_json::json!({ "brokers": brokers })))
+            }),
+        )
+        .route(
+            "/streams",
+            get(move || {
+                let (_, streams) = streams_service.snapshot();
+                let streams: Vec<_> = streams
+                    .streams
+                    .iter()
+                    .map(|s| {
+                        let placements: Vec<_> = s
+                            .streamlets
+                            .iter()
+                            .map(|p| {
+                                serde_json::json!({
+                                    "streamlet": p.streamlet.0,
+                                    "owner": p.owner.to_string(),
+                                    "owner_addr": p.owner_addr,
+                                })
+                            })
+                            .collect();
+                        serde_json::json!({
+                            "id": s.id.0,
+                            "name": s.name,
+                            "config": s.config,
+                            "streamlets": placements,
+                        })
+                    })
+                    .collect();
+                std::future::ready(axum::Json(serde_json::json!({ "streams": streams })))
+            }),
+        )
+}
