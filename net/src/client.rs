@@ -18,7 +18,7 @@ use tailstream_wire::{Decode, Encode, Opcode, RequestId};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::net::tcp::OwnedReadHalf;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 #[derive(Clone, Copy, Debug)]
@@ -43,6 +43,7 @@ impl Default for RpcClientConfig {
 }
 
 type Slot = oneshot::Sender<Result<Frame, RpcError>>;
+type Answer = oneshot::Receiver<Result<Frame, RpcError>>;
 
 /// State the reader task shares with callers.
 #[derive(Debug, Default)]
@@ -87,6 +88,49 @@ impl Drop for Inner {
     fn drop(&mut self) {
         for task in &self.tasks {
             task.abort();
+        }
+    }
+}
+
+/// A request on its way: await `wait` for the answer.
+#[derive(Debug)]
+pub struct PendingCall {
+    client: RpcClient,
+    id: u64,
+    answer: Answer,
+    timeout_ms: u64,
+    /// Holds the request's slot in the connection's in-flight window until answered.
+    _permit: OwnedSemaphorePermit,
+}
+
+impl PendingCall {
+    /// The body of an `Ok` answer, or why there is none.
+    pub async fn wait(self) -> Result<Bytes, RpcError> {
+        let client = &self.client;
+        let timeout = Duration::from_millis(self.timeout_ms);
+        let frame = match tokio::time::timeout(timeout, self.answer).await {
+            Ok(Ok(result)) => result?,
+            Ok(Err(_)) => return Err(client.closed_error()),
+            Err(_) => {
+                client.inner.shared.take(self.id);
+                // A server that does not answer within the deadline is treated as gone: the
+                // caller retries on a fresh connection rather than behind a stuck one.
+                client.close("request timed out");
+                let addr = client.inner.addr.clone();
+                return Err(RpcError::Timeout {
+                    addr,
+                    timeout_ms: self.timeout_ms,
+                });
+            }
+        };
+        let status = frame.header.status();
+        if status.is_ok() {
+            Ok(frame.body)
+        } else {
+            let message = ErrorBody::decode_exact(frame.body)
+                .map(|body| body.message)
+                .unwrap_or_else(|_| String::from("(no message)"));
+            Err(RpcError::Status { status, message })
         }
     }
 }
@@ -184,14 +228,76 @@ impl RpcClient {
         parts: Vec<Bytes>,
         timeout_ms: u64,
     ) -> Result<Bytes, RpcError> {
-        let inner = &self.inner;
-        let closed = || RpcError::Connection {
-            addr: inner.addr.clone(),
-            reason: "connection closed".into(),
+        let permit = self
+            .inner
+            .in_flight
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| self.closed_error())?;
+        let (id, answer, frame) = self.register(opcode, parts)?;
+        if self.inner.queue.send(frame).await.is_err() {
+            self.inner.shared.take(id);
+            return Err(self.closed_error());
+        }
+        PendingCall {
+            client: self.clone(),
+            id,
+            answer,
+            timeout_ms,
+            _permit: permit,
+        }
+        .wait()
+        .await
+    }
+
+    /// Queues a request *now*, without waiting, or fails at once with `RpcError::Busy` when the
+    /// connection has no free slot. Calls started one after another from one task reach the
+    /// server in that order (the producer relies on it to keep a streamlet's batches ordered).
+    pub fn try_start(&self, opcode: Opcode, parts: Vec<Bytes>) -> Result<PendingCall, RpcError> {
+        let busy = || RpcError::Busy {
+            addr: self.inner.addr.clone(),
         };
-        let _permit = inner.in_flight.acquire().await.map_err(|_| closed())?;
+        let permit = self
+            .inner
+            .in_flight
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| busy())?;
+        let (id, answer, frame) = self.register(opcode, parts)?;
+        if let Err(error) = self.inner.queue.try_send(frame) {
+            self.inner.shared.take(id);
+            return Err(match error {
+                mpsc::error::TrySendError::Full(_) => busy(),
+                mpsc::error::TrySendError::Closed(_) => self.closed_error(),
+            });
+        }
+        let timeout_ms = self.inner.config.request_timeout_ms;
+        Ok(PendingCall {
+            client: self.clone(),
+            id,
+            answer,
+            timeout_ms,
+            _permit: permit,
+        })
+    }
+
+    fn closed_error(&self) -> RpcError {
+        RpcError::Connection {
+            addr: self.inner.addr.clone(),
+            reason: "connection closed".into(),
+        }
+    }
+
+    /// Allocates a request id and its answer slot, and builds the frame.
+    fn register(
+        &self,
+        opcode: Opcode,
+        parts: Vec<Bytes>,
+    ) -> Result<(u64, Answer, OutFrame), RpcError> {
+        let inner = &self.inner;
         if self.is_closed() {
-            return Err(closed());
+            return Err(self.closed_error());
         }
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (slot, answer) = oneshot::channel();
@@ -199,41 +305,14 @@ impl RpcClient {
             .shared
             .pending
             .lock()
-            .map_err(|_| closed())?
+            .map_err(|_| self.closed_error())?
             .insert(id, slot);
         // The reader may have failed everything between the check above and the insert.
         if self.is_closed() {
             inner.shared.take(id);
-            return Err(closed());
+            return Err(self.closed_error());
         }
-        let frame = OutFrame::request(opcode, RequestId(id), parts);
-        if inner.queue.send(frame).await.is_err() {
-            inner.shared.take(id);
-            return Err(closed());
-        }
-        let frame = match tokio::time::timeout(Duration::from_millis(timeout_ms), answer).await {
-            Ok(Ok(result)) => result?,
-            Ok(Err(_)) => return Err(closed()),
-            Err(_) => {
-                inner.shared.take(id);
-                // A server that does not answer within the deadline is treated as gone: the
-                // caller retries on a fresh connection rather than behind a stuck one.
-                self.close("request timed out");
-                return Err(RpcError::Timeout {
-                    addr: inner.addr.clone(),
-                    timeout_ms,
-                });
-            }
-        };
-        let status = frame.header.status();
-        if status.is_ok() {
-            Ok(frame.body)
-        } else {
-            let message = ErrorBody::decode_exact(frame.body)
-                .map(|body| body.message)
-                .unwrap_or_else(|_| String::from("(no message)"));
-            Err(RpcError::Status { status, message })
-        }
+        Ok((id, answer, OutFrame::request(opcode, RequestId(id), parts)))
     }
 
     /// Encodes `request`, calls, decodes the answer.

@@ -12,6 +12,9 @@ pub enum RpcError {
     /// No answer within the deadline; the connection is dropped.
     #[error("request to {addr} timed out after {timeout_ms} ms")]
     Timeout { addr: String, timeout_ms: u64 },
+    /// The connection's in-flight window is full; nothing was sent.
+    #[error("connection to {addr} has no free request slot")]
+    Busy { addr: String },
     /// The server answered with an error status.
     #[error("{status}: {message}")]
     Status { status: Status, message: String },
@@ -32,7 +35,7 @@ impl RpcError {
     /// Sending the same request again later may succeed.
     pub fn is_retryable(&self) -> bool {
         match self {
-            RpcError::Connection { .. } | RpcError::Timeout { .. } => true,
+            RpcError::Connection { .. } | RpcError::Timeout { .. } | RpcError::Busy { .. } => true,
             RpcError::Status { status, .. } => status.is_retryable(),
             RpcError::Decode(_) => false,
         }

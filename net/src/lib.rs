@@ -14,7 +14,7 @@ pub mod pool;
 pub mod server;
 mod write;
 
-pub use client::{RpcClient, RpcClientConfig};
+pub use client::{PendingCall, RpcClient, RpcClientConfig};
 pub use error::RpcError;
 pub use pool::RpcPool;
 pub use server::{Reply, Request, Response, ServerLimits, Service};

@@ -27,6 +27,11 @@ pub const BATCH_HEADER_BYTES: usize = 61;
 pub const BATCH_MAGIC: u8 = 2;
 /// Bytes before the CRC-covered region.
 pub const CRC_START: usize = 21;
+/// How many of a producer's latest batches a broker log remembers to answer retries with the
+/// original location. A producer keeps at most this many batches of one streamlet in flight,
+/// so every retry it can send is recognised as one.
+pub const IDEMPOTENCE_WINDOW_BATCHES: usize = 32;
+
 /// A batch may hold at most this many records (bounds per-record work on the broker).
 pub const BATCH_RECORDS_MAX: u32 = 1 << 22;
 

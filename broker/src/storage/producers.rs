@@ -10,10 +10,8 @@
 use std::collections::{HashMap, VecDeque};
 use tailstream_wire::{BatchSequence, ProducerId};
 
-/// How many of a producer's latest batches a log remembers. A producer never has more than
-/// this many batches of one streamlet in flight (`producer.max_in_flight` is checked against
-/// it), so any retry it can send is found here.
-pub const RECENT_BATCHES_MAX: usize = 32;
+/// How many of a producer's latest batches a log remembers (the protocol's idempotence window).
+pub const RECENT_BATCHES_MAX: usize = tailstream_wire::batch::IDEMPOTENCE_WINDOW_BATCHES;
 
 /// What the table says about an incoming batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,0 +1,155 @@
+//! The client's view of the cluster: the coordinator connection, a cache of stream metadata,
+//! and one pooled connection per broker.
+
+use crate::error::ClientError;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tailstream_config::ClientConfig;
+use tailstream_net::{RpcClient, RpcClientConfig, RpcError, RpcPool};
+use tailstream_wire::messages::{
+    AllocateProducerIdResponse, BrokerInfo, CreateStreamRequest, DescribeStreamRequest, Empty,
+    ListBrokersResponse, ListStreamsResponse, StreamConfig, StreamMetadata,
+};
+use tailstream_wire::{Decode, Encode, Opcode, ProducerId, Status};
+
+/// How long control calls keep retrying a coordinator that is restarting or has no brokers.
+const CONTROL_RETRY_MS_MAX: u64 = 10_000;
+
+#[derive(Debug)]
+pub struct Cluster {
+    coordinator_addr: String,
+    pool: RpcPool,
+    streams: Mutex<HashMap<String, Arc<StreamMetadata>>>,
+}
+
+impl Cluster {
+    /// A client of the cluster whose coordinator listens at `coordinator_addr`. Connects
+    /// lazily; the first call reports an unreachable coordinator.
+    pub fn new(
+        coordinator_addr: &str,
+        config: &ClientConfig,
+        request_timeout_ms: u64,
+    ) -> Arc<Self> {
+        let rpc = RpcClientConfig {
+            requests_in_flight_max: config.requests_in_flight_max as usize,
+            frame_body_bytes_max: config.frame_body_bytes_max,
+            connect_timeout_ms: config.connect_timeout_ms,
+            request_timeout_ms,
+        };
+        Arc::new(Self {
+            coordinator_addr: coordinator_addr.to_string(),
+            pool: RpcPool::new(rpc),
+            streams: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn coordinator_addr(&self) -> &str {
+        &self.coordinator_addr
+    }
+
+    pub fn pool(&self) -> &RpcPool {
+        &self.pool
+    }
+
+    /// A connection to the broker at `addr`.
+    pub async fn broker(&self, addr: &str) -> Result<RpcClient, RpcError> {
+        self.pool.get(addr).await
+    }
+
+    /// Calls the coordinator, retrying (bounded) while it is unreachable or has no brokers.
+    async fn control<Req: Encode, Resp: Decode>(
+        &self,
+        opcode: Opcode,
+        request: &Req,
+    ) -> Result<Resp, ClientError> {
+        let mut waited_ms = 0;
+        let mut backoff_ms = 50;
+        loop {
+            let result = match self.pool.get(&self.coordinator_addr).await {
+                Ok(client) => client.call(opcode, request).await,
+                Err(error) => Err(error),
+            };
+            match result {
+                Ok(response) => return Ok(response),
+                Err(error) => {
+                    let retry = error.is_transport() || error.status() == Some(Status::NoBrokers);
+                    if !retry || waited_ms >= CONTROL_RETRY_MS_MAX {
+                        return Err(error.into());
+                    }
+                    if error.is_transport() {
+                        self.pool.forget(&self.coordinator_addr);
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+            waited_ms += backoff_ms;
+            backoff_ms = (backoff_ms * 2).min(1000);
+        }
+    }
+
+    pub async fn create_stream(
+        &self,
+        name: &str,
+        streamlets: u32,
+        config: StreamConfig,
+    ) -> Result<Arc<StreamMetadata>, ClientError> {
+        let request = CreateStreamRequest {
+            name: name.to_string(),
+            streamlets,
+            config,
+        };
+        let metadata: StreamMetadata = self.control(Opcode::CreateStream, &request).await?;
+        Ok(self.cache(metadata))
+    }
+
+    fn cache(&self, metadata: StreamMetadata) -> Arc<StreamMetadata> {
+        let metadata = Arc::new(metadata);
+        if let Ok(mut streams) = self.streams.lock() {
+            streams.insert(metadata.name.clone(), metadata.clone());
+        }
+        metadata
+    }
+
+    /// The stream's metadata, from the cache when present.
+    pub async fn stream(&self, name: &str) -> Result<Arc<StreamMetadata>, ClientError> {
+        let cached = self.streams.lock().ok().and_then(|s| s.get(name).cloned());
+        match cached {
+            Some(metadata) => Ok(metadata),
+            None => self.refresh_stream(name).await,
+        }
+    }
+
+    /// The stream's metadata, fetched from the coordinator now.
+    pub async fn refresh_stream(&self, name: &str) -> Result<Arc<StreamMetadata>, ClientError> {
+        let request = DescribeStreamRequest {
+            name: name.to_string(),
+        };
+        match self
+            .control::<_, StreamMetadata>(Opcode::DescribeStream, &request)
+            .await
+        {
+            Ok(metadata) => Ok(self.cache(metadata)),
+            Err(error) if error.status() == Some(Status::UnknownStream) => {
+                Err(ClientError::UnknownStream(name.to_string()))
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    pub async fn list_streams(&self) -> Result<Vec<StreamMetadata>, ClientError> {
+        let response: ListStreamsResponse = self.control(Opcode::ListStreams, &Empty {}).await?;
+        Ok(response.streams)
+    }
+
+    pub async fn list_brokers(&self) -> Result<Vec<BrokerInfo>, ClientError> {
+        let response: ListBrokersResponse = self.control(Opcode::ListBrokers, &Empty {}).await?;
+        Ok(response.brokers)
+    }
+
+    pub async fn allocate_producer_id(&self) -> Result<ProducerId, ClientError> {
+        let response: AllocateProducerIdResponse =
+            self.control(Opcode::AllocateProducerId, &Empty {}).await?;
+        Ok(response.producer_id)
+    }
+}

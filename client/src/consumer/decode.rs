@@ -1,0 +1,128 @@
+//! Turning fetched entries into records, verifying every checksum on the way: each entry's
+//! CRC32 (written by the broker) and each batch's CRC-32C (written by the producer), so a
+//! consumer never hands out a byte that changed since it was produced.
+
+use crate::error::ClientError;
+use bytes::Bytes;
+use tailstream_wire::batch::{base_offset, validate_batch};
+use tailstream_wire::entry::{EntryType, TRAILER_VALUE_BYTES};
+use tailstream_wire::records::RecordIter;
+use tailstream_wire::scan::EntryIter;
+use tailstream_wire::{LogId, RecordOffset, StreamletId};
+
+/// One record as a consumer receives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsumedRecord {
+    pub streamlet: StreamletId,
+    pub log: LogId,
+    pub offset: RecordOffset,
+    pub timestamp_ms: i64,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+}
+
+/// Decodes the records in `entries` (whole entries of one log), skipping digests and trailers
+/// and any record below `skip_below` (already delivered). Returns the offset one past the
+/// last record seen.
+pub fn decode_entries(
+    streamlet: StreamletId,
+    log: LogId,
+    entries: &Bytes,
+    skip_below: RecordOffset,
+    out: &mut Vec<ConsumedRecord>,
+) -> Result<RecordOffset, ClientError> {
+    let mut next = skip_below;
+    for entry in EntryIter::new(entries, true) {
+        let entry = entry.map_err(|e| ClientError::Corrupt(e.to_string()))?;
+        match entry.header.entry_type {
+            EntryType::Batch => {}
+            // A fetch never starts at a segment's digest, and a trailer holds exactly its value:
+            // any other shape is a damaged header, not something to skip.
+            EntryType::Trailer if entry.payload.len() == TRAILER_VALUE_BYTES => continue,
+            other => {
+                let at = entry.position;
+                return Err(ClientError::Corrupt(format!(
+                    "unexpected {other:?} entry at {at}"
+                )));
+            }
+        }
+        let info =
+            validate_batch(entry.payload).map_err(|e| ClientError::Corrupt(e.to_string()))?;
+        let base = base_offset(entry.payload)
+            .ok_or_else(|| ClientError::Corrupt("batch without base offset".into()))?;
+        let start = entry.position + tailstream_wire::entry::ENTRY_HEADER_BYTES;
+        let batch = entries.slice(start..start + entry.payload.len());
+        for record in RecordIter::new(batch, info.record_count) {
+            let record = record.map_err(|e| ClientError::Corrupt(e.to_string()))?;
+            let offset = base.advance(record.offset_delta);
+            if offset < skip_below {
+                continue;
+            }
+            next = next.max(offset.advance(1));
+            out.push(ConsumedRecord {
+                streamlet,
+                log,
+                offset,
+                timestamp_ms: info.base_timestamp_ms + record.timestamp_delta_ms,
+                key: record.key,
+                value: record.value,
+            });
+        }
+    }
+    Ok(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tailstream_wire::batch::stamp_base_offset;
+    use tailstream_wire::records::RecordBatchBuilder;
+    use tailstream_wire::segment::SegmentImage;
+    use tailstream_wire::{BatchSequence, ProducerId};
+
+    fn entries(batches: &[(u64, &[&str])]) -> Bytes {
+        let mut image = SegmentImage::new(4096);
+        for (base, values) in batches {
+            let mut builder = RecordBatchBuilder::new(128);
+            for v in *values {
+                builder.push(10, None, Some(v.as_bytes()), &[]);
+            }
+            let mut batch = builder.finish(ProducerId(1), 0, BatchSequence(0)).to_vec();
+            stamp_base_offset(&mut batch, RecordOffset(*base));
+            image.append(EntryType::Batch, &batch).unwrap();
+        }
+        Bytes::copy_from_slice(&image.bytes[..image.written()])
+    }
+
+    #[test]
+    fn records_come_out_with_their_offsets_and_redelivered_ones_are_skipped() {
+        let bytes = entries(&[(0, &["a", "b"]), (2, &["c"])]);
+        let mut out = Vec::new();
+        let next =
+            decode_entries(StreamletId(0), LogId(1), &bytes, RecordOffset(1), &mut out).unwrap();
+        assert_eq!(next, RecordOffset(3));
+        let got: Vec<_> = out
+            .iter()
+            .map(|r| (r.offset.0, r.value.clone().unwrap()))
+            .collect();
+        assert_eq!(got, vec![(1, Bytes::from("b")), (2, Bytes::from("c"))]);
+    }
+
+    #[test]
+    fn a_flipped_bit_anywhere_is_reported_as_corruption() {
+        let bytes = entries(&[(0, &["hello", "world"])]);
+        for bit in 0..bytes.len() * 8 {
+            let mut bad = bytes.to_vec();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            let mut out = Vec::new();
+            let result = decode_entries(
+                StreamletId(0),
+                LogId(0),
+                &Bytes::from(bad),
+                RecordOffset(0),
+                &mut out,
+            );
+            assert!(result.is_err(), "bit {bit} flip went unnoticed: {out:?}");
+        }
+    }
+}

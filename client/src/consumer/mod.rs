@@ -1,0 +1,293 @@
+//! The consumer: pull records from the logs of a stream, in order per log, and resume.
+//!
+//! A consumer owns a set of (streamlet, log) pairs: all of them, or, for `members > 1`, every
+//! `members`-th pair starting at `member`, so several consumers split a stream with no overlap.
+//! Each pair has a [`cursor::Cursor`]; at most one fetch per cursor is in flight, fetches of
+//! different cursors run concurrently and long-poll at the head of their log.
+//!
+//! - [`cursor`]: the position in one log and how it moves (pure).
+//! - [`decode`]: fetched entries to records, every checksum verified.
+
+pub mod cursor;
+pub mod decode;
+
+use crate::cluster::Cluster;
+use crate::error::ClientError;
+use cursor::{Cursor, Step};
+pub use cursor::{LogPosition, StartFrom};
+pub use decode::ConsumedRecord;
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tailstream_config::ConsumerConfig;
+use tailstream_net::RpcError;
+use tailstream_wire::messages::{
+    FetchRequest, FetchResponse, ListGroupsRequest, ListGroupsResponse, StreamMetadata,
+};
+use tailstream_wire::{LogId, Opcode, Status, StreamletId};
+
+/// Which share of a stream's logs a consumer reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Membership {
+    pub member: u32,
+    pub members: u32,
+}
+
+impl Default for Membership {
+    fn default() -> Self {
+        Self {
+            member: 0,
+            members: 1,
+        }
+    }
+}
+
+enum Outcome {
+    Groups(Result<ListGroupsResponse, RpcError>),
+    Fetched(Result<FetchResponse, RpcError>),
+}
+
+/// Reads a stream. Not `Clone`: one consumer owns its cursors.
+pub struct Consumer {
+    cluster: Arc<Cluster>,
+    metadata: Arc<StreamMetadata>,
+    config: ConsumerConfig,
+    cursors: Vec<Cursor>,
+    /// When each idle cursor may issue its next request.
+    not_before: Vec<Instant>,
+    busy: Vec<bool>,
+    in_flight: FuturesUnordered<BoxFuture<'static, (usize, Outcome)>>,
+}
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("stream", &self.metadata.name)
+            .field("cursors", &self.cursors.len())
+            .finish()
+    }
+}
+
+impl Consumer {
+    /// A consumer of `stream` starting at `start` in every log it owns, except those for
+    /// which `resume` holds a position.
+    pub async fn new(
+        cluster: Arc<Cluster>,
+        stream: &str,
+        config: ConsumerConfig,
+        start: StartFrom,
+        membership: Membership,
+        resume: &[LogPosition],
+    ) -> Result<Self, ClientError> {
+        if membership.members == 0 || membership.member >= membership.members {
+            return Err(ClientError::Config(
+                "consumer member must be below members".into(),
+            ));
+        }
+        let metadata = cluster.stream(stream).await?;
+        let logs = metadata.config.logs_per_streamlet;
+        let mut cursors = Vec::new();
+        for streamlet in 0..metadata.streamlets.len() as u32 {
+            for log in 0..logs {
+                let slot = streamlet * logs + log;
+                if slot % membership.members != membership.member {
+                    continue;
+                }
+                let (streamlet, log) = (StreamletId(streamlet), LogId(log));
+                let saved = resume
+                    .iter()
+                    .find(|p| p.streamlet == streamlet && p.log == log);
+                cursors.push(match saved {
+                    Some(position) => Cursor::resume(*position),
+                    None => Cursor::new(streamlet, log, start),
+                });
+            }
+        }
+        let now = Instant::now();
+        Ok(Self {
+            cluster,
+            metadata,
+            config,
+            not_before: vec![now; cursors.len()],
+            busy: vec![false; cursors.len()],
+            cursors,
+            in_flight: FuturesUnordered::new(),
+        })
+    }
+
+    /// Where this consumer is in each of its logs: pass these to `new` to resume.
+    pub fn positions(&self) -> Vec<LogPosition> {
+        self.cursors.iter().filter_map(Cursor::position).collect()
+    }
+
+    /// Records skipped because retention freed them before they were read.
+    pub fn records_lost_to_retention(&self) -> u64 {
+        self.cursors
+            .iter()
+            .map(|c| c.records_lost_to_retention)
+            .sum()
+    }
+
+    /// Waits up to `timeout` for records and returns those that arrived (possibly none).
+    /// Records of one log come in offset order, across calls too.
+    pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumedRecord>, ClientError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut records = Vec::new();
+        loop {
+            self.launch();
+            let next_launch = self.next_launch();
+            let wake = match next_launch {
+                Some(at) => deadline.min(at.into()),
+                None => deadline,
+            };
+            let done = tokio::select! {
+                done = self.in_flight.next(), if !self.in_flight.is_empty() => done,
+                _ = tokio::time::sleep_until(wake) => None,
+            };
+            if let Some((index, outcome)) = done {
+                self.handle(index, outcome, &mut records).await?;
+                // Take whatever else already finished, without waiting.
+                while let Some(Some((index, outcome))) = self.in_flight.next().now_or_never() {
+                    self.handle(index, outcome, &mut records).await?;
+                }
+            }
+            if !records.is_empty() || tokio::time::Instant::now() >= deadline {
+                return Ok(records);
+            }
+        }
+    }
+
+    fn next_launch(&self) -> Option<Instant> {
+        (0..self.cursors.len())
+            .filter(|i| !self.busy[*i])
+            .map(|i| self.not_before[i])
+            .min()
+    }
+
+    /// Starts the next request of every idle cursor whose wait is over.
+    fn launch(&mut self) {
+        let now = Instant::now();
+        for index in 0..self.cursors.len() {
+            if self.busy[index] || now < self.not_before[index] {
+                continue;
+            }
+            let cursor = &self.cursors[index];
+            let Some(placement) = self.metadata.streamlets.get(cursor.streamlet.0 as usize) else {
+                continue;
+            };
+            let addr = placement.owner_addr.clone();
+            let cluster = self.cluster.clone();
+            let stream = self.metadata.id;
+            let streamlet = cursor.streamlet;
+            let future: BoxFuture<'static, (usize, Outcome)> = match cursor.step() {
+                Step::ListGroups => async move {
+                    let request = ListGroupsRequest { stream, streamlet };
+                    let result = match cluster.broker(&addr).await {
+                        Ok(client) => client.call(Opcode::ListGroups, &request).await,
+                        Err(error) => Err(error),
+                    };
+                    (index, Outcome::Groups(result))
+                }
+                .boxed(),
+                Step::Fetch {
+                    group,
+                    segment,
+                    position,
+                } => {
+                    let request = FetchRequest {
+                        stream,
+                        streamlet,
+                        log: cursor.log,
+                        group,
+                        segment,
+                        position,
+                        max_bytes: self.config.fetch_max_bytes,
+                        max_wait_ms: self.config.fetch_max_wait_ms,
+                    };
+                    async move {
+                        let result = match cluster.broker(&addr).await {
+                            Ok(client) => client.call(Opcode::Fetch, &request).await,
+                            Err(error) => Err(error),
+                        };
+                        (index, Outcome::Fetched(result))
+                    }
+                    .boxed()
+                }
+            };
+            self.busy[index] = true;
+            self.in_flight.push(future);
+        }
+    }
+
+    async fn handle(
+        &mut self,
+        index: usize,
+        outcome: Outcome,
+        records: &mut Vec<ConsumedRecord>,
+    ) -> Result<(), ClientError> {
+        self.busy[index] = false;
+        let retry_later = Duration::from_millis(self.config.group_refresh_ms.max(1));
+        let cursor = &mut self.cursors[index];
+        let log = cursor.log;
+        let error = match outcome {
+            Outcome::Groups(Ok(groups)) => {
+                let found = groups.logs.iter().find(|l| l.log == log);
+                let ready = found.is_some_and(|groups| cursor.on_groups(groups));
+                if !ready {
+                    self.not_before[index] = Instant::now() + retry_later;
+                }
+                return Ok(());
+            }
+            Outcome::Fetched(Ok(response)) => {
+                let next = decode::decode_entries(
+                    cursor.streamlet,
+                    log,
+                    &response.entries,
+                    cursor.next_offset(),
+                    records,
+                )?;
+                cursor.on_fetched(&response, next);
+                return Ok(());
+            }
+            Outcome::Groups(Err(error)) | Outcome::Fetched(Err(error)) => error,
+        };
+        match error.status() {
+            Some(Status::GroupRetired) => {
+                let streamlet = cursor.streamlet;
+                let groups = self.list_groups(streamlet).await?;
+                if let Some(groups) = groups.logs.iter().find(|l| l.log == log) {
+                    self.cursors[index].on_group_retired(groups);
+                }
+                Ok(())
+            }
+            _ if error.is_retryable() => {
+                let stale = error.is_transport()
+                    || error.status().is_some_and(|s| s.needs_metadata_refresh());
+                if stale
+                    && let Ok(metadata) = self.cluster.refresh_stream(&self.metadata.name).await
+                {
+                    self.metadata = metadata;
+                }
+                self.not_before[index] = Instant::now() + retry_later;
+                Ok(())
+            }
+            _ => Err(error.into()),
+        }
+    }
+
+    async fn list_groups(&self, streamlet: StreamletId) -> Result<ListGroupsResponse, ClientError> {
+        let placement = self
+            .metadata
+            .streamlets
+            .get(streamlet.0 as usize)
+            .ok_or_else(|| ClientError::Config(format!("no {streamlet} in metadata")))?;
+        let client = self.cluster.broker(&placement.owner_addr).await?;
+        let request = ListGroupsRequest {
+            stream: self.metadata.id,
+            streamlet,
+        };
+        Ok(client.call(Opcode::ListGroups, &request).await?)
+    }
+}

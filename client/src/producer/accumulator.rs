@@ -1,0 +1,218 @@
+//! Open batches, one per streamlet, filled by `send` and sealed by size or linger time.
+//!
+//! Shared (behind a mutex) between the tasks that call `send` and the producer's sender task:
+//! `send` appends and seals full batches itself, the sender seals batches whose linger time is
+//! up. A sealed batch is handed to the sender, which numbers and ships it.
+
+use super::ack::{AckFuture, BatchCell};
+use crate::routing::{RoundRobin, streamlet_for_key};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tailstream_wire::StreamletId;
+use tailstream_wire::records::RecordBatchBuilder;
+use tokio::sync::OwnedSemaphorePermit;
+
+/// A batch that takes no more records; the sender gives it a sequence number.
+#[derive(Debug)]
+pub(crate) struct SealedBatch {
+    pub streamlet: StreamletId,
+    pub builder: RecordBatchBuilder,
+    pub cell: Arc<BatchCell>,
+    pub opened_at: Instant,
+    /// The producer buffer bytes this batch holds until it is settled.
+    pub permit: Option<OwnedSemaphorePermit>,
+}
+
+#[derive(Debug)]
+struct OpenBatch {
+    builder: RecordBatchBuilder,
+    cell: Arc<BatchCell>,
+    opened_at: Instant,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl OpenBatch {
+    fn seal(self, streamlet: StreamletId) -> SealedBatch {
+        SealedBatch {
+            streamlet,
+            builder: self.builder,
+            cell: self.cell,
+            opened_at: self.opened_at,
+            permit: self.permit,
+        }
+    }
+}
+
+/// One record, as `send` was given it.
+#[derive(Debug)]
+pub(crate) struct PendingRecord<'a> {
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub timestamp_ms: i64,
+    pub permit: OwnedSemaphorePermit,
+}
+
+#[derive(Debug)]
+pub(crate) struct Accumulator {
+    open: BTreeMap<StreamletId, OpenBatch>,
+    streamlets: u32,
+    batch_size_bytes: usize,
+    round_robin: RoundRobin,
+}
+
+/// What appending one record did.
+#[derive(Debug)]
+pub(crate) struct Appended {
+    pub ack: AckFuture,
+    /// Batches this append sealed (full ones), in the order they must be sent.
+    pub sealed: Vec<SealedBatch>,
+    /// A batch was opened: the sender must (re)arm its linger timer.
+    pub opened: bool,
+}
+
+impl Accumulator {
+    pub fn new(streamlets: u32, batch_size_bytes: usize, round_robin_start: u32) -> Self {
+        Self {
+            open: BTreeMap::new(),
+            streamlets: streamlets.max(1),
+            batch_size_bytes,
+            round_robin: RoundRobin::starting_at(round_robin_start),
+        }
+    }
+
+    pub fn append(&mut self, record: PendingRecord<'_>, now: Instant) -> Appended {
+        let bound = RecordBatchBuilder::record_len_bound(
+            record.key.map_or(0, <[u8]>::len),
+            record.value.map_or(0, <[u8]>::len),
+            0,
+        );
+        let mut sealed = Vec::new();
+        let mut streamlet = self.route(record.key);
+        // A record that would overflow a non-empty open batch seals it first.
+        if let Some(open) = self.open.get(&streamlet)
+            && !open.builder.is_empty()
+            && (open.builder.encoded_len() + bound > self.batch_size_bytes
+                || open.builder.is_full())
+        {
+            sealed.extend(self.seal(streamlet));
+            streamlet = self.route(record.key);
+        }
+        let opened = !self.open.contains_key(&streamlet);
+        let batch_size_bytes = self.batch_size_bytes;
+        let open = self.open.entry(streamlet).or_insert_with(|| OpenBatch {
+            builder: RecordBatchBuilder::new(batch_size_bytes.min(bound * 2).max(1024)),
+            cell: BatchCell::new(),
+            opened_at: now,
+            permit: None,
+        });
+        let index = open.builder.record_count();
+        open.builder
+            .push(record.timestamp_ms, record.key, record.value, &[]);
+        match &mut open.permit {
+            Some(permit) => permit.merge(record.permit),
+            slot @ None => *slot = Some(record.permit),
+        }
+        let ack = AckFuture::new(open.cell.clone(), index);
+        if open.builder.encoded_len() >= self.batch_size_bytes {
+            sealed.extend(self.seal(streamlet));
+        }
+        Appended {
+            ack,
+            sealed,
+            opened,
+        }
+    }
+
+    fn route(&self, key: Option<&[u8]>) -> StreamletId {
+        match key {
+            Some(key) => streamlet_for_key(key, self.streamlets),
+            None => self.round_robin.current(self.streamlets),
+        }
+    }
+
+    fn seal(&mut self, streamlet: StreamletId) -> Option<SealedBatch> {
+        let open = self.open.remove(&streamlet)?;
+        if streamlet == self.round_robin.current(self.streamlets) {
+            self.round_robin.advance();
+        }
+        Some(open.seal(streamlet))
+    }
+
+    /// Seals every batch whose first record has waited `linger` or longer.
+    pub fn seal_expired(&mut self, now: Instant, linger: Duration) -> Vec<SealedBatch> {
+        let expired: Vec<StreamletId> = self
+            .open
+            .iter()
+            .filter(|(_, b)| now.saturating_duration_since(b.opened_at) >= linger)
+            .map(|(s, _)| *s)
+            .collect();
+        expired.into_iter().filter_map(|s| self.seal(s)).collect()
+    }
+
+    pub fn seal_all(&mut self) -> Vec<SealedBatch> {
+        let all: Vec<StreamletId> = self.open.keys().copied().collect();
+        all.into_iter().filter_map(|s| self.seal(s)).collect()
+    }
+
+    /// When the oldest open batch's linger time is up.
+    pub fn next_deadline(&self, linger: Duration) -> Option<Instant> {
+        self.open.values().map(|b| b.opened_at + linger).min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::Semaphore;
+
+    fn record<'a>(
+        key: Option<&'a [u8]>,
+        value: &'a [u8],
+        budget: &Arc<Semaphore>,
+    ) -> PendingRecord<'a> {
+        let permit = budget.clone().try_acquire_many_owned(1).unwrap();
+        PendingRecord {
+            key,
+            value: Some(value),
+            timestamp_ms: 0,
+            permit,
+        }
+    }
+
+    #[test]
+    fn batches_seal_by_size_and_keyless_records_stick_to_one_streamlet_per_batch() {
+        let budget = Arc::new(Semaphore::new(1 << 20));
+        let mut acc = Accumulator::new(3, 1024, 0);
+        let now = Instant::now();
+        let mut sealed = Vec::new();
+        for _ in 0..100 {
+            sealed.extend(acc.append(record(None, &[7; 100], &budget), now).sealed);
+        }
+        assert!(sealed.len() >= 8);
+        for batch in &sealed {
+            assert!(batch.builder.encoded_len() <= 1024 + 200);
+        }
+        let streamlets: Vec<u32> = sealed.iter().map(|b| b.streamlet.0).collect();
+        assert_eq!(&streamlets[..4], &[0, 1, 2, 0], "round-robin by batch");
+    }
+
+    #[test]
+    fn keyed_records_follow_their_key_and_linger_seals_partial_batches() {
+        let budget = Arc::new(Semaphore::new(1 << 20));
+        let mut acc = Accumulator::new(4, 1 << 16, 0);
+        let now = Instant::now();
+        let a = acc.append(record(Some(b"k"), b"v1", &budget), now);
+        assert!(a.opened && a.sealed.is_empty());
+        let b = acc.append(record(Some(b"k"), b"v2", &budget), now);
+        assert!(!b.opened);
+        let linger = Duration::from_millis(5);
+        assert_eq!(acc.next_deadline(linger), Some(now + linger));
+        assert!(acc.seal_expired(now, linger).is_empty());
+        let sealed = acc.seal_expired(now + linger, linger);
+        assert_eq!(sealed.len(), 1);
+        assert_eq!(sealed[0].builder.record_count(), 2);
+        assert_eq!(sealed[0].streamlet, streamlet_for_key(b"k", 4));
+        assert_eq!(acc.next_deadline(linger), None);
+    }
+}

@@ -1,0 +1,183 @@
+//! The producer: batch records per streamlet, ship batches pipelined, retry idempotently.
+//!
+//! ```text
+//! send ──► accumulator (open batch per streamlet; seal by size) ──► sender task
+//!            ▲ linger timer seals partial batches ─────────────────┘  │
+//!            │                                   lanes (sequence, window, retries)
+//!  AckFuture ◄─────────────── batch cell settled by the broker's answer ◄┘
+//! ```
+//! - [`accumulator`]: open batches and routing (by key hash, or round-robin by batch).
+//! - [`lane`]: per-streamlet sequence numbers, in-flight window and retry state machine (pure).
+//! - [`sender`]: the task that drives the lanes and owns the broker connections.
+//! - [`ack`]: per-batch ack cells and per-record ack futures.
+
+mod accumulator;
+pub mod ack;
+mod lane;
+mod sender;
+
+use crate::cluster::Cluster;
+use crate::error::ClientError;
+use accumulator::{Accumulator, PendingRecord};
+pub use ack::{AckFuture, RecordAck, RecordLocation};
+use sender::{Command, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use tailstream_config::ProducerConfig;
+use tailstream_wire::messages::StreamMetadata;
+use tailstream_wire::records::RecordBatchBuilder;
+use tailstream_wire::{ProducerId, StreamletId};
+use tokio::sync::{Semaphore, mpsc};
+
+/// Room left in a segment for its digest and entry framing when bounding a single record.
+const SEGMENT_OVERHEAD_BYTES: usize = 16 * 1024;
+/// Commands queued to the sender task before `send` waits.
+const COMMANDS_MAX: usize = 1024;
+
+#[derive(Debug)]
+struct Shared {
+    producer_id: ProducerId,
+    metadata: Arc<StreamMetadata>,
+    accumulator: Arc<Mutex<Accumulator>>,
+    commands: mpsc::Sender<Command>,
+    buffer: Arc<Semaphore>,
+    record_bytes_max: usize,
+}
+
+/// Sends records to one stream. Cheap to clone; every clone feeds the same batches. Records
+/// still buffered when the last clone is dropped are delivered in the background; call
+/// [`Producer::flush`] to wait for them.
+#[derive(Clone, Debug)]
+pub struct Producer {
+    shared: Arc<Shared>,
+}
+
+impl Producer {
+    /// A producer for `stream` with a fresh producer id from the coordinator.
+    pub async fn new(
+        cluster: Arc<Cluster>,
+        stream: &str,
+        config: ProducerConfig,
+    ) -> Result<Self, ClientError> {
+        if config.max_in_flight as usize > lane_window_max() {
+            return Err(ClientError::Config(format!(
+                "producer.max_in_flight must be at most {} (what a broker remembers per producer)",
+                lane_window_max()
+            )));
+        }
+        let metadata = cluster.stream(stream).await?;
+        let producer_id = cluster.allocate_producer_id().await?;
+        let streamlets = metadata.streamlets.len() as u32;
+        let accumulator = Arc::new(Mutex::new(Accumulator::new(
+            streamlets,
+            config.batch_size_bytes as usize,
+            // Consecutive producers start their round-robin at different streamlets.
+            (producer_id.0 % u64::from(streamlets.max(1))) as u32,
+        )));
+        let segment_bytes = metadata.config.segment_size_bytes as usize;
+        let record_bytes_max = segment_bytes
+            .saturating_sub(SEGMENT_OVERHEAD_BYTES)
+            .min(config.buffer_bytes_max as usize)
+            .min(u32::MAX as usize >> 1);
+        let (commands, commands_rx) = mpsc::channel(COMMANDS_MAX);
+        let buffer_permits = (config.buffer_bytes_max as usize).min(Semaphore::MAX_PERMITS);
+        let sender = Sender::new(
+            cluster,
+            metadata.clone(),
+            accumulator.clone(),
+            config,
+            producer_id,
+        );
+        tokio::spawn(sender.run(commands_rx));
+        Ok(Self {
+            shared: Arc::new(Shared {
+                producer_id,
+                metadata,
+                accumulator,
+                commands,
+                buffer: Arc::new(Semaphore::new(buffer_permits)),
+                record_bytes_max,
+            }),
+        })
+    }
+
+    pub fn id(&self) -> ProducerId {
+        self.shared.producer_id
+    }
+
+    pub fn streamlets(&self) -> u32 {
+        self.shared.metadata.streamlets.len() as u32
+    }
+
+    /// Buffers one record. Returns once the record is accepted (waiting while the producer's
+    /// buffer is full); the returned future resolves when the record is acknowledged.
+    pub async fn send(&self, key: Option<&[u8]>, value: &[u8]) -> Result<AckFuture, ClientError> {
+        let shared = &self.shared;
+        let bytes =
+            RecordBatchBuilder::record_len_bound(key.map_or(0, <[u8]>::len), value.len(), 0);
+        if bytes > shared.record_bytes_max {
+            return Err(ClientError::RecordTooLarge {
+                bytes,
+                max: shared.record_bytes_max,
+            });
+        }
+        // `bytes` is at most record_bytes_max, which fits the semaphore.
+        let permit = shared
+            .buffer
+            .clone()
+            .acquire_many_owned(bytes as u32)
+            .await
+            .map_err(|_| ClientError::Closed)?;
+        let timestamp_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let record = PendingRecord {
+            key,
+            value: Some(value),
+            timestamp_ms,
+            permit,
+        };
+        let appended = {
+            let mut accumulator = shared.accumulator.lock().unwrap_or_else(|p| p.into_inner());
+            accumulator.append(record, Instant::now())
+        };
+        if !appended.sealed.is_empty() {
+            shared
+                .commands
+                .send(Command::Sealed(appended.sealed))
+                .await
+                .map_err(|_| ClientError::Closed)?;
+        } else if appended.opened {
+            // Only a wake-up for the linger timer: if the queue is full the sender is awake.
+            let _ = shared.commands.try_send(Command::Opened);
+        }
+        Ok(appended.ack)
+    }
+
+    /// Sends everything buffered now and waits until every record sent before this call is
+    /// settled (acknowledged or failed; each record's own future says which).
+    pub async fn flush(&self) -> Result<(), ClientError> {
+        let (reply, cells) = tokio::sync::oneshot::channel();
+        self.shared
+            .commands
+            .send(Command::Flush(reply))
+            .await
+            .map_err(|_| ClientError::Closed)?;
+        let cells = cells.await.map_err(|_| ClientError::Closed)?;
+        for cell in cells {
+            cell.wait().await;
+        }
+        Ok(())
+    }
+
+    /// The streamlet a keyed record goes to (for tests and tools).
+    pub fn streamlet_for_key(&self, key: &[u8]) -> StreamletId {
+        crate::routing::streamlet_for_key(key, self.streamlets())
+    }
+}
+
+/// The most batches of one streamlet a producer may have in flight: what a broker log
+/// remembers per producer for answering retries.
+const fn lane_window_max() -> usize {
+    tailstream_wire::batch::IDEMPOTENCE_WINDOW_BATCHES
+}

@@ -1,0 +1,69 @@
+//! Which streamlet a record goes to.
+//!
+//! Keyed records go to `hash(key) mod streamlets`, so one key always lands in one streamlet
+//! (and, since a producer appends to one log per streamlet, stays in order). Records without a
+//! key go round-robin *by batch*: they stick to one streamlet until its batch is sealed, then
+//! move to the next, which fills batches instead of spreading single records thin (Kafka's
+//! "sticky" partitioner does the same).
+
+use tailstream_wire::StreamletId;
+
+/// The routing rule for records without a key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KeylessRouting {
+    /// Stick to one streamlet per batch, then move to the next.
+    #[default]
+    RoundRobinByBatch,
+}
+
+/// Stable across processes and versions: CRC32 (IEEE) of the key.
+pub fn streamlet_for_key(key: &[u8], streamlets: u32) -> StreamletId {
+    StreamletId(crc32fast::hash(key) % streamlets.max(1))
+}
+
+/// The sticky round-robin cursor for keyless records.
+#[derive(Clone, Debug, Default)]
+pub struct RoundRobin {
+    next: u32,
+}
+
+impl RoundRobin {
+    pub fn starting_at(start: u32) -> Self {
+        Self { next: start }
+    }
+
+    /// The streamlet keyless records currently go to.
+    pub fn current(&self, streamlets: u32) -> StreamletId {
+        StreamletId(self.next % streamlets.max(1))
+    }
+
+    /// The current batch was sealed: move on.
+    pub fn advance(&mut self) {
+        self.next = self.next.wrapping_add(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_always_routes_to_the_same_streamlet() {
+        for key in [&b"alpha"[..], b"beta", b""] {
+            let first = streamlet_for_key(key, 7);
+            assert!(first.0 < 7);
+            assert_eq!(streamlet_for_key(key, 7), first);
+        }
+    }
+
+    #[test]
+    fn keyless_records_move_on_only_when_a_batch_is_sealed() {
+        let mut rr = RoundRobin::default();
+        assert_eq!(rr.current(3), StreamletId(0));
+        assert_eq!(rr.current(3), StreamletId(0));
+        rr.advance();
+        rr.advance();
+        rr.advance();
+        assert_eq!(rr.current(3), StreamletId(0));
+    }
+}
