@@ -1,0 +1,92 @@
+//! `tailstream consume NAME`: one record value per line on stdout.
+
+use clap::Args;
+use std::io::Write;
+use std::time::{Duration, Instant};
+use tailstream_client::{Consumer, Membership, StartFrom};
+use tailstream_config::Config;
+
+#[derive(Args, Debug)]
+pub struct ConsumeArgs {
+    name: String,
+    /// Start at the oldest record of every log (default: only records produced from now on).
+    #[arg(long)]
+    from_beginning: bool,
+    /// Exit after this many records.
+    #[arg(long)]
+    max_records: Option<u64>,
+    /// Exit when no record arrived for this long.
+    #[arg(long)]
+    idle_timeout_ms: Option<u64>,
+    /// Print `key<TAB>value` instead of the value alone.
+    #[arg(long)]
+    print_keys: bool,
+    /// This consumer's share of the stream's logs: member `member` of `members`.
+    #[arg(long, default_value_t = 0)]
+    member: u32,
+    #[arg(long, default_value_t = 1)]
+    members: u32,
+}
+
+pub async fn run(config: Config, coordinator: &str, args: ConsumeArgs) -> Result<(), String> {
+    let cluster = super::cluster(&config, coordinator);
+    let start = if args.from_beginning {
+        StartFrom::Beginning
+    } else {
+        StartFrom::End
+    };
+    let membership = Membership {
+        member: args.member,
+        members: args.members,
+    };
+    let mut consumer = Consumer::new(
+        cluster,
+        &args.name,
+        config.consumer.clone(),
+        start,
+        membership,
+        &[],
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    let max = args.max_records.unwrap_or(u64::MAX);
+    let idle = args.idle_timeout_ms.map(Duration::from_millis);
+    let poll = idle.map_or(Duration::from_millis(500), |idle| {
+        idle.min(Duration::from_millis(500))
+    });
+    let mut count = 0u64;
+    let mut last_record = Instant::now();
+    let write_error = |e: std::io::Error| format!("writing stdout: {e}");
+    while count < max {
+        let records = consumer.poll(poll).await.map_err(|e| e.to_string())?;
+        if records.is_empty() {
+            out.flush().map_err(write_error)?;
+            if idle.is_some_and(|idle| last_record.elapsed() >= idle) {
+                break;
+            }
+            continue;
+        }
+        last_record = Instant::now();
+        for record in records.into_iter().take((max - count) as usize) {
+            if args.print_keys {
+                if let Some(key) = &record.key {
+                    out.write_all(key).map_err(write_error)?;
+                }
+                out.write_all(b"\t").map_err(write_error)?;
+            }
+            if let Some(value) = &record.value {
+                out.write_all(value).map_err(write_error)?;
+            }
+            out.write_all(b"\n").map_err(write_error)?;
+            count += 1;
+        }
+    }
+    out.flush().map_err(write_error)?;
+    let lost = consumer.records_lost_to_retention();
+    if lost > 0 {
+        eprintln!("warning: {lost} records were freed by retention before they were read");
+    }
+    Ok(())
+}

@@ -1,0 +1,105 @@
+//! `tailstream dev`: a whole cluster on this machine, for trying Tailstream out.
+
+use clap::Args;
+use std::path::PathBuf;
+use std::time::Duration;
+use tailstream_config::Config;
+use tailstream_launcher::{ClusterSpec, LocalCluster, Ports};
+
+#[derive(Args, Debug)]
+pub struct DevArgs {
+    /// Broker processes to start.
+    #[arg(long)]
+    brokers: Option<u32>,
+    /// Where the coordinator's metadata and every process's log go.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Let the kernel pick every port (for running several clusters side by side).
+    #[arg(long)]
+    ephemeral_ports: bool,
+}
+
+pub async fn run(
+    config: Config,
+    config_path: Option<PathBuf>,
+    args: DevArgs,
+) -> Result<(), String> {
+    let brokers = args.brokers.unwrap_or(config.dev.brokers);
+    if brokers == 0 {
+        return Err("--brokers must be at least 1".into());
+    }
+    let data_dir = args.data_dir.unwrap_or_else(|| config.dev.data_dir.clone());
+    let ports = if args.ephemeral_ports {
+        Ports::Ephemeral
+    } else {
+        Ports::Fixed {
+            coordinator_rpc: config.coordinator.rpc_addr.port(),
+            coordinator_admin: config.coordinator.admin_addr.port(),
+            broker_rpc_base: config.dev.broker_rpc_port_base,
+            broker_admin_base: config.dev.broker_admin_port_base,
+        }
+    };
+    let binary = std::env::current_exe().map_err(|e| format!("locating tailstream: {e}"))?;
+    let spec = ClusterSpec {
+        binary,
+        data_dir: data_dir.clone(),
+        brokers,
+        ports,
+        config_file: config_path,
+        log_filter: std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+    };
+    let mut cluster = LocalCluster::start(spec).await?;
+    let coordinator = cluster.coordinator_addr();
+    wait_for_brokers(&config, &coordinator.to_string(), brokers).await?;
+    println!("tailstream dev: coordinator {coordinator}");
+    println!(
+        "tailstream dev: coordinator admin http://{}",
+        cluster.coordinator.admin_addr
+    );
+    for broker in cluster.brokers() {
+        println!(
+            "tailstream dev: {} rpc {} admin http://{}",
+            broker.name, broker.rpc_addr, broker.admin_addr
+        );
+    }
+    println!("tailstream dev: logs in {}/*/*.log", data_dir.display());
+    println!("tailstream dev: export TAILSTREAM_COORDINATOR={coordinator}");
+    println!("tailstream dev: running; Ctrl-C stops the cluster");
+    let mut watch = tokio::time::interval(Duration::from_millis(500));
+    let outcome = loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break Ok(()),
+            _ = watch.tick() => {
+                let exited = cluster.exited();
+                if !exited.is_empty() {
+                    break Err(format!("{} exited unexpectedly; see its log", exited.join(", ")));
+                }
+            }
+        }
+    };
+    println!("tailstream dev: stopping");
+    cluster.stop().await;
+    println!("tailstream dev: stopped");
+    outcome
+}
+
+/// Waits until the coordinator sees `brokers` live brokers.
+async fn wait_for_brokers(config: &Config, coordinator: &str, brokers: u32) -> Result<(), String> {
+    let cluster = super::cluster(config, coordinator);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let alive = match cluster.list_brokers().await {
+            Ok(list) => list.iter().filter(|b| b.alive).count(),
+            Err(_) => 0,
+        };
+        if alive >= brokers as usize {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!(
+                "only {alive} of {brokers} brokers registered in time"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,127 @@
+//! `tailstream`: the one user-facing binary.
+//!
+//! - `dev`: a local cluster (coordinator + N broker processes) with the embedded config.
+//! - `coordinator`, `broker`: one server process each (what `dev` starts).
+//! - `stream create|list|describe`, `produce`, `consume`: talk to a cluster.
+//! - `bench produce`: the produce benchmark (lives in the `tailstream-bench` crate).
+//!
+//! Every command finds the coordinator through `--coordinator`, else `$TAILSTREAM_COORDINATOR`,
+//! else `coordinator.rpc_addr` of the configuration.
+
+mod commands;
+mod servers;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tailstream_config::Config;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tailstream",
+    version,
+    about = "Tailstream: MultiLog streams with Tailwind replication"
+)]
+struct Cli {
+    /// A TOML file overriding any part of the embedded default configuration.
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// The coordinator's RPC address.
+    #[arg(long, global = true, env = "TAILSTREAM_COORDINATOR")]
+    coordinator: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a local cluster: one coordinator and N brokers on 127.0.0.1, until Ctrl-C.
+    Dev(commands::dev::DevArgs),
+    /// Run a coordinator process.
+    Coordinator(servers::ServerArgs),
+    /// Run a broker process.
+    Broker(servers::ServerArgs),
+    /// Create, list and describe streams.
+    #[command(subcommand)]
+    Stream(commands::stream::StreamCommand),
+    /// Produce one record per stdin line; prints the acked count to stderr.
+    Produce(commands::produce::ProduceArgs),
+    /// Print one record per line to stdout.
+    Consume(commands::consume::ConsumeArgs),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Produce N records as fast as the cluster takes them; report throughput and latency.
+    Produce(tailstream_bench::produce::ProduceBenchArgs),
+}
+
+fn init_tracing(default_filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let config = match Config::load(cli.config.as_deref()) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("tailstream: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let servers = matches!(
+        cli.command,
+        Command::Coordinator(_) | Command::Broker(_) | Command::Dev(_)
+    );
+    init_tracing(if servers { "info" } else { "warn" });
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("tailstream: starting the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let coordinator = cli
+        .coordinator
+        .unwrap_or_else(|| config.coordinator.rpc_addr.to_string());
+    let config_path = cli.config.clone();
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Dev(args) => commands::dev::run(config, config_path, args).await,
+            Command::Coordinator(args) => servers::run_coordinator(config, args).await,
+            Command::Broker(args) => servers::run_broker(config, coordinator, args).await,
+            Command::Stream(command) => commands::stream::run(config, &coordinator, command).await,
+            Command::Produce(args) => commands::produce::run(config, &coordinator, args).await,
+            Command::Consume(args) => commands::consume::run(config, &coordinator, args).await,
+            Command::Bench(BenchCommand::Produce(args)) => {
+                tailstream_bench::produce::run(config, config_path, cli_coordinator(&args), args)
+                    .await
+            }
+        }
+    });
+    // Servers and clients may leave background tasks (connections, timers): don't wait.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("tailstream: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The bench joins the cluster given by `--join`, else starts its own.
+fn cli_coordinator(args: &tailstream_bench::produce::ProduceBenchArgs) -> Option<String> {
+    args.join.clone()
+}

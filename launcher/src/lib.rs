@@ -1,0 +1,310 @@
+//! tailstream-launcher: a local cluster of real processes.
+//!
+//! [`LocalCluster`] runs one coordinator and N brokers as child processes of a given
+//! `tailstream` binary, all bound to 127.0.0.1. Each child announces its bound addresses on a
+//! `ready` line on stdout (so ports may be ephemeral), logs to a file in its data directory,
+//! and exits when its stdin closes, so children never outlive a launcher that was killed.
+//! Brokers can be killed (SIGKILL) and restarted at the same address (a new generation of the
+//! same server), which is what the fault-injection tests do.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+
+/// How long a child may take to print its ready line.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a child may take to stop after its stdin closed before it is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where the processes listen. `Ephemeral` lets the kernel pick every port.
+#[derive(Clone, Copy, Debug)]
+pub enum Ports {
+    Ephemeral,
+    Fixed {
+        coordinator_rpc: u16,
+        coordinator_admin: u16,
+        broker_rpc_base: u16,
+        broker_admin_base: u16,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct ClusterSpec {
+    /// The `tailstream` executable.
+    pub binary: PathBuf,
+    pub data_dir: PathBuf,
+    pub brokers: u32,
+    pub ports: Ports,
+    /// Passed to every child as `--config`.
+    pub config_file: Option<PathBuf>,
+    /// `RUST_LOG` for the children.
+    pub log_filter: String,
+}
+
+/// One running child.
+#[derive(Debug)]
+pub struct Proc {
+    pub name: String,
+    pub rpc_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub log_file: PathBuf,
+    child: Child,
+    stdin: Option<ChildStdin>,
+}
+
+impl Proc {
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Closes stdin (the child's signal to shut down cleanly), waits, then kills if needed.
+    async fn stop(mut self) {
+        drop(self.stdin.take());
+        if tokio::time::timeout(STOP_TIMEOUT, self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+
+    /// SIGKILL: no chance to clean up, as in a crash.
+    async fn kill(mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    /// Whether the child has exited.
+    pub fn has_exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+}
+
+/// Starts one child and waits for its ready line.
+async fn spawn(
+    spec: &ClusterSpec,
+    role: &str,
+    name: String,
+    data_dir: &Path,
+    rpc: SocketAddr,
+    admin: SocketAddr,
+    extra: &[String],
+) -> Result<Proc, String> {
+    std::fs::create_dir_all(data_dir)
+        .map_err(|e| format!("creating {}: {e}", data_dir.display()))?;
+    let log_file = data_dir.join(format!("{name}.log"));
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_file)
+        .map_err(|e| format!("opening {}: {e}", log_file.display()))?;
+    let mut command = Command::new(&spec.binary);
+    if let Some(config) = &spec.config_file {
+        command.arg("--config").arg(config);
+    }
+    command
+        .arg(role)
+        .arg("--rpc-addr")
+        .arg(rpc.to_string())
+        .arg("--admin-addr")
+        .arg(admin.to_string())
+        .arg("--data-dir")
+        .arg(data_dir)
+        .arg("--exit-on-stdin-eof")
+        .args(extra)
+        .env("RUST_LOG", &spec.log_filter)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log))
+        .kill_on_drop(true);
+    let mut child = command
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", spec.binary.display()))?;
+    let stdin = child.stdin.take();
+    let stdout = child.stdout.take().ok_or("child has no stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let prefix = format!("tailstream {role} ready ");
+    let ready = tokio::time::timeout(READY_TIMEOUT, async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(rest) = line.strip_prefix(&prefix) {
+                return Some(rest.to_string());
+            }
+        }
+        None
+    })
+    .await;
+    let line = match ready {
+        Ok(Some(line)) => line,
+        _ => {
+            let _ = child.kill().await;
+            let log = std::fs::read_to_string(&log_file).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+            return Err(format!(
+                "{name} did not become ready; last log lines:\n{tail}"
+            ));
+        }
+    };
+    // Keep draining stdout so the child never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let field = |key: &str| -> Result<SocketAddr, String> {
+        line.split_whitespace()
+            .find_map(|part| part.strip_prefix(key))
+            .map(|v| v.trim_start_matches("http://"))
+            .ok_or_else(|| format!("ready line without {key}: {line}"))?
+            .parse()
+            .map_err(|e| format!("bad address in ready line {line:?}: {e}"))
+    };
+    Ok(Proc {
+        name,
+        rpc_addr: field("rpc=")?,
+        admin_addr: field("admin=")?,
+        log_file,
+        child,
+        stdin,
+    })
+}
+
+/// A coordinator and its brokers, as child processes.
+#[derive(Debug)]
+pub struct LocalCluster {
+    spec: ClusterSpec,
+    pub coordinator: Proc,
+    brokers: Vec<Option<Proc>>,
+    /// Addresses each broker slot was first bound to, reused on restart.
+    broker_addrs: Vec<(SocketAddr, SocketAddr)>,
+}
+
+fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+impl LocalCluster {
+    pub async fn start(spec: ClusterSpec) -> Result<Self, String> {
+        let (coordinator_rpc, coordinator_admin) = match spec.ports {
+            Ports::Ephemeral => (loopback(0), loopback(0)),
+            Ports::Fixed {
+                coordinator_rpc,
+                coordinator_admin,
+                ..
+            } => (loopback(coordinator_rpc), loopback(coordinator_admin)),
+        };
+        let coordinator = spawn(
+            &spec,
+            "coordinator",
+            "coordinator".into(),
+            &spec.data_dir.join("coordinator"),
+            coordinator_rpc,
+            coordinator_admin,
+            &[],
+        )
+        .await?;
+        let mut cluster = Self {
+            spec,
+            coordinator,
+            brokers: Vec::new(),
+            broker_addrs: Vec::new(),
+        };
+        for index in 0..cluster.spec.brokers {
+            let (rpc, admin) = match cluster.spec.ports {
+                Ports::Ephemeral => (loopback(0), loopback(0)),
+                Ports::Fixed {
+                    broker_rpc_base,
+                    broker_admin_base,
+                    ..
+                } => {
+                    let offset = u16::try_from(index).map_err(|_| "too many brokers")?;
+                    (
+                        loopback(broker_rpc_base + offset),
+                        loopback(broker_admin_base + offset),
+                    )
+                }
+            };
+            let proc = cluster.spawn_broker(index as usize, rpc, admin).await?;
+            cluster.broker_addrs.push((proc.rpc_addr, proc.admin_addr));
+            cluster.brokers.push(Some(proc));
+        }
+        Ok(cluster)
+    }
+
+    async fn spawn_broker(
+        &self,
+        index: usize,
+        rpc: SocketAddr,
+        admin: SocketAddr,
+    ) -> Result<Proc, String> {
+        let coordinator = [
+            "--coordinator".to_string(),
+            self.coordinator.rpc_addr.to_string(),
+        ];
+        let dir = self.spec.data_dir.join(format!("broker-{index}"));
+        spawn(
+            &self.spec,
+            "broker",
+            format!("broker-{index}"),
+            &dir,
+            rpc,
+            admin,
+            &coordinator,
+        )
+        .await
+    }
+
+    pub fn coordinator_addr(&self) -> SocketAddr {
+        self.coordinator.rpc_addr
+    }
+
+    pub fn brokers(&self) -> impl Iterator<Item = &Proc> {
+        self.brokers.iter().flatten()
+    }
+
+    pub fn broker(&self, index: usize) -> Option<&Proc> {
+        self.brokers.get(index)?.as_ref()
+    }
+
+    pub fn spec(&self) -> &ClusterSpec {
+        &self.spec
+    }
+
+    /// SIGKILLs broker `index`.
+    pub async fn kill_broker(&mut self, index: usize) {
+        if let Some(proc) = self.brokers.get_mut(index).and_then(Option::take) {
+            proc.kill().await;
+        }
+    }
+
+    /// Starts broker `index` again at the addresses it had (a new generation of that server).
+    pub async fn restart_broker(&mut self, index: usize) -> Result<(), String> {
+        self.kill_broker(index).await;
+        let (rpc, admin) = *self.broker_addrs.get(index).ok_or("no such broker")?;
+        let proc = self.spawn_broker(index, rpc, admin).await?;
+        self.brokers[index] = Some(proc);
+        Ok(())
+    }
+
+    /// Indexes of children that exited on their own.
+    pub fn exited(&mut self) -> Vec<String> {
+        let mut gone = Vec::new();
+        if self.coordinator.has_exited() {
+            gone.push(self.coordinator.name.clone());
+        }
+        for proc in self.brokers.iter_mut().flatten() {
+            if proc.has_exited() {
+                gone.push(proc.name.clone());
+            }
+        }
+        gone
+    }
+
+    /// Stops every child cleanly (brokers first), killing any that will not stop.
+    pub async fn stop(self) {
+        let mut stopping = tokio::task::JoinSet::new();
+        for proc in self.brokers.into_iter().flatten() {
+            stopping.spawn(proc.stop());
+        }
+        while stopping.join_next().await.is_some() {}
+        self.coordinator.stop().await;
+    }
+}
