@@ -214,8 +214,11 @@ impl Config {
             .map_err(ConfigError::Invalid)?;
         let invalid = |what: String| Err(ConfigError::Invalid(what));
         let broker = &self.broker;
-        if broker.frame_body_bytes_max < 1024 {
-            return invalid("broker.frame_body_bytes_max must be at least 1024".into());
+        let produce_frame_bytes = tailstream_wire::batch::PRODUCE_BATCH_BYTES_MAX + 1024;
+        if (broker.frame_body_bytes_max as usize) < produce_frame_bytes {
+            return invalid(format!(
+                "broker.frame_body_bytes_max must be at least {produce_frame_bytes} (a full produce batch)"
+            ));
         }
         if broker.fetch_bytes_max == 0 || broker.fetch_bytes_max > broker.frame_body_bytes_max {
             return invalid("broker.fetch_bytes_max must be in 1..=frame_body_bytes_max".into());

@@ -72,7 +72,7 @@ impl Proc {
     }
 
     /// SIGKILL: no chance to clean up, as in a crash.
-    async fn kill(mut self) {
+    async fn kill(&mut self) {
         let _ = self.child.kill().await;
     }
 
@@ -270,7 +270,7 @@ impl LocalCluster {
 
     /// SIGKILLs broker `index`.
     pub async fn kill_broker(&mut self, index: usize) {
-        if let Some(proc) = self.brokers.get_mut(index).and_then(Option::take) {
+        if let Some(mut proc) = self.brokers.get_mut(index).and_then(Option::take) {
             proc.kill().await;
         }
     }
@@ -281,6 +281,24 @@ impl LocalCluster {
         let (rpc, admin) = *self.broker_addrs.get(index).ok_or("no such broker")?;
         let proc = self.spawn_broker(index, rpc, admin).await?;
         self.brokers[index] = Some(proc);
+        Ok(())
+    }
+
+    /// SIGKILLs the coordinator and starts it again at the same addresses and data directory.
+    pub async fn restart_coordinator(&mut self) -> Result<(), String> {
+        self.coordinator.kill().await;
+        let (rpc, admin) = (self.coordinator.rpc_addr, self.coordinator.admin_addr);
+        let dir = self.spec.data_dir.join("coordinator");
+        self.coordinator = spawn(
+            &self.spec,
+            "coordinator",
+            "coordinator".into(),
+            &dir,
+            rpc,
+            admin,
+            &[],
+        )
+        .await?;
         Ok(())
     }
 

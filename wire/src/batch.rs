@@ -32,6 +32,10 @@ pub const CRC_START: usize = 21;
 /// so every retry it can send is recognised as one.
 pub const IDEMPOTENCE_WINDOW_BATCHES: usize = 32;
 
+/// Largest record batch a producer sends. Brokers accept frames of at least this size plus
+/// the produce request's prefix (`broker.frame_body_bytes_max` is validated against it).
+pub const PRODUCE_BATCH_BYTES_MAX: usize = 8 << 20;
+
 /// A batch may hold at most this many records (bounds per-record work on the broker).
 pub const BATCH_RECORDS_MAX: u32 = 1 << 22;
 

@@ -256,7 +256,7 @@ impl Consumer {
         match error.status() {
             Some(Status::GroupRetired) => {
                 let streamlet = cursor.streamlet;
-                let groups = self.list_groups(streamlet).await?;
+                let groups = list_groups(&self.cluster, &self.metadata, streamlet).await?;
                 if let Some(groups) = groups.logs.iter().find(|l| l.log == log) {
                     self.cursors[index].on_group_retired(groups);
                 }
@@ -276,18 +276,22 @@ impl Consumer {
             _ => Err(error.into()),
         }
     }
+}
 
-    async fn list_groups(&self, streamlet: StreamletId) -> Result<ListGroupsResponse, ClientError> {
-        let placement = self
-            .metadata
-            .streamlets
-            .get(streamlet.0 as usize)
-            .ok_or_else(|| ClientError::Config(format!("no {streamlet} in metadata")))?;
-        let client = self.cluster.broker(&placement.owner_addr).await?;
-        let request = ListGroupsRequest {
-            stream: self.metadata.id,
-            streamlet,
-        };
-        Ok(client.call(Opcode::ListGroups, &request).await?)
-    }
+/// The groups of every log of `streamlet`, from its owner.
+async fn list_groups(
+    cluster: &Cluster,
+    metadata: &StreamMetadata,
+    streamlet: StreamletId,
+) -> Result<ListGroupsResponse, ClientError> {
+    let placement = metadata
+        .streamlets
+        .get(streamlet.0 as usize)
+        .ok_or_else(|| ClientError::Config(format!("no {streamlet} in metadata")))?;
+    let client = cluster.broker(&placement.owner_addr).await?;
+    let request = ListGroupsRequest {
+        stream: metadata.id,
+        streamlet,
+    };
+    Ok(client.call(Opcode::ListGroups, &request).await?)
 }

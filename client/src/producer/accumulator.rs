@@ -2,7 +2,8 @@
 //!
 //! Shared (behind a mutex) between the tasks that call `send` and the producer's sender task:
 //! `send` appends and seals full batches itself, the sender seals batches whose linger time is
-//! up. A sealed batch is handed to the sender, which numbers and ships it.
+//! up. Either way a sealed batch joins the `ready` queue *under the same lock*, so batches of a
+//! streamlet are numbered by the sender in exactly the order they were sealed.
 
 use super::ack::{AckFuture, BatchCell};
 use crate::routing::{RoundRobin, streamlet_for_key};
@@ -56,6 +57,8 @@ pub(crate) struct PendingRecord<'a> {
 #[derive(Debug)]
 pub(crate) struct Accumulator {
     open: BTreeMap<StreamletId, OpenBatch>,
+    /// Sealed, in sealing order, waiting for the sender.
+    ready: Vec<SealedBatch>,
     streamlets: u32,
     batch_size_bytes: usize,
     round_robin: RoundRobin,
@@ -65,16 +68,15 @@ pub(crate) struct Accumulator {
 #[derive(Debug)]
 pub(crate) struct Appended {
     pub ack: AckFuture,
-    /// Batches this append sealed (full ones), in the order they must be sent.
-    pub sealed: Vec<SealedBatch>,
-    /// A batch was opened: the sender must (re)arm its linger timer.
-    pub opened: bool,
+    /// A batch was sealed or opened: the sender must look (ship it, or arm its linger timer).
+    pub wake_sender: bool,
 }
 
 impl Accumulator {
     pub fn new(streamlets: u32, batch_size_bytes: usize, round_robin_start: u32) -> Self {
         Self {
             open: BTreeMap::new(),
+            ready: Vec::new(),
             streamlets: streamlets.max(1),
             batch_size_bytes,
             round_robin: RoundRobin::starting_at(round_robin_start),
@@ -87,7 +89,7 @@ impl Accumulator {
             record.value.map_or(0, <[u8]>::len),
             0,
         );
-        let mut sealed = Vec::new();
+        let ready_before = self.ready.len();
         let mut streamlet = self.route(record.key);
         // A record that would overflow a non-empty open batch seals it first.
         if let Some(open) = self.open.get(&streamlet)
@@ -95,13 +97,14 @@ impl Accumulator {
             && (open.builder.encoded_len() + bound > self.batch_size_bytes
                 || open.builder.is_full())
         {
-            sealed.extend(self.seal(streamlet));
+            self.seal(streamlet);
             streamlet = self.route(record.key);
         }
         let opened = !self.open.contains_key(&streamlet);
         let batch_size_bytes = self.batch_size_bytes;
         let open = self.open.entry(streamlet).or_insert_with(|| OpenBatch {
-            builder: RecordBatchBuilder::new(batch_size_bytes.min(bound * 2).max(1024)),
+            // Room for a full batch up front: growing by doubling would copy the records again.
+            builder: RecordBatchBuilder::new(batch_size_bytes + bound),
             cell: BatchCell::new(),
             opened_at: now,
             permit: None,
@@ -115,12 +118,11 @@ impl Accumulator {
         }
         let ack = AckFuture::new(open.cell.clone(), index);
         if open.builder.encoded_len() >= self.batch_size_bytes {
-            sealed.extend(self.seal(streamlet));
+            self.seal(streamlet);
         }
         Appended {
             ack,
-            sealed,
-            opened,
+            wake_sender: opened || self.ready.len() > ready_before,
         }
     }
 
@@ -131,28 +133,39 @@ impl Accumulator {
         }
     }
 
-    fn seal(&mut self, streamlet: StreamletId) -> Option<SealedBatch> {
-        let open = self.open.remove(&streamlet)?;
+    fn seal(&mut self, streamlet: StreamletId) {
+        let Some(open) = self.open.remove(&streamlet) else {
+            return;
+        };
         if streamlet == self.round_robin.current(self.streamlets) {
             self.round_robin.advance();
         }
-        Some(open.seal(streamlet))
+        self.ready.push(open.seal(streamlet));
     }
 
     /// Seals every batch whose first record has waited `linger` or longer.
-    pub fn seal_expired(&mut self, now: Instant, linger: Duration) -> Vec<SealedBatch> {
+    pub fn seal_expired(&mut self, now: Instant, linger: Duration) {
         let expired: Vec<StreamletId> = self
             .open
             .iter()
             .filter(|(_, b)| now.saturating_duration_since(b.opened_at) >= linger)
             .map(|(s, _)| *s)
             .collect();
-        expired.into_iter().filter_map(|s| self.seal(s)).collect()
+        for streamlet in expired {
+            self.seal(streamlet);
+        }
     }
 
-    pub fn seal_all(&mut self) -> Vec<SealedBatch> {
+    pub fn seal_all(&mut self) {
         let all: Vec<StreamletId> = self.open.keys().copied().collect();
-        all.into_iter().filter_map(|s| self.seal(s)).collect()
+        for streamlet in all {
+            self.seal(streamlet);
+        }
+    }
+
+    /// The sealed batches, in sealing order.
+    pub fn take_ready(&mut self) -> Vec<SealedBatch> {
+        std::mem::take(&mut self.ready)
     }
 
     /// When the oldest open batch's linger time is up.
@@ -185,10 +198,10 @@ mod tests {
         let budget = Arc::new(Semaphore::new(1 << 20));
         let mut acc = Accumulator::new(3, 1024, 0);
         let now = Instant::now();
-        let mut sealed = Vec::new();
         for _ in 0..100 {
-            sealed.extend(acc.append(record(None, &[7; 100], &budget), now).sealed);
+            acc.append(record(None, &[7; 100], &budget), now);
         }
+        let sealed = acc.take_ready();
         assert!(sealed.len() >= 8);
         for batch in &sealed {
             assert!(batch.builder.encoded_len() <= 1024 + 200);
@@ -203,13 +216,15 @@ mod tests {
         let mut acc = Accumulator::new(4, 1 << 16, 0);
         let now = Instant::now();
         let a = acc.append(record(Some(b"k"), b"v1", &budget), now);
-        assert!(a.opened && a.sealed.is_empty());
+        assert!(a.wake_sender && acc.take_ready().is_empty());
         let b = acc.append(record(Some(b"k"), b"v2", &budget), now);
-        assert!(!b.opened);
+        assert!(!b.wake_sender);
         let linger = Duration::from_millis(5);
         assert_eq!(acc.next_deadline(linger), Some(now + linger));
-        assert!(acc.seal_expired(now, linger).is_empty());
-        let sealed = acc.seal_expired(now + linger, linger);
+        acc.seal_expired(now, linger);
+        assert!(acc.take_ready().is_empty());
+        acc.seal_expired(now + linger, linger);
+        let sealed = acc.take_ready();
         assert_eq!(sealed.len(), 1);
         assert_eq!(sealed[0].builder.record_count(), 2);
         assert_eq!(sealed[0].streamlet, streamlet_for_key(b"k", 4));

@@ -24,15 +24,14 @@ use sender::{Command, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tailstream_config::ProducerConfig;
+use tailstream_wire::batch::{BATCH_HEADER_BYTES, PRODUCE_BATCH_BYTES_MAX};
 use tailstream_wire::messages::StreamMetadata;
 use tailstream_wire::records::RecordBatchBuilder;
 use tailstream_wire::{ProducerId, StreamletId};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Notify, Semaphore, mpsc};
 
-/// Room left in a segment for its digest and entry framing when bounding a single record.
-const SEGMENT_OVERHEAD_BYTES: usize = 16 * 1024;
-/// Commands queued to the sender task before `send` waits.
-const COMMANDS_MAX: usize = 1024;
+/// Commands (flushes) queued to the sender task before the caller waits.
+const COMMANDS_MAX: usize = 64;
 
 #[derive(Debug)]
 struct Shared {
@@ -40,6 +39,7 @@ struct Shared {
     metadata: Arc<StreamMetadata>,
     accumulator: Arc<Mutex<Accumulator>>,
     commands: mpsc::Sender<Command>,
+    wake_sender: Arc<Notify>,
     buffer: Arc<Semaphore>,
     record_bytes_max: usize,
 }
@@ -68,17 +68,17 @@ impl Producer {
         let metadata = cluster.stream(stream).await?;
         let producer_id = cluster.allocate_producer_id().await?;
         let streamlets = metadata.streamlets.len() as u32;
+        // A batch never exceeds what an empty segment of this stream (or a frame) takes.
+        let batch_bytes_max = batch_bytes_max(metadata.config.segment_size_bytes);
+        let record_bytes_max =
+            (batch_bytes_max - BATCH_HEADER_BYTES).min(config.buffer_bytes_max as usize);
+        let batch_size_bytes = (config.batch_size_bytes as usize).min(batch_bytes_max);
         let accumulator = Arc::new(Mutex::new(Accumulator::new(
             streamlets,
-            config.batch_size_bytes as usize,
+            batch_size_bytes,
             // Consecutive producers start their round-robin at different streamlets.
             (producer_id.0 % u64::from(streamlets.max(1))) as u32,
         )));
-        let segment_bytes = metadata.config.segment_size_bytes as usize;
-        let record_bytes_max = segment_bytes
-            .saturating_sub(SEGMENT_OVERHEAD_BYTES)
-            .min(config.buffer_bytes_max as usize)
-            .min(u32::MAX as usize >> 1);
         let (commands, commands_rx) = mpsc::channel(COMMANDS_MAX);
         let buffer_permits = (config.buffer_bytes_max as usize).min(Semaphore::MAX_PERMITS);
         let sender = Sender::new(
@@ -88,13 +88,15 @@ impl Producer {
             config,
             producer_id,
         );
-        tokio::spawn(sender.run(commands_rx));
+        let wake_sender = Arc::new(Notify::new());
+        tokio::spawn(sender.run(commands_rx, wake_sender.clone()));
         Ok(Self {
             shared: Arc::new(Shared {
                 producer_id,
                 metadata,
                 accumulator,
                 commands,
+                wake_sender,
                 buffer: Arc::new(Semaphore::new(buffer_permits)),
                 record_bytes_max,
             }),
@@ -141,15 +143,8 @@ impl Producer {
             let mut accumulator = shared.accumulator.lock().unwrap_or_else(|p| p.into_inner());
             accumulator.append(record, Instant::now())
         };
-        if !appended.sealed.is_empty() {
-            shared
-                .commands
-                .send(Command::Sealed(appended.sealed))
-                .await
-                .map_err(|_| ClientError::Closed)?;
-        } else if appended.opened {
-            // Only a wake-up for the linger timer: if the queue is full the sender is awake.
-            let _ = shared.commands.try_send(Command::Opened);
+        if appended.wake_sender {
+            shared.wake_sender.notify_one();
         }
         Ok(appended.ack)
     }
@@ -174,6 +169,13 @@ impl Producer {
     pub fn streamlet_for_key(&self, key: &[u8]) -> StreamletId {
         crate::routing::streamlet_for_key(key, self.streamlets())
     }
+}
+
+/// The largest batch for a stream with `segment_size_bytes` segments: half a segment (the
+/// rest leaves room for the segment's digest and framing), and never more than a produce
+/// frame may carry.
+fn batch_bytes_max(segment_size_bytes: u32) -> usize {
+    (segment_size_bytes as usize / 2).min(PRODUCE_BATCH_BYTES_MAX)
 }
 
 /// The most batches of one streamlet a producer may have in flight: what a broker log

@@ -7,7 +7,7 @@
 //! delivery timeout. Bounds: `max_in_flight` requests per broker; the producer's buffer
 //! (enforced in `send`) bounds what can be queued.
 
-use super::accumulator::{Accumulator, SealedBatch};
+use super::accumulator::Accumulator;
 use super::ack::BatchCell;
 use super::lane::{AnswerEffect, Backoff, Lane};
 use crate::cluster::Cluster;
@@ -20,16 +20,13 @@ use tailstream_config::ProducerConfig;
 use tailstream_net::{RpcClient, RpcError};
 use tailstream_wire::messages::{ProduceRequest, ProduceResponse, StreamMetadata};
 use tailstream_wire::{BatchSequence, Decode, Opcode, StreamletId};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 
 /// How often delivery timeouts are checked.
 const EXPIRY_CHECK: Duration = Duration::from_millis(100);
 
 #[derive(Debug)]
 pub(crate) enum Command {
-    Sealed(Vec<SealedBatch>),
-    /// A batch was opened: re-arm the linger timer.
-    Opened,
     /// Seal everything now and report the cells to wait for.
     Flush(oneshot::Sender<Vec<Arc<BatchCell>>>),
 }
@@ -109,8 +106,9 @@ impl Sender {
         }
     }
 
-    /// Runs until every `Producer` handle is dropped and everything queued is settled.
-    pub async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+    /// Runs until every `Producer` handle is dropped and everything queued is settled. `wake`
+    /// is notified by `send` whenever it sealed or opened a batch.
+    pub async fn run(mut self, mut commands: mpsc::Receiver<Command>, wake_up: Arc<Notify>) {
         let linger = Duration::from_millis(self.config.linger_ms);
         let mut open = true;
         let mut expiry = tokio::time::interval(EXPIRY_CHECK);
@@ -122,16 +120,15 @@ impl Sender {
                     None => {
                         // Every handle is gone: deliver what is buffered, then stop.
                         open = false;
-                        let sealed = self.lock_accumulator().seal_all();
-                        self.enqueue(sealed);
+                        self.lock_accumulator().seal_all();
                     }
                 },
+                _ = wake_up.notified() => {}
                 Some(event) = self.events.recv() => self.on_event(event),
                 _ = tokio::time::sleep_until(wake.into()), if wake > Instant::now() => {}
                 _ = expiry.tick() => self.expire(),
             }
-            let sealed = self.lock_accumulator().seal_expired(Instant::now(), linger);
-            self.enqueue(sealed);
+            self.take_sealed(linger);
             self.pump();
             if !open && self.lanes.iter().all(Lane::is_idle) {
                 return;
@@ -155,19 +152,26 @@ impl Sender {
 
     fn on_command(&mut self, command: Command) {
         match command {
-            Command::Sealed(batches) => self.enqueue(batches),
-            Command::Opened => {}
             Command::Flush(reply) => {
-                let sealed = self.lock_accumulator().seal_all();
-                self.enqueue(sealed);
+                self.lock_accumulator().seal_all();
+                self.take_sealed(Duration::MAX);
                 let cells = self.lanes.iter().flat_map(|l| l.cells().cloned()).collect();
                 let _ = reply.send(cells);
             }
         }
     }
 
-    fn enqueue(&mut self, batches: Vec<SealedBatch>) {
-        for batch in batches {
+    /// Seals batches whose linger is up, then numbers every sealed batch into its lane, in
+    /// the order the batches were sealed.
+    fn take_sealed(&mut self, linger: Duration) {
+        let sealed = {
+            let mut accumulator = self.lock_accumulator();
+            if linger != Duration::MAX {
+                accumulator.seal_expired(Instant::now(), linger);
+            }
+            accumulator.take_ready()
+        };
+        for batch in sealed {
             if let Some(lane) = self.lanes.get_mut(batch.streamlet.0 as usize) {
                 lane.push(batch);
             }

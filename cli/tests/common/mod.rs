@@ -1,0 +1,141 @@
+//! Shared harness for the process-level tests: real coordinator and broker processes of the
+//! `tailstream` binary under test, on 127.0.0.1 with kernel-chosen ports, in a temp dir.
+
+#![allow(dead_code, clippy::unwrap_used)] // each test binary uses a subset; tests may unwrap
+
+pub mod ledger;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+use tailstream_client::Cluster;
+use tailstream_config::Config;
+use tailstream_launcher::{ClusterSpec, LocalCluster, Ports};
+use tailstream_wire::messages::StreamConfig;
+
+pub const BINARY: &str = env!("CARGO_BIN_EXE_tailstream");
+
+/// Every test is bounded: a hang fails the test instead of the CI job.
+pub const TEST_TIMEOUT: Duration = Duration::from_secs(180);
+
+pub struct TestCluster {
+    pub cluster: LocalCluster,
+    pub config: Config,
+    pub dir: tempfile::TempDir,
+    config_file: Option<PathBuf>,
+}
+
+impl TestCluster {
+    /// `brokers` brokers; `overrides` is TOML overlaid on the embedded config for every process
+    /// and for the test's own clients.
+    pub async fn start(brokers: u32, overrides: &str) -> TestCluster {
+        let dir = tempfile::Builder::new()
+            .prefix("tailstream-test-")
+            .tempdir()
+            .unwrap();
+        let config = Config::with_overrides(overrides).unwrap();
+        let config_file = if overrides.trim().is_empty() {
+            None
+        } else {
+            let path = dir.path().join("config.toml");
+            std::fs::write(&path, overrides).unwrap();
+            Some(path)
+        };
+        let spec = ClusterSpec {
+            binary: BINARY.into(),
+            data_dir: dir.path().to_path_buf(),
+            brokers,
+            ports: Ports::Ephemeral,
+            config_file: config_file.clone(),
+            log_filter: "info".into(),
+        };
+        let cluster = LocalCluster::start(spec).await.unwrap();
+        let test = TestCluster {
+            cluster,
+            config,
+            dir,
+            config_file,
+        };
+        test.wait_for_brokers(brokers as usize).await;
+        test
+    }
+
+    pub fn coordinator(&self) -> String {
+        self.cluster.coordinator_addr().to_string()
+    }
+
+    pub fn client(&self) -> Arc<Cluster> {
+        Cluster::new(
+            &self.coordinator(),
+            &self.config.client,
+            self.config.producer.request_timeout_ms,
+        )
+    }
+
+    pub async fn wait_for_brokers(&self, brokers: usize) {
+        let client = self.client();
+        for _ in 0..400 {
+            let alive = client
+                .list_brokers()
+                .await
+                .map(|b| b.iter().filter(|b| b.alive).count());
+            if alive.is_ok_and(|alive| alive >= brokers) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{brokers} brokers did not register");
+    }
+
+    pub fn stream_config(&self) -> StreamConfig {
+        self.config.stream_defaults.to_stream_config()
+    }
+
+    /// Runs `tailstream ARGS` against this cluster with `stdin` as input; returns (status
+    /// success, stdout, stderr).
+    pub async fn cli(&self, args: &[&str], stdin: &[u8]) -> (bool, Vec<u8>, String) {
+        let mut command = tokio::process::Command::new(BINARY);
+        if let Some(config) = &self.config_file {
+            command.arg("--config").arg(config);
+        }
+        let mut child = command
+            .args(args)
+            .env("TAILSTREAM_COORDINATOR", self.coordinator())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut input = child.stdin.take().unwrap();
+        let data = stdin.to_vec();
+        let writer = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            let _ = input.write_all(&data).await;
+            drop(input);
+        });
+        let output = child.wait_with_output().await.unwrap();
+        writer.await.unwrap();
+        (
+            output.status.success(),
+            output.stdout,
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+
+    /// An HTTP GET on an admin endpoint (plain HTTP/1.0 over TCP, enough for our routes).
+    pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        response
+    }
+
+    pub async fn stop(self) {
+        self.cluster.stop().await;
+    }
+}

@@ -1,0 +1,238 @@
+//! End to end through real processes: the CLI contract, many producers and consumers with the
+//! exactly-once checker, and consumers resuming from saved positions.
+
+#![allow(clippy::unwrap_used)] // tests may unwrap freely (see clippy.toml)
+
+mod common;
+
+use common::ledger::{Ledger, value};
+use common::{TEST_TIMEOUT, TestCluster};
+use std::time::Duration;
+use tailstream_client::{ConsumedRecord, Consumer, Membership, Producer, StartFrom};
+
+/// The contract from the README: a million stdin lines in, the same million lines out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_million_lines_through_the_cli_come_back_exactly_once() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let test = TestCluster::start(4, "").await;
+        let (ok, _, err) = test
+            .cli(&["stream", "create", "s", "--streamlets", "4"], b"")
+            .await;
+        assert!(ok, "{err}");
+        let input: String = (1..=1_000_000).map(|i| format!("{i}\n")).collect();
+        let (ok, _, err) = test.cli(&["produce", "s"], input.as_bytes()).await;
+        assert!(ok, "{err}");
+        assert!(err.contains("acked 1000000 records"), "{err}");
+        let (ok, out, err) = test
+            .cli(
+                &[
+                    "consume",
+                    "s",
+                    "--from-beginning",
+                    "--max-records",
+                    "1000000",
+                ],
+                b"",
+            )
+            .await;
+        assert!(ok, "{err}");
+        let mut lines: Vec<u64> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect();
+        assert_eq!(lines.len(), 1_000_000);
+        lines.sort_unstable();
+        assert!(
+            lines.iter().copied().eq(1..=1_000_000),
+            "not exactly the million lines"
+        );
+        // Keys: `k|v` lines are split at the separator and printed back with --print-keys.
+        let (ok, _, err) = test
+            .cli(&["stream", "create", "keyed", "--streamlets", "2"], b"")
+            .await;
+        assert!(ok, "{err}");
+        let (ok, _, err) = test
+            .cli(
+                &["produce", "keyed", "--key-sep", "|"],
+                b"a|1\nb|2\nnokey\n",
+            )
+            .await;
+        assert!(ok, "{err}");
+        let (ok, out, err) = test
+            .cli(
+                &[
+                    "consume",
+                    "keyed",
+                    "--from-beginning",
+                    "--max-records",
+                    "3",
+                    "--print-keys",
+                ],
+                b"",
+            )
+            .await;
+        assert!(ok, "{err}");
+        let mut out: Vec<String> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(String::from)
+            .collect();
+        out.sort();
+        assert_eq!(out, vec!["\tnokey", "a\t1", "b\t2"]);
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}
+
+/// Several producers (keyed and keyless, pipelined) and several consumers splitting the
+/// stream; small segments and groups so reads cross many boundaries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_producers_and_consumers_read_every_acked_record_exactly_once_in_order() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let test =
+            TestCluster::start(3, "[producer]\nbatch_size_bytes = 4096\nlinger_ms = 2\n").await;
+        let cluster = test.client();
+        let mut stream = test.stream_config();
+        stream.segment_size_bytes = 64 * 1024;
+        stream.segments_per_group = 2;
+        cluster.create_stream("events", 5, stream).await.unwrap();
+
+        const PRODUCERS: u32 = 6;
+        const RECORDS: u64 = 20_000;
+        let consumers: Vec<_> = (0..3u32)
+            .map(|member| {
+                let cluster = cluster.clone();
+                let config = test.config.consumer.clone();
+                tokio::spawn(async move {
+                    let membership = Membership { member, members: 3 };
+                    let mut consumer = Consumer::new(
+                        cluster,
+                        "events",
+                        config,
+                        StartFrom::Beginning,
+                        membership,
+                        &[],
+                    )
+                    .await
+                    .unwrap();
+                    let mut got: Vec<ConsumedRecord> = Vec::new();
+                    let mut idle = 0;
+                    // Stops after 3 s without records once production is over (bounded loop).
+                    while idle < 30 {
+                        let records = consumer.poll(Duration::from_millis(100)).await.unwrap();
+                        if records.is_empty() {
+                            idle += 1;
+                        } else {
+                            idle = 0;
+                            got.extend(records);
+                        }
+                    }
+                    got
+                })
+            })
+            .collect();
+        let producers: Vec<_> = (0..PRODUCERS)
+            .map(|p| {
+                let cluster = cluster.clone();
+                let config = test.config.producer.clone();
+                tokio::spawn(async move {
+                    let producer = Producer::new(cluster, "events", config).await.unwrap();
+                    let mut acks = Vec::new();
+                    for i in 0..RECORDS {
+                        let v = value(p, i);
+                        // Half the producers key their records (a handful of keys each).
+                        let key = format!("key-{}", i % 7);
+                        let key = (p % 2 == 0).then_some(key.as_bytes());
+                        acks.push((v.clone(), producer.send(key, v.as_bytes()).await.unwrap()));
+                    }
+                    producer.flush().await.unwrap();
+                    let mut settled = Vec::new();
+                    for (v, ack) in acks {
+                        settled.push((v, ack.await.unwrap()));
+                    }
+                    settled
+                })
+            })
+            .collect();
+        let mut ledger = Ledger::default();
+        for producer in producers {
+            for (v, ack) in producer.await.unwrap() {
+                ledger.acked(v, ack);
+            }
+        }
+        assert_eq!(ledger.acked_count() as u64, u64::from(PRODUCERS) * RECORDS);
+        let mut consumed = Vec::new();
+        for consumer in consumers {
+            consumed.extend(consumer.await.unwrap());
+        }
+        ledger.check(&consumed);
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}
+
+/// A consumer that stops halfway and a new one that resumes from its positions together read
+/// everything exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_resumes_from_saved_positions() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let test = TestCluster::start(2, "").await;
+        let cluster = test.client();
+        let mut stream = test.stream_config();
+        stream.segment_size_bytes = 16 * 1024;
+        stream.segments_per_group = 2;
+        cluster.create_stream("resume", 2, stream).await.unwrap();
+        let producer = Producer::new(cluster.clone(), "resume", test.config.producer.clone())
+            .await
+            .unwrap();
+        let mut ledger = Ledger::default();
+        let mut acks = Vec::new();
+        for i in 0..5_000 {
+            let v = value(0, i);
+            acks.push((v.clone(), producer.send(None, v.as_bytes()).await.unwrap()));
+        }
+        for (v, ack) in acks {
+            ledger.acked(v, ack.await.unwrap());
+        }
+        let config = test.config.consumer.clone();
+        let mut first = Consumer::new(
+            cluster.clone(),
+            "resume",
+            config.clone(),
+            StartFrom::Beginning,
+            Membership::default(),
+            &[],
+        )
+        .await
+        .unwrap();
+        let mut consumed = Vec::new();
+        while consumed.len() < 2_000 {
+            consumed.extend(first.poll(Duration::from_millis(200)).await.unwrap());
+        }
+        let saved = first.positions();
+        drop(first);
+        let mut second = Consumer::new(
+            cluster,
+            "resume",
+            config,
+            StartFrom::Beginning,
+            Membership::default(),
+            &saved,
+        )
+        .await
+        .unwrap();
+        for _ in 0..200 {
+            if consumed.len() >= 5_000 {
+                break;
+            }
+            consumed.extend(second.poll(Duration::from_millis(100)).await.unwrap());
+        }
+        ledger.check(&consumed);
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}
