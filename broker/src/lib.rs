@@ -7,9 +7,11 @@
 //!   connection's reader task (so pipelined batches keep their order); fetch may long-poll.
 //! - [`cluster`]: the broker's side of membership: register with the coordinator, heartbeat,
 //!   apply streamlet assignments.
+//! - [`metrics`]: every exported metric's name and help text, registered at start.
 //! - [`server`]: wires it together: listeners, admin HTTP, retention timer, shutdown.
 
 pub mod cluster;
+pub mod metrics;
 pub mod server;
 pub mod service;
 pub mod storage;

@@ -1,6 +1,7 @@
 //! A broker process, assembled: RPC listener, admin HTTP, retention timer, membership loop.
 
 use crate::cluster::{Advertised, ClusterState, run_membership};
+use crate::metrics as m;
 use crate::service::BrokerService;
 use crate::storage::Store;
 use axum::Router;
@@ -33,6 +34,7 @@ pub struct BrokerAddrs {
 pub async fn run(options: BrokerOptions, shutdown: watch::Receiver<bool>) -> Result<(), String> {
     let config = &options.config.broker;
     let metrics = tailstream_admin::install_metrics()?;
+    m::describe(config.segment_memory_bytes_max);
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| format!("creating data dir {}: {e}", config.data_dir.display()))?;
     let rpc_listener = TcpListener::bind(config.rpc_addr)
@@ -117,10 +119,7 @@ async fn retention_loop(
             _ = tick.tick() => {}
             _ = shutdown_signalled(&mut shutdown) => return,
         }
-        let freed = store.enforce_retention(Instant::now());
-        if freed > 0 {
-            metrics::counter!("tailstream_retention_freed_bytes_total").increment(freed);
-        }
+        store.enforce_retention(Instant::now());
     }
 }
 

@@ -6,6 +6,7 @@
 //! on one connection are appended in the order they were sent.
 
 use crate::cluster::ClusterState;
+use crate::metrics as m;
 use crate::storage::{ReadOutcome, StorageError, Store, Streamlet};
 use bytes::Bytes;
 use std::sync::Arc;
@@ -58,7 +59,7 @@ impl BrokerService {
                 return Reply::Ready(Response::error(Status::UnsupportedBatch, error.to_string()));
             }
             Err(error) => {
-                metrics::counter!("tailstream_invalid_batches_total").increment(1);
+                metrics::counter!(m::INVALID_BATCHES).increment(1);
                 return Reply::Ready(Response::error(Status::InvalidBatch, error.to_string()));
             }
         };
@@ -66,26 +67,26 @@ impl BrokerService {
             Ok(streamlet) => streamlet,
             Err(error) => return refuse(error),
         };
-        let appended = match streamlet.append(&request.batch, &info, started) {
+        let appended = match self
+            .store
+            .append(&streamlet, &request.batch, &info, started)
+        {
             Ok(appended) => appended,
             Err(error) => {
                 if matches!(error, StorageError::Backpressure { .. }) {
-                    metrics::counter!("tailstream_produce_backpressure_total").increment(1);
+                    metrics::counter!(m::PRODUCE_BACKPRESSURE).increment(1);
                 }
                 return refuse(error);
             }
         };
         if appended.duplicate {
-            metrics::counter!("tailstream_duplicate_batches_total").increment(1);
+            metrics::counter!(m::DUPLICATE_BATCHES).increment(1);
         } else {
-            metrics::counter!("tailstream_appended_records_total")
-                .increment(u64::from(info.record_count));
-            metrics::counter!("tailstream_appended_bytes_total")
-                .increment(request.batch.len() as u64);
+            metrics::counter!(m::APPENDED_RECORDS).increment(u64::from(info.record_count));
+            metrics::counter!(m::APPENDED_BYTES).increment(request.batch.len() as u64);
         }
         let location = appended.location;
-        metrics::histogram!("tailstream_produce_latency_seconds")
-            .record(started.elapsed().as_secs_f64());
+        metrics::histogram!(m::PRODUCE_LATENCY).record(started.elapsed().as_secs_f64());
         Reply::Ready(Response::ok(&ProduceResponse {
             log: location.log,
             group: location.group,
@@ -101,7 +102,7 @@ impl BrokerService {
             Ok(request) => request,
             Err(error) => return malformed("fetch request", error),
         };
-        metrics::counter!("tailstream_fetch_requests_total").increment(1);
+        metrics::counter!(m::FETCH_REQUESTS).increment(1);
         let streamlet = match self.store.get(request.stream, request.streamlet) {
             Ok(streamlet) => streamlet,
             Err(error) => return refuse(error),
@@ -170,7 +171,7 @@ impl BrokerService {
 
 fn fetch_response(outcome: ReadOutcome) -> Response {
     let fetched: usize = outcome.parts.iter().map(Bytes::len).sum();
-    metrics::counter!("tailstream_fetched_bytes_total").increment(fetched as u64);
+    metrics::counter!(m::FETCHED_BYTES).increment(fetched as u64);
     let prefix = FetchResponse {
         segment: outcome.segment,
         position: outcome.position,

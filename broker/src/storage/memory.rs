@@ -5,6 +5,7 @@
 //! allocated: the append that needed it answers `Backpressure` instead, so memory use is
 //! bounded however fast producers write.
 
+use crate::metrics as m;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -40,7 +41,7 @@ impl SegmentMemory {
                     .filter(|total| *total <= budget.bytes_max)
             })
             .ok()?;
-        metrics::gauge!("tailstream_segment_memory_bytes").increment(bytes as f64);
+        metrics::gauge!(m::SEGMENT_MEMORY).increment(bytes as f64);
         Some(MemoryLease {
             budget: self.budget.clone(),
             bytes,
@@ -68,7 +69,7 @@ impl Drop for MemoryLease {
         self.budget
             .used_bytes
             .fetch_sub(self.bytes, Ordering::AcqRel);
-        metrics::gauge!("tailstream_segment_memory_bytes").decrement(self.bytes as f64);
+        metrics::gauge!(m::SEGMENT_MEMORY).decrement(self.bytes as f64);
     }
 }
 

@@ -2,11 +2,13 @@
 //! segment memory budget.
 
 use super::error::StorageError;
+use super::log::Appended;
 use super::memory::SegmentMemory;
 use super::streamlet::Streamlet;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
+use tailstream_wire::batch::BatchInfo;
 use tailstream_wire::messages::StreamletAssignment;
 use tailstream_wire::{StreamId, StreamletId};
 
@@ -80,9 +82,32 @@ impl Store {
 
     /// One retention pass over every streamlet; returns the bytes freed.
     pub fn enforce_retention(&self, now: Instant) -> u64 {
-        self.streamlets()
+        let freed = self
+            .streamlets()
             .iter()
             .map(|s| s.enforce_retention(now))
-            .sum()
+            .sum();
+        if freed > 0 {
+            metrics::counter!(crate::metrics::RETENTION_FREED).increment(freed);
+        }
+        freed
+    }
+
+    /// Appends to `streamlet`. When segment memory is full, runs a retention pass first and
+    /// tries once more, so producers see backpressure only when retention cannot free anything
+    /// (not merely because the periodic pass has not run yet).
+    pub fn append(
+        &self,
+        streamlet: &Streamlet,
+        batch: &[u8],
+        info: &BatchInfo,
+        now: Instant,
+    ) -> Result<Appended, StorageError> {
+        match streamlet.append(batch, info, now) {
+            Err(StorageError::Backpressure { .. }) if self.enforce_retention(now) > 0 => {
+                streamlet.append(batch, info, now)
+            }
+            outcome => outcome,
+        }
     }
 }

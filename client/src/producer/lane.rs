@@ -60,6 +60,9 @@ pub(crate) struct Lane {
     renumber: bool,
     paused_until: Option<Instant>,
     consecutive_failures: u32,
+    /// Why the lane's most recent attempt failed: reported for batches that expire while
+    /// queued behind it without ever being sent.
+    last_failure: Option<String>,
 }
 
 impl Lane {
@@ -76,6 +79,7 @@ impl Lane {
             renumber: false,
             paused_until: None,
             consecutive_failures: 0,
+            last_failure: None,
         }
     }
 
@@ -172,6 +176,7 @@ impl Lane {
                 }
                 let mut batch = batch;
                 batch.last_error = Some(error.to_string());
+                self.last_failure.get_or_insert_with(|| error.to_string());
                 self.failed.push(batch);
                 self.draining = true;
             }
@@ -197,6 +202,7 @@ impl Lane {
     fn settle(&mut self, batch: ReadyBatch, location: Option<RecordLocation>, now: Instant) {
         self.acked_next = self.acked_next.max(batch.sequence.0.wrapping_add(1));
         self.consecutive_failures = 0;
+        self.last_failure = None;
         batch.cell.resolve(Ok(BatchAck {
             streamlet: self.streamlet,
             location,
@@ -210,6 +216,15 @@ impl Lane {
         self.draining = false;
         let mut failed = std::mem::take(&mut self.failed);
         failed.sort_by_key(|b| b.sequence.0);
+        // The batches behind the first failure mostly failed *because* of it (out of order):
+        // the first failure's reason is the one worth reporting for all of them.
+        let root_cause = failed.first().and_then(|b| b.last_error.clone());
+        for batch in &mut failed {
+            batch.last_error.clone_from(&root_cause);
+        }
+        if root_cause.is_some() {
+            self.last_failure = root_cause;
+        }
         let had_retries = !failed.is_empty();
         for batch in failed.into_iter().rev() {
             self.queued.push_front(batch);
@@ -250,10 +265,15 @@ impl Lane {
         }
         let before = self.queued.len();
         let timeout_ms = timeout.as_millis() as u64;
+        let lane_failure = self.last_failure.clone();
         self.queued.retain(|batch| {
             let alive = now.saturating_duration_since(batch.opened_at) < timeout;
             if !alive {
-                let last_error = batch.last_error.clone().unwrap_or_else(|| "none".into());
+                let last_error = batch
+                    .last_error
+                    .clone()
+                    .or_else(|| lane_failure.clone())
+                    .unwrap_or_else(|| "never sent: no broker connection".into());
                 batch.cell.resolve(Err(ClientError::DeliveryTimeout {
                     timeout_ms,
                     last_error,

@@ -1,0 +1,74 @@
+//! Every metric the broker exports, named in one place. `describe` registers them all with help
+//! text and zero values at start-up, so the first scrape already shows the full set.
+
+use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+
+pub const APPENDED_RECORDS: &str = "tailstream_appended_records_total";
+pub const APPENDED_BYTES: &str = "tailstream_appended_bytes_total";
+pub const DUPLICATE_BATCHES: &str = "tailstream_duplicate_batches_total";
+pub const INVALID_BATCHES: &str = "tailstream_invalid_batches_total";
+pub const PRODUCE_BACKPRESSURE: &str = "tailstream_produce_backpressure_total";
+pub const PRODUCE_LATENCY: &str = "tailstream_produce_latency_seconds";
+pub const FETCH_REQUESTS: &str = "tailstream_fetch_requests_total";
+pub const FETCHED_BYTES: &str = "tailstream_fetched_bytes_total";
+pub const SEGMENT_MEMORY: &str = "tailstream_segment_memory_bytes";
+pub const SEGMENT_MEMORY_MAX: &str = "tailstream_segment_memory_max_bytes";
+pub const RETENTION_FREED: &str = "tailstream_retention_freed_bytes_total";
+
+const COUNTERS: &[(&str, Unit, &str)] = &[
+    (
+        APPENDED_RECORDS,
+        Unit::Count,
+        "Records appended (retries not counted twice).",
+    ),
+    (APPENDED_BYTES, Unit::Bytes, "Record batch bytes appended."),
+    (
+        DUPLICATE_BATCHES,
+        Unit::Count,
+        "Retried batches answered with their earlier location.",
+    ),
+    (
+        INVALID_BATCHES,
+        Unit::Count,
+        "Batches refused by validation (magic, length, CRC-32C, count).",
+    ),
+    (
+        PRODUCE_BACKPRESSURE,
+        Unit::Count,
+        "Produce requests refused because segment memory was full.",
+    ),
+    (FETCH_REQUESTS, Unit::Count, "Fetch requests received."),
+    (FETCHED_BYTES, Unit::Bytes, "Entry bytes sent to consumers."),
+    (
+        RETENTION_FREED,
+        Unit::Bytes,
+        "Bytes of sealed groups freed by retention.",
+    ),
+];
+
+/// Registers every broker metric with its help text, at zero.
+pub fn describe(segment_memory_bytes_max: u64) {
+    for (name, unit, help) in COUNTERS {
+        describe_counter!(*name, *unit, *help);
+        metrics::counter!(*name).absolute(0);
+    }
+    describe_gauge!(
+        SEGMENT_MEMORY,
+        Unit::Bytes,
+        "Segment memory reserved by live segments."
+    );
+    metrics::gauge!(SEGMENT_MEMORY).set(0.0);
+    describe_gauge!(
+        SEGMENT_MEMORY_MAX,
+        Unit::Bytes,
+        "The segment memory budget."
+    );
+    metrics::gauge!(SEGMENT_MEMORY_MAX).set(segment_memory_bytes_max as f64);
+    describe_histogram!(
+        PRODUCE_LATENCY,
+        Unit::Seconds,
+        "Time from a produce request's arrival to its answer (appended and committed)."
+    );
+    // Registering the histogram makes it appear, with empty buckets, before the first produce.
+    let _ = metrics::histogram!(PRODUCE_LATENCY);
+}

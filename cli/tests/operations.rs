@@ -1,0 +1,193 @@
+//! Operating a cluster: the coordinator's metadata survives a kill -9, memory stays within its
+//! budget (retention frees it; without retention producers get backpressure), and the admin
+//! endpoints serve health, metrics and state.
+
+#![allow(clippy::unwrap_used)] // tests may unwrap freely (see clippy.toml)
+
+mod common;
+
+use common::{TEST_TIMEOUT, TestCluster};
+use tailstream_client::{ClientError, Producer};
+use tailstream_wire::Status;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coordinator_metadata_survives_a_kill_and_restart() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let mut test = TestCluster::start(2, "").await;
+        let cluster = test.client();
+        let created = cluster
+            .create_stream("durable", 4, test.stream_config())
+            .await
+            .unwrap();
+        let before = cluster.allocate_producer_id().await.unwrap();
+        test.cluster.restart_coordinator().await.unwrap();
+        test.wait_for_brokers(2).await;
+        let fresh = test.client();
+        let described = fresh.refresh_stream("durable").await.unwrap();
+        assert_eq!(*described, *created);
+        assert!(
+            fresh.allocate_producer_id().await.unwrap() > before,
+            "producer ids are never reused"
+        );
+        // The brokers still own their streamlets: producing works.
+        let producer = Producer::new(fresh, "durable", test.config.producer.clone())
+            .await
+            .unwrap();
+        let ack = producer.send(None, b"after restart").await.unwrap();
+        ack.await.unwrap();
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}
+
+const SMALL_MEMORY: &str = "[broker]\nsegment_memory_bytes_max = 4194304\n";
+const SMALL_MEMORY_SHORT_DELIVERY: &str = "[broker]\nsegment_memory_bytes_max = 4194304\n\
+    [producer]\ndelivery_timeout_ms = 3000\nretry_backoff_ms_max = 200\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_keeps_memory_within_budget_while_producers_write_far_more() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let test = TestCluster::start(1, SMALL_MEMORY).await;
+        let cluster = test.client();
+        let mut stream = test.stream_config();
+        stream.logs_per_streamlet = 2;
+        stream.segment_size_bytes = 256 * 1024;
+        stream.segments_per_group = 2;
+        stream.retention_bytes = 1024 * 1024;
+        cluster.create_stream("rolling", 1, stream).await.unwrap();
+        let producer = Producer::new(cluster, "rolling", test.config.producer.clone())
+            .await
+            .unwrap();
+        let value = vec![b'r'; 1000];
+        let mut acks = Vec::new();
+        // 20 MB through a 4 MiB budget.
+        for _ in 0..20_000 {
+            acks.push(producer.send(None, &value).await.unwrap());
+        }
+        for ack in acks {
+            ack.await.unwrap();
+        }
+        let broker = test.cluster.broker(0).unwrap().admin_addr;
+        let memory = TestCluster::http_get(broker, "/memory").await;
+        let json: serde_json::Value =
+            serde_json::from_str(memory.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+        assert!(
+            json["segment_memory_bytes"].as_u64().unwrap()
+                <= json["segment_memory_bytes_max"].as_u64().unwrap()
+        );
+        let metrics = TestCluster::http_get(broker, "/metrics").await;
+        assert!(
+            metrics.contains("tailstream_retention_freed_bytes_total"),
+            "{metrics}"
+        );
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_retention_a_full_budget_answers_backpressure() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let test = TestCluster::start(1, SMALL_MEMORY_SHORT_DELIVERY).await;
+        let cluster = test.client();
+        let mut stream = test.stream_config();
+        stream.logs_per_streamlet = 1;
+        stream.segment_size_bytes = 256 * 1024;
+        cluster.create_stream("full", 1, stream).await.unwrap();
+        let producer = Producer::new(cluster, "full", test.config.producer.clone())
+            .await
+            .unwrap();
+        let value = vec![b'f'; 1000];
+        let mut acks = Vec::new();
+        for _ in 0..8_000 {
+            acks.push(producer.send(None, &value).await.unwrap());
+        }
+        let (mut acked, mut refused) = (0, 0);
+        for ack in acks {
+            match ack.await {
+                Ok(_) => acked += 1,
+                Err(ClientError::DeliveryTimeout { last_error, .. }) => {
+                    assert!(
+                        last_error.contains(&Status::Backpressure.to_string()),
+                        "{last_error}"
+                    );
+                    refused += 1;
+                }
+                Err(other) => panic!("unexpected error {other}"),
+            }
+        }
+        // About 4 MiB fit; the rest was refused with backpressure until its delivery timeout.
+        assert!(
+            acked > 2_000 && refused > 2_000,
+            "acked {acked}, refused {refused}"
+        );
+        let metrics =
+            TestCluster::http_get(test.cluster.broker(0).unwrap().admin_addr, "/metrics").await;
+        assert!(
+            metrics.contains("tailstream_produce_backpressure_total"),
+            "{metrics}"
+        );
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_endpoints_serve_health_metrics_and_state() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let test = TestCluster::start(2, "").await;
+        let cluster = test.client();
+        cluster
+            .create_stream("watched", 2, test.stream_config())
+            .await
+            .unwrap();
+        let producer = Producer::new(cluster, "watched", test.config.producer.clone())
+            .await
+            .unwrap();
+        for i in 0..1000 {
+            producer
+                .send(None, format!("{i}").as_bytes())
+                .await
+                .unwrap();
+        }
+        producer.flush().await.unwrap();
+        let coordinator = test.cluster.coordinator.admin_addr;
+        assert!(
+            TestCluster::http_get(coordinator, "/healthz")
+                .await
+                .ends_with("ok\n")
+        );
+        let streams = TestCluster::http_get(coordinator, "/streams").await;
+        assert!(streams.contains("\"watched\""), "{streams}");
+        let brokers = TestCluster::http_get(coordinator, "/brokers").await;
+        assert_eq!(brokers.matches("\"alive\":true").count(), 2, "{brokers}");
+        let mut appended = 0.0;
+        for broker in test.cluster.brokers() {
+            assert!(
+                TestCluster::http_get(broker.admin_addr, "/healthz")
+                    .await
+                    .ends_with("ok\n")
+            );
+            let metrics = TestCluster::http_get(broker.admin_addr, "/metrics").await;
+            for name in [
+                "tailstream_segment_memory_bytes",
+                "tailstream_produce_latency_seconds_bucket",
+            ] {
+                assert!(metrics.contains(name), "{name} missing:\n{metrics}");
+            }
+            appended += metrics
+                .lines()
+                .find_map(|l| l.strip_prefix("tailstream_appended_records_total "))
+                .map_or(0.0, |v| v.parse::<f64>().unwrap());
+            let state = TestCluster::http_get(broker.admin_addr, "/streamlets").await;
+            assert!(state.contains("committed_offset"), "{state}");
+        }
+        assert_eq!(appended, 1000.0);
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}
