@@ -1,0 +1,7 @@
+//! Fuzz target: `tailstream_wire::fuzzing::segment` must never panic, over-allocate or read out of
+//! bounds, whatever the bytes.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    tailstream_wire::fuzzing::segment(data);
+});
