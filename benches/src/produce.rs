@@ -239,7 +239,7 @@ async fn run_producers(
         },
     )
     .await?;
-    let mut stream = config.stream_defaults.to_stream_config();
+    let mut stream = config.stream_defaults.clone();
     stream.logs_per_streamlet = args.logs;
     stream.replicas = args.replicas;
     // Small groups and bounded retention keep broker memory flat however long the run.

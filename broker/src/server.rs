@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tailstream_config::Config;
 use tailstream_net::RpcClientConfig;
-use tailstream_net::server::{ServerLimits, serve, shutdown_signalled};
+use tailstream_net::server::{ServerLimits, run_until_shutdown, serve, shutdown_signalled};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -98,13 +98,7 @@ pub async fn run(options: BrokerOptions, shutdown: watch::Receiver<bool>) -> Res
         client_config,
         shutdown.clone(),
     ));
-    let mut shutdown = shutdown;
-    shutdown_signalled(&mut shutdown).await;
-    let _ = tokio::time::timeout(Duration::from_secs(2), async {
-        let _ = rpc.await;
-        let _ = admin.await;
-    })
-    .await;
+    run_until_shutdown(shutdown, vec![rpc, admin]).await;
     Ok(())
 }
 

@@ -24,7 +24,7 @@ async fn main() -> Result<(), ClientError> {
         config.producer.request_timeout_ms,
     );
     match cluster
-        .create_stream(&stream, 4, config.stream_defaults.to_stream_config())
+        .create_stream(&stream, 4, config.stream_defaults.clone())
         .await
     {
         Ok(_) => println!("created stream {stream}"),

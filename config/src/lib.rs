@@ -44,7 +44,9 @@ pub enum ConfigError {
 pub struct Config {
     pub coordinator: CoordinatorConfig,
     pub broker: BrokerConfig,
-    pub stream_defaults: StreamDefaults,
+    /// What `stream create` uses for settings it is not given (the wire type itself: one
+    /// definition of a stream's settings).
+    pub stream_defaults: StreamConfig,
     pub producer: ProducerConfig,
     pub consumer: ConsumerConfig,
     pub client: ClientConfig,
@@ -77,30 +79,6 @@ pub struct BrokerConfig {
     pub fetch_bytes_max: u32,
     pub retention_check_interval_ms: u64,
     pub producers_per_log_max: u32,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StreamDefaults {
-    pub logs_per_streamlet: u32,
-    pub replicas: u32,
-    pub segment_size_bytes: u32,
-    pub segments_per_group: u32,
-    pub retention_bytes: u64,
-    pub retention_ms: u64,
-}
-
-impl StreamDefaults {
-    pub fn to_stream_config(&self) -> StreamConfig {
-        StreamConfig {
-            logs_per_streamlet: self.logs_per_streamlet,
-            replicas: self.replicas,
-            segment_size_bytes: self.segment_size_bytes,
-            segments_per_group: self.segments_per_group,
-            retention_bytes: self.retention_bytes,
-            retention_ms: self.retention_ms,
-        }
-    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -158,7 +136,7 @@ macro_rules! section_default {
 }
 
 section_default!(
-    CoordinatorConfig => coordinator, BrokerConfig => broker, StreamDefaults => stream_defaults,
+    CoordinatorConfig => coordinator, BrokerConfig => broker,
     ProducerConfig => producer, ConsumerConfig => consumer, ClientConfig => client,
     DevConfig => dev
 );
@@ -210,8 +188,7 @@ impl Config {
 
     /// Checks the relations between values that the types cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        validate_stream_config(&self.stream_defaults.to_stream_config())
-            .map_err(ConfigError::Invalid)?;
+        validate_stream_config(&self.stream_defaults).map_err(ConfigError::Invalid)?;
         let invalid = |what: String| Err(ConfigError::Invalid(what));
         let broker = &self.broker;
         let produce_frame_bytes = tailstream_wire::batch::PRODUCE_BATCH_BYTES_MAX + 1024;

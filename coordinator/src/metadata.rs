@@ -299,7 +299,7 @@ mod tests {
     use super::*;
 
     fn config() -> StreamConfig {
-        tailstream_config::StreamDefaults::default().to_stream_config()
+        tailstream_config::Config::embedded().stream_defaults
     }
 
     #[test]

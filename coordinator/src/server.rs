@@ -7,7 +7,7 @@ use axum::routing::get;
 use std::sync::Arc;
 use std::time::Duration;
 use tailstream_config::Config;
-use tailstream_net::server::{ServerLimits, serve, shutdown_signalled};
+use tailstream_net::server::{ServerLimits, run_until_shutdown, serve};
 use tailstream_net::{RpcClientConfig, RpcPool};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -64,13 +64,7 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
         admin_routes(service),
         shutdown.clone(),
     ));
-    let mut shutdown = shutdown;
-    shutdown_signalled(&mut shutdown).await;
-    let _ = tokio::time::timeout(Duration::from_secs(2), async {
-        let _ = rpc.await;
-        let _ = admin.await;
-    })
-    .await;
+    run_until_shutdown(shutdown, vec![rpc, admin]).await;
     Ok(())
 }
 

@@ -118,6 +118,16 @@ pub async fn shutdown_signalled(shutdown: &mut watch::Receiver<bool>) {
     }
 }
 
+/// Waits for `shutdown`, then gives `tasks` (listeners winding down) a bounded time to end.
+pub async fn run_until_shutdown(
+    mut shutdown: watch::Receiver<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+) {
+    shutdown_signalled(&mut shutdown).await;
+    let drain = futures::future::join_all(tasks);
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), drain).await;
+}
+
 /// Serves `listener` until `shutdown` turns true. Each connection runs in its own task and is
 /// closed at shutdown.
 pub async fn serve<S: Service>(

@@ -26,6 +26,7 @@ wire_message! {
     /// Per-stream storage settings, fixed at creation. Also serde, because the coordinator
     /// persists it with the stream.
     #[derive(serde::Serialize, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
     pub struct StreamConfig {
         /// Q: independent logs per streamlet (each with its own append lock and head segment).
         pub logs_per_streamlet: u32,

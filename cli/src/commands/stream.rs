@@ -58,7 +58,7 @@ pub async fn run(config: Config, coordinator: &str, command: StreamCommand) -> R
     let cluster = super::cluster(&config, coordinator);
     match command {
         StreamCommand::Create(args) => {
-            let mut stream = config.stream_defaults.to_stream_config();
+            let mut stream = config.stream_defaults.clone();
             stream.logs_per_streamlet = args.logs.unwrap_or(stream.logs_per_streamlet);
             stream.replicas = args.replicas.unwrap_or(stream.replicas);
             stream.segment_size_bytes =

@@ -89,7 +89,7 @@ impl TestCluster {
     }
 
     pub fn stream_config(&self) -> StreamConfig {
-        self.config.stream_defaults.to_stream_config()
+        self.config.stream_defaults.clone()
     }
 
     /// Runs `tailstream ARGS` against this cluster with `stdin` as input; returns (status
