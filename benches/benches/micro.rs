@@ -43,6 +43,7 @@ fn append(c: &mut Criterion) {
                 config,
                 SegmentMemory::new(1 << 30),
                 16,
+                64 << 20,
             );
             let mut sequence = 0u32;
             b.iter(|| {

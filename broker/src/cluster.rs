@@ -8,16 +8,17 @@
 //! was wiped, or it declared this incarnation dead) answers `UnknownServer` or
 //! `StaleGeneration`, and the broker registers again as a new generation.
 
-use crate::storage::Store;
+use crate::backup::BackupStore;
+use crate::storage::{Store, Streamlet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tailstream_net::{RpcClient, RpcClientConfig, RpcError};
 use tailstream_wire::messages::{
-    AssignStreamletsRequest, BrokerHeartbeatRequest, BrokerHeartbeatResponse,
+    AssignStreamletsRequest, BrokerHeartbeatRequest, BrokerHeartbeatResponse, BrokerInfo,
     RegisterBrokerRequest, RegisterBrokerResponse,
 };
 use tailstream_wire::{Opcode, ServerId, Status};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 #[derive(Debug, Default)]
 struct Membership {
@@ -28,15 +29,48 @@ struct Membership {
 #[derive(Debug)]
 pub struct ClusterState {
     store: Arc<Store>,
+    backup: Arc<BackupStore>,
     membership: Mutex<Membership>,
+    /// Every broker the coordinator knows, with liveness (from each heartbeat).
+    brokers: watch::Sender<Vec<BrokerInfo>>,
+    /// Streamlets created by an assignment, for the replication layer to start replicating.
+    created: mpsc::UnboundedSender<Arc<Streamlet>>,
 }
 
 impl ClusterState {
-    pub fn new(store: Arc<Store>) -> Self {
-        Self {
+    /// Also returns the receiver of newly created streamlets.
+    pub fn new(
+        store: Arc<Store>,
+        backup: Arc<BackupStore>,
+    ) -> (Self, mpsc::UnboundedReceiver<Arc<Streamlet>>) {
+        let (created, created_rx) = mpsc::unbounded_channel();
+        let state = Self {
             store,
+            backup,
             membership: Mutex::new(Membership::default()),
+            brokers: watch::Sender::new(Vec::new()),
+            created,
+        };
+        (state, created_rx)
+    }
+
+    /// The membership as of the latest heartbeat.
+    pub fn brokers(&self) -> watch::Receiver<Vec<BrokerInfo>> {
+        self.brokers.subscribe()
+    }
+
+    /// Records the coordinator's membership; newer generations fence older ones here too.
+    fn update_brokers(&self, brokers: Vec<BrokerInfo>) {
+        for broker in &brokers {
+            self.backup.note_generation(broker.server_id);
         }
+        self.brokers.send_if_modified(|current| {
+            let changed = *current != brokers;
+            if changed {
+                *current = brokers;
+            }
+            changed
+        });
     }
 
     pub fn server_id(&self) -> Option<ServerId> {
@@ -79,13 +113,18 @@ impl ClusterState {
         }
         let (created, dropped) = self.store.apply_assignments(&request.assignments);
         membership.version = request.version;
-        if created + dropped > 0 {
+        if !created.is_empty() || dropped > 0 {
+            let created = created.len();
             tracing::info!(
                 version = request.version,
                 created,
                 dropped,
-                "streamlet assignment applied"
+                "assignment applied"
             );
+        }
+        for streamlet in created {
+            // The receiver lives as long as the broker: a failed send means shutdown.
+            let _ = self.created.send(streamlet);
         }
         Ok(())
     }
@@ -173,6 +212,7 @@ async fn membership_session(
             client.call(Opcode::BrokerHeartbeat, &request).await;
         match result {
             Ok(response) => {
+                cluster.update_brokers(response.brokers);
                 if let Some(assignments) = response.assignments
                     && let Err((_, message)) = cluster.apply_assignments(&assignments)
                 {

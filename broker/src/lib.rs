@@ -5,13 +5,19 @@
 //! - [`service`]: the RPC service: decodes requests, validates record batches, appends and
 //!   reads through `storage`, answers with typed statuses. Produce is appended on the
 //!   connection's reader task (so pipelined batches keep their order); fetch may long-poll.
+//! - [`backup`]: the backup every broker also is: replica buffers (memory-mapped files), the
+//!   replica RPCs, and the one-sided endpoint of the tcp backend.
 //! - [`cluster`]: the broker's side of membership: register with the coordinator, heartbeat,
 //!   apply streamlet assignments.
+//! - [`replication`]: the primary side of replication: per-log replicators driving the
+//!   `ReplicatedSegment` state machine over a write path (tcp/rdma one-sided, or RPC).
 //! - [`metrics`]: every exported metric's name and help text, registered at start.
 //! - [`server`]: wires it together: listeners, admin HTTP, retention timer, shutdown.
 
+pub mod backup;
 pub mod cluster;
 pub mod metrics;
+pub mod replication;
 pub mod server;
 pub mod service;
 pub mod storage;

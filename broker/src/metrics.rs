@@ -14,6 +14,14 @@ pub const FETCHED_BYTES: &str = "tailstream_fetched_bytes_total";
 pub const SEGMENT_MEMORY: &str = "tailstream_segment_memory_bytes";
 pub const SEGMENT_MEMORY_MAX: &str = "tailstream_segment_memory_max_bytes";
 pub const RETENTION_FREED: &str = "tailstream_retention_freed_bytes_total";
+pub const BACKUP_WRITTEN_BYTES: &str = "tailstream_backup_written_bytes_total";
+pub const BACKUP_BUFFERS_USED: &str = "tailstream_backup_buffers_used";
+pub const BACKUP_BUFFERS_FREE: &str = "tailstream_backup_buffers_free";
+pub const BACKUP_BUFFER_BYTES_USED: &str = "tailstream_backup_buffer_bytes_used";
+pub const REPLICATED_BYTES: &str = "tailstream_replicated_bytes_total";
+pub const REPLICATION_WRITE_LATENCY: &str = "tailstream_replication_write_latency_seconds";
+pub const REPLICATION_WRITES_IN_FLIGHT: &str = "tailstream_replication_writes_in_flight";
+pub const REPLICA_RECREATIONS: &str = "tailstream_replica_recreations_total";
 
 const COUNTERS: &[(&str, Unit, &str)] = &[
     (
@@ -64,6 +72,35 @@ pub fn describe(segment_memory_bytes_max: u64) {
         "The segment memory budget."
     );
     metrics::gauge!(SEGMENT_MEMORY_MAX).set(segment_memory_bytes_max as f64);
+    describe_gauge!(
+        BACKUP_BUFFERS_USED,
+        Unit::Count,
+        "Open replica buffers on this backup."
+    );
+    metrics::gauge!(BACKUP_BUFFERS_USED).set(0.0);
+    describe_gauge!(
+        BACKUP_BUFFERS_FREE,
+        Unit::Count,
+        "Replica buffers this backup can still open."
+    );
+    describe_gauge!(
+        BACKUP_BUFFER_BYTES_USED,
+        Unit::Bytes,
+        "Bytes of open replica buffers."
+    );
+    metrics::gauge!(BACKUP_BUFFER_BYTES_USED).set(0.0);
+    describe_gauge!(
+        REPLICATION_WRITES_IN_FLIGHT,
+        Unit::Count,
+        "Replica writes awaiting completion."
+    );
+    metrics::gauge!(REPLICATION_WRITES_IN_FLIGHT).set(0.0);
+    describe_histogram!(
+        REPLICATION_WRITE_LATENCY,
+        Unit::Seconds,
+        "Time from issuing a replica write to its completion."
+    );
+    let _ = metrics::histogram!(REPLICATION_WRITE_LATENCY);
     describe_histogram!(
         PRODUCE_LATENCY,
         Unit::Seconds,

@@ -1,15 +1,20 @@
 //! A broker process, assembled: RPC listener, admin HTTP, retention timer, membership loop.
 
+use crate::backup::nic::{NicLimits, serve_nic};
+use crate::backup::{BackupLimits, BackupService, BackupStore};
 use crate::cluster::{Advertised, ClusterState, run_membership};
 use crate::metrics as m;
+use crate::replication::backups::{Backups, WritePath};
+use crate::replication::selector::BackupSelector;
+use crate::replication::{ReplicationContext, run_manager};
 use crate::service::BrokerService;
 use crate::storage::Store;
 use axum::Router;
 use axum::routing::get;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tailstream_config::Config;
+use tailstream_config::{Config, ReplicationConfig};
 use tailstream_net::RpcClientConfig;
 use tailstream_net::server::{ServerLimits, run_until_shutdown, serve, shutdown_signalled};
 use tokio::net::TcpListener;
@@ -43,24 +48,53 @@ pub async fn run(options: BrokerOptions, shutdown: watch::Receiver<bool>) -> Res
     let admin_listener = TcpListener::bind(config.admin_addr)
         .await
         .map_err(|e| format!("binding broker admin {}: {e}", config.admin_addr))?;
+    let backup_config = &options.config.backup;
+    let nic_listener = TcpListener::bind(backup_config.nic_addr)
+        .await
+        .map_err(|e| format!("binding backup nic {}: {e}", backup_config.nic_addr))?;
     let addrs = BrokerAddrs {
         rpc: rpc_listener.local_addr().map_err(|e| e.to_string())?,
         admin: admin_listener.local_addr().map_err(|e| e.to_string())?,
     };
-    println!(
-        "tailstream broker ready rpc={} admin=http://{}",
-        addrs.rpc, addrs.admin
-    );
+    let nic_addr = nic_listener.local_addr().map_err(|e| e.to_string())?;
+    let replication = &options.config.replication;
+    let write_path = resolve_write_path(replication)?;
 
+    let backup_limits = BackupLimits {
+        open_buffers_max: backup_config.open_buffers_max,
+        open_buffer_bytes_max: backup_config.open_buffer_bytes_max,
+    };
+    let backup_store = Arc::new(
+        BackupStore::load(&config.data_dir.join("backup"), backup_limits)
+            .map_err(|e| e.to_string())?,
+    );
     let store = Arc::new(Store::new(
         config.segment_memory_bytes_max,
         config.producers_per_log_max as usize,
+        replication.uncommitted_bytes_per_log_max,
     ));
-    let cluster = Arc::new(ClusterState::new(store.clone()));
+    let (cluster, created) = ClusterState::new(store.clone(), backup_store.clone());
+    let cluster = Arc::new(cluster);
+    let context = Arc::new(ReplicationContext {
+        cluster: cluster.clone(),
+        store: store.clone(),
+        backups: Arc::new(Backups::new(
+            write_path,
+            Duration::from_millis(replication.control_timeout_ms),
+        )),
+        config: replication.clone(),
+        selector: Mutex::new(BackupSelector::new(Duration::from_millis(
+            replication.failed_backup_quarantine_ms,
+        ))),
+    });
+    tokio::spawn(run_manager(context, created));
+    let backup_service = BackupService::new(backup_store.clone(), nic_addr.to_string());
     let service = Arc::new(BrokerService::new(
         store.clone(),
         cluster.clone(),
         config.clone(),
+        backup_service,
+        Duration::from_millis(replication.ack_timeout_ms),
     ));
     let limits = ServerLimits {
         connections_max: config.connections_max as usize,
@@ -68,13 +102,27 @@ pub async fn run(options: BrokerOptions, shutdown: watch::Receiver<bool>) -> Res
             as usize,
         frame_body_bytes_max: config.frame_body_bytes_max,
     };
+    let nic_limits = NicLimits {
+        connections_max: backup_config.nic_connections_max as usize,
+        write_timeout: Duration::from_millis(backup_config.write_timeout_ms),
+    };
+    let nic = tokio::spawn(serve_nic(
+        nic_listener,
+        backup_store.clone(),
+        nic_limits,
+        shutdown.clone(),
+    ));
     let rpc = tokio::spawn(serve(rpc_listener, service, limits, shutdown.clone()));
     let admin = tokio::spawn(tailstream_admin::serve(
         admin_listener,
         metrics,
-        admin_routes(store.clone(), cluster.clone()),
+        admin_routes(store.clone(), cluster.clone(), backup_store),
         shutdown.clone(),
     ));
+    println!(
+        "tailstream broker ready rpc={} admin=http://{} nic={nic_addr} replication={write_path:?}",
+        addrs.rpc, addrs.admin
+    );
     tokio::spawn(retention_loop(
         store.clone(),
         Duration::from_millis(config.retention_check_interval_ms.max(10)),
@@ -98,8 +146,26 @@ pub async fn run(options: BrokerOptions, shutdown: watch::Receiver<bool>) -> Res
         client_config,
         shutdown.clone(),
     ));
-    run_until_shutdown(shutdown, vec![rpc, admin]).await;
+    run_until_shutdown(shutdown, vec![rpc, admin, nic]).await;
     Ok(())
+}
+
+/// The write path the config asks for, or a clear reason why it cannot be had.
+fn resolve_write_path(replication: &ReplicationConfig) -> Result<WritePath, String> {
+    let wanted = WritePath::from_config(replication.mode, replication.transport);
+    if wanted != WritePath::Rdma {
+        return Ok(wanted);
+    }
+    match crate::replication::transport::rdma_available() {
+        Ok(()) => Ok(WritePath::Rdma),
+        Err(reason) if replication.rdma_fallback_to_tcp => {
+            tracing::warn!(%reason, "replication.transport = \"rdma\" is unavailable; using tcp");
+            Ok(WritePath::Tcp)
+        }
+        Err(reason) => Err(format!(
+            "replication.transport = \"rdma\" cannot start: {reason} (set replication.rdma_fallback_to_tcp = true to use tcp instead)"
+        )),
+    }
 }
 
 async fn retention_loop(
@@ -117,8 +183,9 @@ async fn retention_loop(
     }
 }
 
-/// `/streamlets`: what this broker owns, per log; `/memory`: the segment budget.
-fn admin_routes(store: Arc<Store>, cluster: Arc<ClusterState>) -> Router {
+/// `/streamlets`: what this broker owns, per log (appended and committed offsets);
+/// `/memory`: the segment budget; `/backup`: the replica buffer pool.
+fn admin_routes(store: Arc<Store>, cluster: Arc<ClusterState>, backup: Arc<BackupStore>) -> Router {
     let memory_store = store.clone();
     Router::new()
         .route(
@@ -157,6 +224,21 @@ fn admin_routes(store: Arc<Store>, cluster: Arc<ClusterState>) -> Router {
                         "streamlets": streamlets,
                     }))
                 }
+            }),
+        )
+        .route(
+            "/backup",
+            get(move || {
+                let (open, bytes) = backup.pool_usage();
+                let limits = backup.limits();
+                let replicas = backup.replicas(None).len();
+                std::future::ready(axum::Json(serde_json::json!({
+                    "replicas": replicas,
+                    "open_buffers": open,
+                    "open_buffers_max": limits.open_buffers_max,
+                    "open_buffer_bytes": bytes,
+                    "open_buffer_bytes_max": limits.open_buffer_bytes_max,
+                })))
             }),
         )
         .route(

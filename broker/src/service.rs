@@ -5,6 +5,7 @@
 //! Produce runs entirely in `dispatch`, on the connection's reader task, so batches pipelined
 //! on one connection are appended in the order they were sent.
 
+use crate::backup::BackupService;
 use crate::cluster::ClusterState;
 use crate::metrics as m;
 use crate::storage::{ReadOutcome, StorageError, Store, Streamlet};
@@ -25,6 +26,9 @@ pub struct BrokerService {
     store: Arc<Store>,
     cluster: Arc<ClusterState>,
     config: BrokerConfig,
+    backup: BackupService,
+    /// How long a produce on a replicated stream waits for its replicas.
+    ack_timeout: Duration,
 }
 
 fn refuse(error: StorageError) -> Reply {
@@ -39,11 +43,19 @@ fn malformed(what: &str, error: impl std::fmt::Display) -> Reply {
 }
 
 impl BrokerService {
-    pub fn new(store: Arc<Store>, cluster: Arc<ClusterState>, config: BrokerConfig) -> Self {
+    pub fn new(
+        store: Arc<Store>,
+        cluster: Arc<ClusterState>,
+        config: BrokerConfig,
+        backup: BackupService,
+        ack_timeout: Duration,
+    ) -> Self {
         Self {
             store,
             cluster,
             config,
+            backup,
+            ack_timeout,
         }
     }
 
@@ -86,14 +98,43 @@ impl BrokerService {
             metrics::counter!(m::APPENDED_BYTES).increment(request.batch.len() as u64);
         }
         let location = appended.location;
-        metrics::histogram!(m::PRODUCE_LATENCY).record(started.elapsed().as_secs_f64());
-        Reply::Ready(Response::ok(&ProduceResponse {
+        let response = ProduceResponse {
             log: location.log,
             group: location.group,
             segment: location.segment,
             position: location.position,
             base_offset: location.base_offset,
             duplicate: appended.duplicate,
+        };
+        // Acknowledged only once committed: at once without replication, after every backup
+        // holds the bytes with it. A retried batch waits for its first append's commit.
+        let mut commits = match streamlet.log(location.log) {
+            Ok(log) => log.subscribe_commits(),
+            Err(error) => return refuse(error),
+        };
+        let target = location.commit_point();
+        if *commits.borrow() >= target {
+            metrics::histogram!(m::PRODUCE_LATENCY).record(started.elapsed().as_secs_f64());
+            return Reply::Ready(Response::ok(&response));
+        }
+        let ack_timeout = self.ack_timeout;
+        Reply::Later(Box::pin(async move {
+            let committed =
+                tokio::time::timeout(ack_timeout, commits.wait_for(|p| *p >= target)).await;
+            match committed {
+                Ok(Ok(_)) => {
+                    metrics::histogram!(m::PRODUCE_LATENCY).record(started.elapsed().as_secs_f64());
+                    Response::ok(&response)
+                }
+                Ok(Err(_)) => Response::error(Status::ShuttingDown, "the log is gone"),
+                Err(_) => Response::error(
+                    Status::Timeout,
+                    format!(
+                        "not replicated within {} ms; retry",
+                        ack_timeout.as_millis()
+                    ),
+                ),
+            }
         }))
     }
 
@@ -191,6 +232,9 @@ fn fetch_response(outcome: ReadOutcome) -> Response {
 
 impl Service for BrokerService {
     fn dispatch(&self, request: Request) -> Reply {
+        if let Some(reply) = self.backup.dispatch(request.opcode, request.body.clone()) {
+            return reply;
+        }
         match request.opcode {
             Opcode::Ping => Reply::Ready(Response::empty()),
             Opcode::Produce => self.produce(request.body),

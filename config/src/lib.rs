@@ -47,6 +47,8 @@ pub struct Config {
     /// What `stream create` uses for settings it is not given (the wire type itself: one
     /// definition of a stream's settings).
     pub stream_defaults: StreamConfig,
+    pub backup: BackupConfig,
+    pub replication: ReplicationConfig,
     pub producer: ProducerConfig,
     pub consumer: ConsumerConfig,
     pub client: ClientConfig,
@@ -79,6 +81,49 @@ pub struct BrokerConfig {
     pub fetch_bytes_max: u32,
     pub retention_check_interval_ms: u64,
     pub producers_per_log_max: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackupConfig {
+    pub nic_addr: SocketAddr,
+    pub open_buffers_max: u32,
+    pub open_buffer_bytes_max: u64,
+    pub write_timeout_ms: u64,
+    pub nic_connections_max: u32,
+}
+
+/// How a primary gets entries into its backups' buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReplicationMode {
+    /// Tailwind: one-sided writes; the backup never parses what it receives.
+    #[serde(rename = "one-sided")]
+    OneSided,
+    /// The baseline: one request per write, parsed, verified and copied by the backup.
+    #[serde(rename = "rpc")]
+    Rpc,
+}
+
+/// The one-sided write backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OneSidedTransport {
+    #[serde(rename = "tcp")]
+    Tcp,
+    #[serde(rename = "rdma")]
+    Rdma,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicationConfig {
+    pub mode: ReplicationMode,
+    pub transport: OneSidedTransport,
+    pub rdma_fallback_to_tcp: bool,
+    pub writes_in_flight_per_replica_max: u32,
+    pub uncommitted_bytes_per_log_max: u64,
+    pub ack_timeout_ms: u64,
+    pub control_timeout_ms: u64,
+    pub failed_backup_quarantine_ms: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -136,7 +181,8 @@ macro_rules! section_default {
 }
 
 section_default!(
-    CoordinatorConfig => coordinator, BrokerConfig => broker,
+    CoordinatorConfig => coordinator, BrokerConfig => broker, BackupConfig => backup,
+    ReplicationConfig => replication,
     ProducerConfig => producer, ConsumerConfig => consumer, ClientConfig => client,
     DevConfig => dev
 );
@@ -214,6 +260,13 @@ impl Config {
             return invalid(
                 "producer.max_in_flight and request_timeout_ms must be positive".into(),
             );
+        }
+        let replication = &self.replication;
+        if replication.writes_in_flight_per_replica_max == 0 || replication.ack_timeout_ms == 0 {
+            return invalid("replication writes in flight and ack timeout must be positive".into());
+        }
+        if self.backup.open_buffers_max == 0 || self.backup.nic_connections_max == 0 {
+            return invalid("backup buffer and connection limits must be positive".into());
         }
         if self.consumer.fetch_max_bytes == 0 {
             return invalid("consumer.fetch_max_bytes must be positive".into());

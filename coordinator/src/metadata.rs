@@ -159,12 +159,6 @@ impl Metadata {
             )));
         }
         validate_stream_config(&config).map_err(MetadataError::InvalidArgument)?;
-        if config.replicas > 0 {
-            return Err(MetadataError::InvalidArgument(
-                "replicas > 0 is not supported by this version yet (replication is not built)"
-                    .into(),
-            ));
-        }
         if self.streams.contains_key(name) {
             return Err(MetadataError::StreamExists(name.to_string()));
         }
@@ -173,6 +167,15 @@ impl Metadata {
         live.dedup();
         if live.is_empty() {
             return Err(MetadataError::NoBrokers);
+        }
+        // Each segment needs R backups other than its primary.
+        if config.replicas as usize > live.len() - 1 {
+            return Err(MetadataError::InvalidArgument(format!(
+                "{} replicas need {} live brokers; {} are alive",
+                config.replicas,
+                config.replicas + 1,
+                live.len()
+            )));
         }
         let id = StreamId(self.next_stream_id);
         self.next_stream_id += 1;
@@ -327,6 +330,21 @@ mod tests {
             m.stream_metadata("s").unwrap().streamlets[1].owner_addr,
             "127.0.0.1:2"
         );
+    }
+
+    #[test]
+    fn replicas_need_as_many_other_live_brokers() {
+        let mut m = Metadata::default();
+        let a = m.register_broker("x:1", "a");
+        let b = m.register_broker("x:2", "b");
+        let mut replicated = config();
+        replicated.replicas = 2;
+        assert!(matches!(
+            m.create_stream("s", 1, replicated.clone(), &[a, b]),
+            Err(MetadataError::InvalidArgument(_))
+        ));
+        let c = m.register_broker("x:3", "c");
+        assert!(m.create_stream("s", 1, replicated, &[a, b, c]).is_ok());
     }
 
     #[test]

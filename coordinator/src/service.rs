@@ -139,7 +139,14 @@ impl CoordinatorService {
         state.liveness.heard(request.server_id, Instant::now());
         let assignments = (request.known_version < state.metadata.version)
             .then(|| state.metadata.assignments_for(request.server_id));
-        Ok(Response::ok(&BrokerHeartbeatResponse { assignments }))
+        let now = Instant::now();
+        let brokers = state
+            .metadata
+            .broker_infos(|id| state.liveness.is_alive(id, now));
+        Ok(Response::ok(&BrokerHeartbeatResponse {
+            assignments,
+            brokers,
+        }))
     }
 
     fn allocate_producer_id(&self) -> Result<Response, Response> {

@@ -71,6 +71,21 @@ opcodes! {
     ListGroups = 32,
     /// Coordinator → broker: own (and create) these streamlets.
     AssignStreamlets = 40,
+    /// Primary → backup: reserve a pre-zeroed buffer for one segment replica.
+    ReplicaOpen = 50,
+    /// Primary → backup: the replica is complete; flush it to its segment file.
+    ReplicaClose = 51,
+    /// Primary → backup: drop a replica (its segment was freed).
+    ReplicaFree = 52,
+    /// Anyone → backup: the replicas this backup holds (of one primary, or all).
+    ListReplicas = 53,
+    /// Anyone → backup: bytes of a replica's valid prefix.
+    ReadReplica = 54,
+    /// Primary → backup, RPC replication mode only: entries for the backup to verify and copy.
+    ReplicaWrite = 55,
+    /// Primary → backup: the replica set of a segment changed; this replica is current at the
+    /// given epoch (and complete, if it was being filled).
+    ReplicaSetEpoch = 56,
 }
 
 /// A frame's fixed header, decoded and checksum-verified.

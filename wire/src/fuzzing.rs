@@ -47,6 +47,24 @@ pub fn messages(data: &[u8]) {
     );
 }
 
+/// Decodes `data` as the one-sided protocol's fixed messages.
+pub fn nic(data: &[u8]) {
+    use crate::nic::{
+        COMPLETION_BYTES, Completion, HELLO_BYTES, Hello, WRITE_HEADER_BYTES, WriteHeader,
+    };
+    if let Some(raw) = data.first_chunk::<HELLO_BYTES>() {
+        let _ = Hello::decode(raw);
+    }
+    if let Some(raw) = data.first_chunk::<WRITE_HEADER_BYTES>()
+        && let Ok(header) = WriteHeader::decode(raw)
+    {
+        let _ = header.end_within(u32::MAX);
+    }
+    if let Some(raw) = data.first_chunk::<COMPLETION_BYTES>() {
+        let _ = Completion::decode(raw);
+    }
+}
+
 /// Validates `data` as a record batch and, if it passes, iterates its records.
 pub fn record_batch(data: &[u8]) {
     if let Ok(info) = validate_batch(data) {
@@ -74,6 +92,7 @@ pub fn segment(data: &[u8]) {
 pub fn all(data: &[u8]) {
     frames(data);
     messages(data);
+    nic(data);
     record_batch(data);
     segment(data);
 }

@@ -11,6 +11,7 @@
 //!   incremental `FrameDecoder`.
 //! - [`status`]: typed status codes and what a caller should do about each.
 //! - [`messages`]: request/response bodies for every opcode.
+//! - [`nic`]: the software one-sided write protocol (hello, write header, completion).
 //! - [`entry`]: segment entries: entry header, types, checksum trailer, log digest.
 //! - [`segment`]: `SegmentAppender`, which writes entry + trailer into a segment buffer.
 //! - [`scan`]: Algorithm 1 (`scan_segment`), closed-segment verification, entry iteration.
@@ -25,6 +26,7 @@ pub mod frame;
 pub mod fuzzing;
 pub mod ids;
 pub mod messages;
+pub mod nic;
 pub mod records;
 pub mod scan;
 pub mod segment;

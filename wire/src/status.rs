@@ -74,6 +74,15 @@ statuses! {
     /// The sender is an older generation of a server that has since re-registered.
     StaleGeneration = 32,
 
+    /// The backup has no free buffer: open the replica on another backup.
+    BackupPoolFull = 40,
+    /// No such replica (or not with that key/epoch) on this backup.
+    UnknownReplica = 41,
+    /// The replica's bytes fail their checksums: it must never be served.
+    ReplicaCorrupt = 42,
+    /// The replica is not in a state that allows this (e.g. a write to a closed replica).
+    ReplicaState = 43,
+
     Internal = 50,
     ShuttingDown = 51,
     /// Too many requests in flight on this connection or server: retry later.
@@ -98,6 +107,7 @@ impl Status {
                 | Status::NotOwner
                 | Status::OutOfOrderSequence
                 | Status::NoBrokers
+                | Status::BackupPoolFull
         )
     }
 

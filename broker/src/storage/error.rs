@@ -35,6 +35,8 @@ pub enum StorageError {
         "the log digest of {live_segments} segments does not fit a segment: raise segment_size_bytes or lower retention"
     )]
     DigestTooLarge { live_segments: usize },
+    #[error("{bytes} appended bytes are still being replicated; retry shortly")]
+    ReplicationBacklog { bytes: u64 },
 }
 
 impl StorageError {
@@ -50,6 +52,7 @@ impl StorageError {
             StorageError::BatchTooLarge { .. } => Status::BatchTooLarge,
             StorageError::OutOfOrderSequence { .. } => Status::OutOfOrderSequence,
             StorageError::DuplicateSequence(_) => Status::DuplicateSequence,
+            StorageError::ReplicationBacklog { .. } => Status::Busy,
             StorageError::DigestTooLarge { .. } => Status::Internal,
         }
     }

@@ -49,6 +49,10 @@ impl Group {
         &self.segments
     }
 
+    pub fn segments_mut(&mut self) -> &mut [Segment] {
+        &mut self.segments
+    }
+
     pub fn segment_count(&self) -> usize {
         self.segments.len()
     }

@@ -4,8 +4,12 @@
 //! maybe a new group) when the head is full, copies the batch into the head segment stamping
 //! its base offset, and writes the checksum trailer. Every new segment starts with a log digest
 //! entry naming all live segments of the log. Readers see only committed bytes: with R = 0 an
-//! append commits at once; with replication, the replication layer commits once every backup
-//! holds the bytes (`commit_through`).
+//! append commits at once; with replication, the replicator commits (`commit_through`) once
+//! every backup holds the bytes, and wakes on `replication_wake` after every append. The ids
+//! of the segment after the head are reserved in advance (`upcoming`), so the replicator can
+//! open its replicas before the head fills.
+//!
+//! Reading, listing and the replication/retention views are in `log_read`.
 
 use super::error::StorageError;
 use super::group::Group;
@@ -14,14 +18,13 @@ use super::segment::Segment;
 use super::streamlet::StreamletShared;
 use bytes::Bytes;
 use std::collections::VecDeque;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 use tailstream_wire::batch::{BatchInfo, stamp_base_offset};
 use tailstream_wire::entry::{DigestSegment, EntryType, LogDigest};
-use tailstream_wire::messages::LogGroups;
 use tailstream_wire::segment::append_bytes;
 use tailstream_wire::{Encode, GroupId, LogId, RecordOffset, SegmentId, SegmentPosition};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 /// Where a batch was appended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,11 +39,39 @@ pub struct AppendLocation {
     pub base_offset: RecordOffset,
 }
 
+impl AppendLocation {
+    /// The commit point at which this append is durable.
+    pub fn commit_point(&self) -> CommitPoint {
+        CommitPoint {
+            segment: self.segment,
+            end: self.end,
+        }
+    }
+}
+
 /// The outcome of an append: where, and whether it was a retry of an earlier append.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Appended {
     pub location: AppendLocation,
     pub duplicate: bool,
+}
+
+/// How far a log is committed: every byte of earlier segments, and `end` bytes of `segment`.
+/// Ordered by segment, then end (segment ids increase along a log).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct CommitPoint {
+    pub segment: SegmentId,
+    pub end: u32,
+}
+
+/// A segment as the replicator sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentView {
+    pub group: GroupId,
+    pub segment: SegmentId,
+    pub written: u32,
+    pub capacity: u32,
+    pub sealed: bool,
 }
 
 /// Committed entries read from one segment, and where the reader goes next.
@@ -55,25 +86,39 @@ pub struct ReadOutcome {
     pub next_group: Option<GroupId>,
 }
 
-#[derive(Debug)]
-struct LogState {
-    groups: VecDeque<Group>,
+/// An append waiting for replication: where it ends, its size, and the offset after it.
+#[derive(Clone, Copy, Debug)]
+struct PendingCommit {
+    point: CommitPoint,
+    bytes: u64,
     next_offset: RecordOffset,
-    committed_offset: RecordOffset,
+}
+
+#[derive(Debug)]
+pub(super) struct LogState {
+    pub(super) groups: VecDeque<Group>,
+    pub(super) next_offset: RecordOffset,
+    pub(super) committed_offset: RecordOffset,
     producers: ProducerTable<AppendLocation>,
     /// Every live segment of the log, in order: the body of each new segment's digest.
-    live_segments: Vec<DigestSegment>,
+    pub(super) live_segments: Vec<DigestSegment>,
+    /// Ids reserved for the segment after the head (and whether it opens a new group).
+    upcoming: Option<(GroupId, SegmentId)>,
+    /// Appends not yet committed (replicated logs only), oldest first.
+    pending: VecDeque<PendingCommit>,
+    pending_bytes: u64,
 }
 
 #[derive(Debug)]
 pub struct Log {
     id: LogId,
     state: Mutex<LogState>,
-    /// Bumped on every commit; long-polling readers wait on it.
-    commits: watch::Sender<u64>,
+    /// The commit point; readers long-poll on it, produce requests wait for theirs.
+    commits: watch::Sender<CommitPoint>,
+    replication_wake: OnceLock<Arc<Notify>>,
 }
 
-fn to_position(position: usize) -> SegmentPosition {
+pub(super) fn to_position(position: usize) -> SegmentPosition {
     // Segments are at most 1 GiB (config::SEGMENT_SIZE_BYTES_MAX), so positions fit a u32.
     SegmentPosition(u32::try_from(position).unwrap_or(u32::MAX))
 }
@@ -88,8 +133,12 @@ impl Log {
                 committed_offset: RecordOffset(0),
                 producers: ProducerTable::new(producers_max),
                 live_segments: Vec::new(),
+                upcoming: None,
+                pending: VecDeque::new(),
+                pending_bytes: 0,
             }),
-            commits: watch::Sender::new(0),
+            commits: watch::Sender::new(CommitPoint::default()),
+            replication_wake: OnceLock::new(),
         }
     }
 
@@ -97,7 +146,7 @@ impl Log {
         self.id
     }
 
-    fn lock(&self) -> MutexGuard<'_, LogState> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, LogState> {
         // A panic while holding the lock would be a bug in this module; the state it guards
         // is still structurally valid, so keep serving rather than poisoning the broker.
         self.state
@@ -105,9 +154,21 @@ impl Log {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Waits for commits: a receiver that sees every commit after this call.
-    pub fn subscribe_commits(&self) -> watch::Receiver<u64> {
+    /// A receiver of the commit point (readers long-poll on changes, producers wait for theirs).
+    pub fn subscribe_commits(&self) -> watch::Receiver<CommitPoint> {
         self.commits.subscribe()
+    }
+
+    /// Notified after every append and roll: what the replicator of this log waits on.
+    pub fn replication_wake(&self) -> Arc<Notify> {
+        self.replication_wake
+            .get_or_init(|| Arc::new(Notify::new()))
+            .clone()
+    }
+
+    /// The ids reserved for the segment that will follow the head.
+    pub fn upcoming(&self) -> Option<(GroupId, SegmentId)> {
+        self.lock().upcoming
     }
 
     /// Appends one validated record batch.
@@ -145,6 +206,14 @@ impl Log {
                 segment_bytes,
             });
         }
+        let replicated = shared.config.replicas > 0;
+        if replicated
+            && state.pending_bytes + batch.len() as u64 > shared.replication_backlog_bytes_max
+        {
+            return Err(StorageError::ReplicationBacklog {
+                bytes: state.pending_bytes,
+            });
+        }
         let head_fits = state
             .groups
             .back()
@@ -180,9 +249,23 @@ impl Log {
         state
             .producers
             .appended(info.producer_id, info.base_sequence, location);
-        if shared.config.replicas == 0 {
+        if replicated {
+            let pending = PendingCommit {
+                point: location.commit_point(),
+                bytes: (appended.end - appended.position) as u64,
+                next_offset: state.next_offset,
+            };
+            state.pending_bytes += pending.bytes;
+            state.pending.push_back(pending);
+            drop(state);
+            self.replication_wake().notify_one();
+        } else {
             let committed = state.next_offset;
-            self.commit_locked(&mut state, location.segment, location.end, committed);
+            if let Some(head) = state.groups.back_mut().and_then(Group::head_mut) {
+                head.commit_to(location.end as usize);
+            }
+            state.committed_offset = committed;
+            self.commits.send_replace(location.commit_point());
         }
         Ok(Appended {
             location,
@@ -207,27 +290,30 @@ impl Log {
                     bytes_max: shared.memory.bytes_max(),
                 })?;
         let segments_per_group = shared.config.segments_per_group as usize;
-        let new_group = match state.groups.back_mut() {
-            None => true,
-            Some(group) => {
-                if let Some(head) = group.head_mut() {
-                    head.seal();
-                }
-                let full = group.segment_count() >= segments_per_group;
-                if full {
-                    group.seal(now);
-                }
-                full
+        let group_full = state
+            .groups
+            .back()
+            .is_none_or(|g| g.segment_count() >= segments_per_group);
+        let (group_id, segment_id) = state.upcoming.take().unwrap_or_else(|| {
+            let group = match state.groups.back() {
+                Some(g) if !group_full => g.id(),
+                _ => shared.ids.next_group(),
+            };
+            (group, shared.ids.next_segment())
+        });
+        if let Some(group) = state.groups.back_mut() {
+            if let Some(head) = group.head_mut() {
+                head.seal();
             }
-        };
-        if new_group {
+            if group_full {
+                group.seal(now);
+            }
+        }
+        if state.groups.back().is_none_or(|g| g.id() != group_id) {
             state
                 .groups
-                .push_back(Group::new(shared.ids.next_group(), state.next_offset));
+                .push_back(Group::new(group_id, state.next_offset));
         }
-        let segment_id = shared.ids.next_segment();
-        let group = state.groups.back_mut().ok_or(StorageError::NotOwner)?;
-        let group_id = group.id();
         let mut segment = Segment::new(segment_id, capacity, state.next_offset, lease);
         state.live_segments.push(DigestSegment {
             group: group_id,
@@ -258,152 +344,51 @@ impl Log {
         }
         let group = state.groups.back_mut().ok_or(StorageError::NotOwner)?;
         group.push_segment(segment);
+        // Reserve the next segment's ids now, so its replicas can be opened before this one
+        // fills.
+        let next_group = if group.segment_count() >= segments_per_group {
+            shared.ids.next_group()
+        } else {
+            group_id
+        };
+        state.upcoming = Some((next_group, shared.ids.next_segment()));
+        if shared.config.replicas > 0 {
+            self.replication_wake().notify_one();
+        }
         Ok(())
     }
 
-    /// Makes the log readable up to `end` of `segment`, whose last record is just before
-    /// `committed_offset`.
-    fn commit_locked(
-        &self,
-        state: &mut LogState,
-        segment: SegmentId,
-        end: u32,
-        committed_offset: RecordOffset,
-    ) {
-        if let Some(head) = state.groups.back_mut().and_then(Group::head_mut)
-            && head.id() == segment
-        {
-            head.commit_to(end as usize);
-        }
-        state.committed_offset = state.committed_offset.max(committed_offset);
-        self.commits.send_modify(|count| *count += 1);
-    }
-
-    /// Reads committed entries of `segment` of `group` from `position` (0 = the first entry
-    /// after the digest), moving on to the group's next segment when this one is complete.
-    pub fn read(
-        &self,
-        group: GroupId,
-        segment: SegmentId,
-        position: SegmentPosition,
-        max_bytes: usize,
-    ) -> Result<ReadOutcome, StorageError> {
-        let state = self.lock();
-        let group_index = state
-            .groups
-            .binary_search_by_key(&group, Group::id)
-            .map_err(|_| match state.groups.front() {
-                Some(oldest) if group < oldest.id() => StorageError::GroupRetired(group),
-                _ => StorageError::UnknownGroup(group),
-            })?;
-        let g = &state.groups[group_index];
-        let mut index = g
-            .segment_index(segment)
-            .ok_or(StorageError::UnknownSegment(segment))?;
-        let mut pos = match position.0 {
-            0 => g.segments()[index].first_entry_position(),
-            p => p as usize,
-        };
-        loop {
-            let seg = &g.segments()[index];
-            let empty =
-                |next_pos: usize, end_of_group: bool, next_group: Option<GroupId>| ReadOutcome {
-                    segment: seg.id(),
-                    position: to_position(next_pos),
-                    parts: Vec::new(),
-                    next_segment: seg.id(),
-                    next_position: to_position(next_pos),
-                    end_of_group,
-                    next_group,
-                };
-            // The digest of a segment may not be committed yet (with replication).
-            if pos > seg.committed_bytes() && pos == seg.first_entry_position() {
-                return Ok(empty(pos, false, None));
-            }
-            let (parts, next) = seg.read_committed(pos, max_bytes).map_err(|_| {
-                StorageError::PositionOutOfRange {
-                    segment: seg.id(),
-                    position: to_position(pos).0,
-                }
-            })?;
-            if !parts.is_empty() {
-                return Ok(ReadOutcome {
-                    segment: seg.id(),
-                    position: to_position(pos),
-                    parts,
-                    next_segment: seg.id(),
-                    next_position: to_position(next),
-                    end_of_group: false,
-                    next_group: None,
-                });
-            }
-            if !seg.is_complete() {
-                return Ok(empty(pos, false, None));
-            }
-            if index + 1 < g.segment_count() {
-                index += 1;
-                pos = g.segments()[index].first_entry_position();
-                continue;
-            }
-            if g.is_sealed() {
-                let next_group = state.groups.get(group_index + 1).map(Group::id);
-                return Ok(empty(pos, true, next_group));
-            }
-            return Ok(empty(pos, false, None));
-        }
-    }
-
-    /// Runs `f` on one live segment (tests and diagnostics; holds the log's lock meanwhile).
-    pub fn with_segment<T>(
-        &self,
-        group: GroupId,
-        segment: SegmentId,
-        f: impl FnOnce(&Segment) -> T,
-    ) -> Option<T> {
-        let state = self.lock();
-        let g = state.groups.iter().find(|g| g.id() == group)?;
-        let index = g.segment_index(segment)?;
-        Some(f(&g.segments()[index]))
-    }
-
-    /// The live groups of this log, oldest first.
-    pub fn groups(&self) -> LogGroups {
-        let state = self.lock();
-        LogGroups {
-            log: self.id,
-            next_offset: state.next_offset,
-            committed_offset: state.committed_offset,
-            groups: state.groups.iter().map(Group::summary).collect(),
-        }
-    }
-
-    /// Offset the next record will get, and one past the last committed record.
-    pub fn offsets(&self) -> (RecordOffset, RecordOffset) {
-        let state = self.lock();
-        (state.next_offset, state.committed_offset)
-    }
-
-    /// Written bytes of all live groups.
-    pub fn written_bytes(&self) -> u64 {
-        self.lock().groups.iter().map(Group::written_bytes).sum()
-    }
-
-    /// The oldest group, if sealed (only sealed groups may be freed): id, bytes, sealed at.
-    pub fn oldest_sealed_group(&self) -> Option<(GroupId, u64, Instant)> {
-        let state = self.lock();
-        let oldest = state.groups.front()?;
-        Some((oldest.id(), oldest.written_bytes(), oldest.sealed_at()?))
-    }
-
-    /// Frees the oldest group if it is `group` and sealed; returns its bytes.
-    pub fn free_oldest_group(&self, group: GroupId) -> Option<u64> {
+    /// Replicated logs: every byte up to `point` is on every backup. Makes it readable,
+    /// advances the committed offset and wakes produce requests waiting for it.
+    pub fn commit_through(&self, point: CommitPoint) {
         let mut state = self.lock();
-        let oldest = state.groups.front()?;
-        if oldest.id() != group || !oldest.is_sealed() {
-            return None;
+        let previous = *self.commits.borrow();
+        if point <= previous {
+            return;
         }
-        let freed = state.groups.pop_front()?;
-        state.live_segments.retain(|s| s.group != group);
-        Some(freed.written_bytes())
+        // Segments between the previous commit point and this one are complete up to it.
+        'groups: for group in state.groups.iter_mut().rev() {
+            for segment in group.segments_mut().iter_mut().rev() {
+                if segment.id() < previous.segment {
+                    break 'groups;
+                }
+                if segment.id() < point.segment {
+                    let written = segment.written_bytes();
+                    segment.commit_to(written);
+                } else if segment.id() == point.segment {
+                    segment.commit_to(point.end as usize);
+                }
+            }
+        }
+        while let Some(front) = state.pending.front().copied() {
+            if front.point > point {
+                break;
+            }
+            state.pending.pop_front();
+            state.pending_bytes -= front.bytes;
+            state.committed_offset = front.next_offset;
+        }
+        drop(state);
+        self.commits.send_replace(point);
     }
 }

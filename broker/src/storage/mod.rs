@@ -8,6 +8,7 @@
 pub mod error;
 pub mod group;
 pub mod log;
+mod log_read;
 pub mod memory;
 pub mod producers;
 pub mod segment;
@@ -15,7 +16,7 @@ pub mod store;
 pub mod streamlet;
 
 pub use error::StorageError;
-pub use log::{AppendLocation, Appended, Log, ReadOutcome};
+pub use log::{AppendLocation, Appended, CommitPoint, Log, ReadOutcome, SegmentView};
 pub use memory::SegmentMemory;
 pub use store::Store;
 pub use streamlet::Streamlet;

@@ -18,14 +18,20 @@ type Key = (StreamId, StreamletId);
 pub struct Store {
     memory: SegmentMemory,
     producers_per_log_max: usize,
+    replication_backlog_bytes_max: u64,
     streamlets: RwLock<HashMap<Key, Arc<Streamlet>>>,
 }
 
 impl Store {
-    pub fn new(segment_memory_bytes_max: u64, producers_per_log_max: usize) -> Self {
+    pub fn new(
+        segment_memory_bytes_max: u64,
+        producers_per_log_max: usize,
+        replication_backlog_bytes_max: u64,
+    ) -> Self {
         Self {
             memory: SegmentMemory::new(segment_memory_bytes_max),
             producers_per_log_max,
+            replication_backlog_bytes_max,
             streamlets: RwLock::new(HashMap::new()),
         }
     }
@@ -47,8 +53,11 @@ impl Store {
     }
 
     /// Makes the owned set exactly `assignments`: creates the streamlets that are new and drops
-    /// those no longer assigned here. Returns (created, dropped).
-    pub fn apply_assignments(&self, assignments: &[StreamletAssignment]) -> (usize, usize) {
+    /// those no longer assigned here. Returns (the created streamlets, how many were dropped).
+    pub fn apply_assignments(
+        &self,
+        assignments: &[StreamletAssignment],
+    ) -> (Vec<Arc<Streamlet>>, usize) {
         let mut streamlets = self.streamlets.write().unwrap_or_else(|p| p.into_inner());
         let wanted: HashMap<Key, &StreamletAssignment> = assignments
             .iter()
@@ -57,20 +66,28 @@ impl Store {
         let before = streamlets.len();
         streamlets.retain(|key, _| wanted.contains_key(key));
         let dropped = before - streamlets.len();
-        let mut created = 0;
+        let mut created = Vec::new();
         for (key, assignment) in wanted {
             streamlets.entry(key).or_insert_with(|| {
-                created += 1;
-                Arc::new(Streamlet::new(
+                let streamlet = Arc::new(Streamlet::new(
                     assignment.stream,
                     assignment.streamlet,
                     assignment.config.clone(),
                     self.memory.clone(),
                     self.producers_per_log_max,
-                ))
+                    self.replication_backlog_bytes_max,
+                ));
+                created.push(streamlet.clone());
+                streamlet
             });
         }
         (created, dropped)
+    }
+
+    /// Whether `streamlet` is still owned here (not dropped by a newer assignment).
+    pub fn owns(&self, streamlet: &Arc<Streamlet>) -> bool {
+        self.get(streamlet.stream(), streamlet.id())
+            .is_ok_and(|s| Arc::ptr_eq(&s, streamlet))
     }
 
     pub fn streamlets(&self) -> Vec<Arc<Streamlet>> {

@@ -39,6 +39,8 @@ pub struct StreamletShared {
     pub config: StreamConfig,
     pub memory: SegmentMemory,
     pub ids: IdAllocator,
+    /// Appended but not yet replicated bytes a log may hold (replicated streams only).
+    pub replication_backlog_bytes_max: u64,
 }
 
 #[derive(Debug)]
@@ -54,6 +56,7 @@ impl Streamlet {
         config: StreamConfig,
         memory: SegmentMemory,
         producers_per_log_max: usize,
+        replication_backlog_bytes_max: u64,
     ) -> Self {
         let logs = (0..config.logs_per_streamlet.max(1))
             .map(|id| Log::new(LogId(id), producers_per_log_max))
@@ -65,6 +68,7 @@ impl Streamlet {
                 config,
                 memory,
                 ids: IdAllocator::default(),
+                replication_backlog_bytes_max,
             },
             logs,
         }

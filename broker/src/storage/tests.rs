@@ -32,6 +32,7 @@ fn streamlet(config: StreamConfig, memory_bytes: u64) -> Streamlet {
         config,
         SegmentMemory::new(memory_bytes),
         64,
+        64 << 20,
     )
 }
 
@@ -271,6 +272,62 @@ fn oversized_batches_and_bad_positions_are_refused() {
         Err(StorageError::UnknownGroup(_))
     ));
     assert!(matches!(s.log(LogId(7)), Err(StorageError::UnknownLog(_))));
+}
+
+#[test]
+fn a_replicated_log_shows_appends_only_once_committed_in_order() {
+    let mut cfg = config(1, 4096, 2);
+    cfg.replicas = 2;
+    let s = streamlet(cfg, 1 << 30);
+    let log = s.log(LogId(0)).unwrap();
+    let mut points = Vec::new();
+    for i in 0..40u32 {
+        let a = append(&s, &batch(1, i, &[&format!("r{i:03}-{}", "p".repeat(90))])).unwrap();
+        points.push(a.location.commit_point());
+    }
+    assert!(read_log(log).is_empty(), "nothing is committed yet");
+    assert_eq!(log.offsets(), (RecordOffset(40), RecordOffset(0)));
+    // Commit halfway: exactly the first twenty records become visible, across segments.
+    log.commit_through(points[19]);
+    let visible = read_log(log);
+    assert_eq!(visible.len(), 20);
+    assert_eq!(visible.last().unwrap().0, 19);
+    assert_eq!(log.offsets().1, RecordOffset(20));
+    assert_eq!(log.commit_point(), points[19]);
+    // Commits never move backwards.
+    log.commit_through(points[3]);
+    assert_eq!(log.commit_point(), points[19]);
+    log.commit_through(*points.last().unwrap());
+    assert_eq!(read_log(log).len(), 40);
+    // The segment after the head has its ids reserved, beyond every existing one.
+    let views = log.segments_since(None);
+    let (_, upcoming) = log.upcoming().unwrap();
+    assert!(views.iter().all(|v| v.segment < upcoming));
+    assert!(views.iter().rev().skip(1).all(|v| v.sealed));
+}
+
+#[test]
+fn a_replication_backlog_beyond_its_bound_is_refused_as_busy() {
+    let mut cfg = config(1, 1 << 20, 4);
+    cfg.replicas = 1;
+    let s = Streamlet::new(
+        StreamId(1),
+        StreamletId(0),
+        cfg,
+        SegmentMemory::new(1 << 30),
+        64,
+        10_000,
+    );
+    let value = "b".repeat(1000);
+    let mut seq = 0;
+    let refused = loop {
+        match append(&s, &batch(1, seq, &[&value])) {
+            Ok(_) => seq += 1,
+            Err(error) => break error,
+        }
+    };
+    assert_eq!(refused.status(), tailstream_wire::Status::Busy);
+    assert!((8..=10).contains(&seq), "{seq}");
 }
 
 mod model {

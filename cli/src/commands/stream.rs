@@ -23,7 +23,7 @@ pub struct CreateArgs {
     /// Q: logs per streamlet (default from the config's stream_defaults).
     #[arg(long)]
     logs: Option<u32>,
-    /// R: backups per segment.
+    /// R: backups per segment (default: min(3, live brokers - 1)).
     #[arg(long)]
     replicas: Option<u32>,
     #[arg(long)]
@@ -60,7 +60,14 @@ pub async fn run(config: Config, coordinator: &str, command: StreamCommand) -> R
         StreamCommand::Create(args) => {
             let mut stream = config.stream_defaults.clone();
             stream.logs_per_streamlet = args.logs.unwrap_or(stream.logs_per_streamlet);
-            stream.replicas = args.replicas.unwrap_or(stream.replicas);
+            stream.replicas = match args.replicas {
+                Some(replicas) => replicas,
+                None => {
+                    let brokers = cluster.list_brokers().await.map_err(|e| e.to_string())?;
+                    let alive = brokers.iter().filter(|b| b.alive).count() as u32;
+                    alive.saturating_sub(1).min(3)
+                }
+            };
             stream.segment_size_bytes =
                 args.segment_size_bytes.unwrap_or(stream.segment_size_bytes);
             stream.segments_per_group =

@@ -59,6 +59,9 @@ pub struct Cursor {
     pub log: LogId,
     next_offset: RecordOffset,
     state: State,
+    /// The last position read from: what a resumed cursor restarts at while this one is
+    /// between groups (the fetch there answers end-of-group and it moves on).
+    last_read: Option<(GroupId, SegmentId, SegmentPosition)>,
     /// Records skipped because retention freed their group before they were read.
     pub records_lost_to_retention: u64,
 }
@@ -70,6 +73,7 @@ impl Cursor {
             log,
             next_offset: RecordOffset(0),
             state: State::Discover { after: None, start },
+            last_read: None,
             records_lost_to_retention: 0,
         }
     }
@@ -84,6 +88,7 @@ impl Cursor {
                 segment: position.segment,
                 position: position.position,
             },
+            last_read: None,
             records_lost_to_retention: 0,
         }
     }
@@ -109,21 +114,22 @@ impl Cursor {
 
     /// The resumable position, once the cursor has one.
     pub fn position(&self) -> Option<LogPosition> {
-        match self.state {
+        let (group, segment, position) = match self.state {
             State::Reading {
                 group,
                 segment,
                 position,
-            } => Some(LogPosition {
-                streamlet: self.streamlet,
-                log: self.log,
-                group,
-                segment,
-                position,
-                next_offset: self.next_offset,
-            }),
-            State::Discover { .. } => None,
-        }
+            } => (group, segment, position),
+            State::Discover { .. } => self.last_read?,
+        };
+        Some(LogPosition {
+            streamlet: self.streamlet,
+            log: self.log,
+            group,
+            segment,
+            position,
+            next_offset: self.next_offset,
+        })
     }
 
     /// Applies a group listing. Returns true when the cursor can now fetch.
@@ -177,6 +183,7 @@ impl Cursor {
         let State::Reading { group, .. } = self.state else {
             return;
         };
+        self.last_read = Some((group, response.next_segment, response.next_position));
         if response.end_of_group {
             self.state = State::Discover {
                 after: Some(group),
@@ -265,6 +272,12 @@ mod tests {
         );
         cursor.on_fetched(&fetched(true, 400), RecordOffset(50));
         assert_eq!(cursor.step(), Step::ListGroups);
+        // Between groups, the saved position is the end of the group just finished.
+        let between = cursor.position().unwrap();
+        assert_eq!(
+            (between.group, between.position, between.next_offset),
+            (GroupId(3), SegmentPosition(400), RecordOffset(50))
+        );
         assert!(cursor.on_groups(&groups(&[(3, 1, 0), (7, 9, 50)])));
         assert_eq!(
             cursor.step(),

@@ -1,0 +1,21 @@
+//! The backup half of every broker: replica buffers other brokers replicate into.
+//!
+//! - [`mapped`]: a memory-mapped file (the one `unsafe` call in Tailstream).
+//! - [`replica`]: one replica: identity, JSON sidecar, buffer while open.
+//! - [`store`]: every replica held, the pool's bounds, fencing of old primary generations.
+//! - [`ops`]: close (verify + flush), describe (Algorithm 1), read, RPC-mode verified writes.
+//! - [`service`]: the replica RPCs.
+//! - [`nic`]: the tcp backend's one-sided endpoint, which never parses what it places.
+
+pub mod mapped;
+pub mod nic;
+pub mod ops;
+pub mod replica;
+pub mod service;
+pub mod store;
+
+pub use service::BackupService;
+pub use store::{BackupError, BackupLimits, BackupStore};
+
+#[cfg(test)]
+mod tests;

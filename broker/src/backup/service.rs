@@ -1,0 +1,141 @@
+//! The backup's RPCs (the control path of replication, plus RPC-mode writes), served on the
+//! broker's RPC port. File I/O and whole-buffer scans run on the blocking pool, never on the
+//! connection's reader task.
+
+use super::ops;
+use super::store::{BackupError, BackupStore};
+use bytes::Bytes;
+use std::sync::Arc;
+use tailstream_net::{Reply, Response};
+use tailstream_wire::messages::{
+    BufferDescriptor, ListReplicasRequest, ListReplicasResponse, ReadReplicaRequest,
+    ReplicaCloseRequest, ReplicaFreeRequest, ReplicaOpenRequest, ReplicaSetEpochRequest,
+    ReplicaWriteRequest,
+};
+use tailstream_wire::{Decode, Encode, Opcode, Status};
+
+#[derive(Debug)]
+pub struct BackupService {
+    store: Arc<BackupStore>,
+    /// Advertised in every buffer descriptor (tcp backend).
+    nic_addr: String,
+}
+
+fn refuse(error: BackupError) -> Response {
+    Response::error(error.status(), error.to_string())
+}
+
+/// Runs blocking backup work off the async workers and turns its outcome into a response.
+fn blocking<T: Encode + Send + 'static>(
+    work: impl FnOnce() -> Result<T, BackupError> + Send + 'static,
+) -> Reply {
+    Reply::Later(Box::pin(async move {
+        match tokio::task::spawn_blocking(work).await {
+            Ok(Ok(value)) => Response::ok(&value),
+            Ok(Err(error)) => refuse(error),
+            Err(join) => Response::error(Status::Internal, format!("backup task failed: {join}")),
+        }
+    }))
+}
+
+impl BackupService {
+    pub fn new(store: Arc<BackupStore>, nic_addr: String) -> Self {
+        Self { store, nic_addr }
+    }
+
+    pub fn store(&self) -> &Arc<BackupStore> {
+        &self.store
+    }
+
+    fn pool_gauges(store: &BackupStore) {
+        let (open, bytes) = store.pool_usage();
+        let limits = store.limits();
+        metrics::gauge!(crate::metrics::BACKUP_BUFFERS_USED).set(f64::from(open));
+        metrics::gauge!(crate::metrics::BACKUP_BUFFERS_FREE)
+            .set(f64::from(limits.open_buffers_max.saturating_sub(open)));
+        metrics::gauge!(crate::metrics::BACKUP_BUFFER_BYTES_USED).set(bytes as f64);
+    }
+
+    /// Handles a backup opcode; `None` for any other opcode.
+    pub fn dispatch(&self, opcode: Opcode, body: Bytes) -> Option<Reply> {
+        let malformed = |e: tailstream_wire::DecodeError| {
+            Reply::Ready(Response::error(Status::Malformed, e.to_string()))
+        };
+        let store = self.store.clone();
+        Some(match opcode {
+            Opcode::ReplicaOpen => match ReplicaOpenRequest::decode_exact(body) {
+                Ok(request) => {
+                    let nic_addr = self.nic_addr.clone();
+                    blocking(move || {
+                        let replica = store.open(&request)?;
+                        Self::pool_gauges(&store);
+                        Ok(BufferDescriptor {
+                            key: replica.key,
+                            capacity_bytes: replica.capacity_bytes,
+                            nic_addr,
+                            rdma_token: Bytes::new(),
+                        })
+                    })
+                }
+                Err(e) => malformed(e),
+            },
+            Opcode::ReplicaClose => match ReplicaCloseRequest::decode_exact(body) {
+                Ok(request) => blocking(move || {
+                    ops::close(&store, &request)?;
+                    Self::pool_gauges(&store);
+                    Ok(tailstream_wire::messages::Empty {})
+                }),
+                Err(e) => malformed(e),
+            },
+            Opcode::ReplicaFree => match ReplicaFreeRequest::decode_exact(body) {
+                Ok(request) => blocking(move || {
+                    store.free(request.primary, &request.replica)?;
+                    Self::pool_gauges(&store);
+                    Ok(tailstream_wire::messages::Empty {})
+                }),
+                Err(e) => malformed(e),
+            },
+            Opcode::ReplicaSetEpoch => match ReplicaSetEpochRequest::decode_exact(body) {
+                Ok(request) => blocking(move || {
+                    store.set_epoch(request.primary, &request.replica, request.epoch)?;
+                    Self::pool_gauges(&store);
+                    Ok(tailstream_wire::messages::Empty {})
+                }),
+                Err(e) => malformed(e),
+            },
+            Opcode::ListReplicas => match ListReplicasRequest::decode_exact(body) {
+                Ok(request) => blocking(move || {
+                    let replicas = store.replicas(request.primary);
+                    Ok(ListReplicasResponse {
+                        replicas: replicas.iter().map(|r| ops::describe(r)).collect(),
+                    })
+                }),
+                Err(e) => malformed(e),
+            },
+            Opcode::ReadReplica => match ReadReplicaRequest::decode_exact(body) {
+                Ok(request) => blocking(move || ops::read(&store, &request)),
+                Err(e) => malformed(e),
+            },
+            Opcode::ReplicaWrite => match ReplicaWriteRequest::decode_exact(body) {
+                Ok(request) => {
+                    match store.find_by_key(request.primary, &request.replica, request.key) {
+                        Ok(replica) => Reply::Later(Box::pin(async move {
+                            let bytes = request.entries.len() as u64;
+                            match ops::write_entries(replica, request).await {
+                                Ok(()) => {
+                                    metrics::counter!(crate::metrics::BACKUP_WRITTEN_BYTES)
+                                        .increment(bytes);
+                                    Response::empty()
+                                }
+                                Err(error) => refuse(error),
+                            }
+                        })),
+                        Err(error) => Reply::Ready(refuse(error)),
+                    }
+                }
+                Err(e) => malformed(e),
+            },
+            _ => return None,
+        })
+    }
+}

@@ -1,0 +1,177 @@
+//! This primary's connections to its backups: the replica control RPCs (open, close,
+//! set-epoch, free) on each backup's RPC port, and one writer per backup for the data.
+
+use super::transport::rpc::RpcWriter;
+use super::transport::tcp::NicWriter;
+use super::transport::{ReplicaWriter, TransportError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tailstream_config::{OneSidedTransport, ReplicationMode};
+use tailstream_net::{RpcClientConfig, RpcPool};
+use tailstream_wire::messages::{
+    BufferDescriptor, Empty, ReplicaCloseRequest, ReplicaFreeRequest, ReplicaOpenRequest,
+    ReplicaSetEpochRequest,
+};
+use tailstream_wire::{Encode, Opcode, ServerId};
+
+/// How data reaches backups, decided once at start-up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WritePath {
+    /// One-sided writes to the backup's software NIC over TCP.
+    Tcp,
+    /// One-sided RDMA WRITE (feature `rdma`).
+    Rdma,
+    /// The RPC baseline.
+    Rpc,
+}
+
+impl WritePath {
+    pub fn from_config(mode: ReplicationMode, transport: OneSidedTransport) -> Self {
+        match (mode, transport) {
+            (ReplicationMode::Rpc, _) => WritePath::Rpc,
+            (ReplicationMode::OneSided, OneSidedTransport::Tcp) => WritePath::Tcp,
+            (ReplicationMode::OneSided, OneSidedTransport::Rdma) => WritePath::Rdma,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Backups {
+    path: WritePath,
+    pool: RpcPool,
+    control_timeout: Duration,
+    writers: Mutex<HashMap<ServerId, Arc<dyn ReplicaWriter>>>,
+}
+
+impl Backups {
+    pub fn new(path: WritePath, control_timeout: Duration) -> Self {
+        let pool = RpcPool::new(RpcClientConfig {
+            requests_in_flight_max: 4096,
+            frame_body_bytes_max: 64 << 20,
+            connect_timeout_ms: control_timeout.as_millis() as u64,
+            request_timeout_ms: control_timeout.as_millis() as u64,
+        });
+        Self {
+            path,
+            pool,
+            control_timeout,
+            writers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn path(&self) -> WritePath {
+        self.path
+    }
+
+    async fn call(
+        &self,
+        addr: &str,
+        opcode: Opcode,
+        request: &impl Encode,
+    ) -> Result<Empty, String> {
+        let client = self.pool.get(addr).await.map_err(|e| e.to_string())?;
+        client
+            .call(opcode, request)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Opens a replica on the backup at `addr` and returns its key and the writer for it.
+    pub async fn open(
+        &self,
+        backup: ServerId,
+        addr: &str,
+        request: &ReplicaOpenRequest,
+    ) -> Result<(u64, Arc<dyn ReplicaWriter>), String> {
+        let client = self.pool.get(addr).await.map_err(|e| e.to_string())?;
+        let descriptor: BufferDescriptor = client
+            .call(Opcode::ReplicaOpen, request)
+            .await
+            .map_err(|e| e.to_string())?;
+        let writer = self
+            .writer(backup, addr, &descriptor, request.primary)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok((descriptor.key, writer))
+    }
+
+    /// The live writer to `backup`, connecting one if there is none.
+    async fn writer(
+        &self,
+        backup: ServerId,
+        addr: &str,
+        descriptor: &BufferDescriptor,
+        primary: ServerId,
+    ) -> Result<Arc<dyn ReplicaWriter>, TransportError> {
+        if let Some(writer) = self.cached(backup) {
+            return Ok(writer);
+        }
+        let writer: Arc<dyn ReplicaWriter> = match self.path {
+            WritePath::Tcp => Arc::new(
+                NicWriter::connect(&descriptor.nic_addr, primary, self.control_timeout).await?,
+            ),
+            WritePath::Rpc => {
+                let client = self
+                    .pool
+                    .get(addr)
+                    .await
+                    .map_err(|e| TransportError::Broken(e.to_string()))?;
+                Arc::new(RpcWriter::new(client, primary))
+            }
+            WritePath::Rdma => {
+                return Err(TransportError::Broken(
+                    "rdma writes are not available in this build".into(),
+                ));
+            }
+        };
+        let mut writers = self.writers.lock().unwrap_or_else(|p| p.into_inner());
+        // Another replicator may have connected meanwhile: keep one writer per backup.
+        let writer = match writers.get(&backup) {
+            Some(existing) if !existing.is_broken() => existing.clone(),
+            _ => {
+                writers.insert(backup, writer.clone());
+                writer
+            }
+        };
+        Ok(writer)
+    }
+
+    fn cached(&self, backup: ServerId) -> Option<Arc<dyn ReplicaWriter>> {
+        let writers = self.writers.lock().unwrap_or_else(|p| p.into_inner());
+        writers.get(&backup).filter(|w| !w.is_broken()).cloned()
+    }
+
+    /// Forgets `backup`'s connections (it failed; a later open reconnects).
+    pub fn forget(&self, backup: ServerId, addr: Option<&str>) {
+        self.writers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&backup);
+        if let Some(addr) = addr {
+            self.pool.forget(addr);
+        }
+    }
+
+    pub async fn close(&self, addr: &str, request: &ReplicaCloseRequest) -> Result<(), String> {
+        self.call(addr, Opcode::ReplicaClose, request)
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn set_epoch(
+        &self,
+        addr: &str,
+        request: &ReplicaSetEpochRequest,
+    ) -> Result<(), String> {
+        self.call(addr, Opcode::ReplicaSetEpoch, request)
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn free(&self, addr: &str, request: &ReplicaFreeRequest) -> Result<(), String> {
+        self.call(addr, Opcode::ReplicaFree, request)
+            .await
+            .map(|_| ())
+    }
+}

@@ -1,0 +1,102 @@
+//! Choosing backups: at random among live brokers other than this one, never one that
+//! already holds a replica of the segment, and not one that failed recently (quarantine),
+//! unless it came back as a new generation, which is a different server id.
+
+use rand::seq::IndexedRandom;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+use tailstream_wire::ServerId;
+use tailstream_wire::messages::BrokerInfo;
+
+#[derive(Debug)]
+pub struct BackupSelector {
+    quarantine: Duration,
+    failed_at: HashMap<ServerId, Instant>,
+}
+
+impl BackupSelector {
+    pub fn new(quarantine: Duration) -> Self {
+        Self {
+            quarantine,
+            failed_at: HashMap::new(),
+        }
+    }
+
+    /// `backup` failed: do not choose it again for a while.
+    pub fn failed(&mut self, backup: ServerId, now: Instant) {
+        self.failed_at.insert(backup, now);
+    }
+
+    /// A backup for a segment, or `None` when no broker qualifies.
+    pub fn choose(
+        &mut self,
+        membership: &[BrokerInfo],
+        me: ServerId,
+        exclude: &[ServerId],
+        now: Instant,
+    ) -> Option<BrokerInfo> {
+        let quarantine = self.quarantine;
+        self.failed_at
+            .retain(|_, at| now.saturating_duration_since(*at) < quarantine);
+        let candidates: Vec<&BrokerInfo> = membership
+            .iter()
+            .filter(|b| b.alive)
+            .filter(|b| b.server_id.index != me.index)
+            .filter(|b| !exclude.iter().any(|e| e.index == b.server_id.index))
+            .filter(|b| !self.failed_at.contains_key(&b.server_id))
+            .collect();
+        candidates.choose(&mut rand::rng()).map(|b| (*b).clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn broker(index: u32, generation: u32, alive: bool) -> BrokerInfo {
+        BrokerInfo {
+            server_id: ServerId::new(index, generation),
+            rpc_addr: format!("127.0.0.1:{index}"),
+            admin_addr: String::new(),
+            alive,
+        }
+    }
+
+    #[test]
+    fn only_live_distinct_unquarantined_brokers_other_than_me_are_chosen() {
+        let mut selector = BackupSelector::new(Duration::from_secs(5));
+        let now = Instant::now();
+        let members = vec![
+            broker(0, 1, true),
+            broker(1, 1, true),
+            broker(2, 1, false),
+            broker(3, 1, true),
+        ];
+        let me = ServerId::new(0, 1);
+        for _ in 0..50 {
+            let chosen = selector
+                .choose(&members, me, &[ServerId::new(1, 1)], now)
+                .unwrap();
+            assert_eq!(chosen.server_id, ServerId::new(3, 1));
+        }
+        selector.failed(ServerId::new(3, 1), now);
+        assert!(
+            selector
+                .choose(&members, me, &[ServerId::new(1, 1)], now)
+                .is_none()
+        );
+        // The same slot as a new generation is a different server: eligible at once.
+        let members = vec![broker(0, 1, true), broker(1, 1, true), broker(3, 2, true)];
+        let chosen = selector
+            .choose(&members, me, &[ServerId::new(1, 1)], now)
+            .unwrap();
+        assert_eq!(chosen.server_id, ServerId::new(3, 2));
+        // Quarantine ends.
+        let members = vec![broker(3, 1, true)];
+        assert!(
+            selector
+                .choose(&members, me, &[], now + Duration::from_secs(6))
+                .is_some()
+        );
+    }
+}

@@ -1,0 +1,205 @@
+//! The tcp backend's primary side: one connection per backup, writes pipelined, completions
+//! matched to writes in order.
+
+use super::{ReplicaWriter, TransportError, WriteFuture, WriteTarget, failed};
+use bytes::Bytes;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tailstream_wire::ServerId;
+use tailstream_wire::nic::{COMPLETION_BYTES, Completion, Hello, WriteHeader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+type Done = oneshot::Sender<Result<(), TransportError>>;
+
+#[derive(Debug)]
+struct Queued {
+    header: WriteHeader,
+    parts: Vec<Bytes>,
+    done: Done,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    broken: AtomicBool,
+    /// Writes sent and not yet completed, in send order.
+    awaiting: Mutex<VecDeque<(u64, Done)>>,
+}
+
+impl Shared {
+    fn break_with(&self, reason: &str) {
+        self.broken.store(true, Ordering::Release);
+        let drained: Vec<(u64, Done)> = match self.awaiting.lock() {
+            Ok(mut awaiting) => awaiting.drain(..).collect(),
+            Err(poisoned) => poisoned.into_inner().drain(..).collect(),
+        };
+        for (_, done) in drained {
+            let _ = done.send(Err(TransportError::Broken(reason.to_string())));
+        }
+    }
+}
+
+/// Writes to one backup's NIC endpoint.
+#[derive(Debug)]
+pub struct NicWriter {
+    queue: mpsc::UnboundedSender<Queued>,
+    shared: Arc<Shared>,
+    next_write_id: AtomicU64,
+    tasks: [JoinHandle<()>; 2],
+}
+
+impl Drop for NicWriter {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl NicWriter {
+    /// Connects to the NIC endpoint at `addr` as `primary`.
+    pub async fn connect(
+        addr: &str,
+        primary: ServerId,
+        timeout: Duration,
+    ) -> Result<Self, TransportError> {
+        let broken = |e: String| TransportError::Broken(format!("{addr}: {e}"));
+        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| broken("connect timed out".into()))?
+            .map_err(|e| broken(e.to_string()))?;
+        let _ = stream.set_nodelay(true);
+        let (mut reader, writer) = stream.into_split();
+        let mut writer = BufWriter::with_capacity(256 * 1024, writer);
+        writer
+            .write_all(&Hello { primary }.encode())
+            .await
+            .map_err(|e| broken(e.to_string()))?;
+        writer.flush().await.map_err(|e| broken(e.to_string()))?;
+        let shared = Arc::new(Shared::default());
+        // Unbounded, but bounded in practice: every queued write belongs to a replica slot
+        // with at most `writes_in_flight_per_replica_max` writes outstanding.
+        let (queue, mut queued) = mpsc::unbounded_channel::<Queued>();
+        let send_shared = shared.clone();
+        let sender = tokio::spawn(async move {
+            let outcome: std::io::Result<()> = async {
+                while let Some(write) = queued.recv().await {
+                    send_one(&mut writer, &send_shared, write).await?;
+                    while let Ok(write) = queued.try_recv() {
+                        send_one(&mut writer, &send_shared, write).await?;
+                    }
+                    writer.flush().await?;
+                }
+                Ok(())
+            }
+            .await;
+            if let Err(error) = outcome {
+                send_shared.break_with(&format!("sending: {error}"));
+            }
+        });
+        let read_shared = shared.clone();
+        let receiver = tokio::spawn(async move {
+            let reason = loop {
+                let mut raw = [0u8; COMPLETION_BYTES];
+                if let Err(error) = reader.read_exact(&mut raw).await {
+                    break format!("connection closed by backup ({error})");
+                }
+                let completion = match Completion::decode(&raw) {
+                    Ok(completion) => completion,
+                    Err(error) => break format!("bad completion: {error}"),
+                };
+                let front = read_shared
+                    .awaiting
+                    .lock()
+                    .ok()
+                    .and_then(|mut a| a.pop_front());
+                match front {
+                    Some((write_id, done))
+                        if write_id == completion.write_id && completion.status == 0 =>
+                    {
+                        let _ = done.send(Ok(()));
+                    }
+                    Some((_, done)) => {
+                        let _ = done.send(Err(TransportError::Broken(
+                            "completion out of order".into(),
+                        )));
+                        break "completion out of order".to_string();
+                    }
+                    None => break "completion for no write".to_string(),
+                }
+            };
+            read_shared.break_with(&reason);
+        });
+        Ok(Self {
+            queue,
+            shared,
+            next_write_id: AtomicU64::new(1),
+            tasks: [sender, receiver],
+        })
+    }
+}
+
+async fn send_one(
+    writer: &mut BufWriter<tokio::net::tcp::OwnedWriteHalf>,
+    shared: &Shared,
+    write: Queued,
+) -> std::io::Result<()> {
+    if shared.broken.load(Ordering::Acquire) {
+        let _ = write
+            .done
+            .send(Err(TransportError::Broken("connection broken".into())));
+        return Ok(());
+    }
+    if let Ok(mut awaiting) = shared.awaiting.lock() {
+        awaiting.push_back((write.header.write_id, write.done));
+    }
+    writer.write_all(&write.header.encode()).await?;
+    for part in &write.parts {
+        writer.write_all(part).await?;
+    }
+    Ok(())
+}
+
+impl ReplicaWriter for NicWriter {
+    fn write(&self, target: WriteTarget, offset: u32, parts: Vec<Bytes>) -> WriteFuture {
+        if self.is_broken() {
+            return failed("connection broken");
+        }
+        let len: usize = parts.iter().map(Bytes::len).sum();
+        let Ok(len) = u32::try_from(len) else {
+            return failed("write larger than 4 GiB");
+        };
+        let write_id = self.next_write_id.fetch_add(1, Ordering::Relaxed);
+        let header = WriteHeader {
+            key: target.key,
+            offset,
+            len,
+            write_id,
+        };
+        let (done, completed) = oneshot::channel();
+        if self
+            .queue
+            .send(Queued {
+                header,
+                parts,
+                done,
+            })
+            .is_err()
+        {
+            return failed("connection closed");
+        }
+        Box::pin(async move {
+            completed
+                .await
+                .unwrap_or_else(|_| Err(TransportError::Broken("connection closed".into())))
+        })
+    }
+
+    fn is_broken(&self) -> bool {
+        self.shared.broken.load(Ordering::Acquire)
+    }
+}
