@@ -33,6 +33,12 @@ impl Ledger {
         self.unacked.insert(value);
     }
 
+    /// Adds another producer's ledger to this one.
+    pub fn merge(&mut self, other: Ledger) {
+        self.acked.extend(other.acked);
+        self.unacked.extend(other.unacked);
+    }
+
     pub fn acked_count(&self) -> usize {
         self.acked.len()
     }

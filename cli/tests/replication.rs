@@ -1,0 +1,308 @@
+//! Replication through real processes: every acked record survives, and is read exactly once
+//! and in order per log, while a backup is killed with SIGKILL, with one-sided (tcp) and RPC
+//! replication; a killed backup restarts holding the replicas it had.
+
+#![allow(clippy::unwrap_used)] // tests may unwrap freely (see clippy.toml)
+
+mod common;
+
+use common::ledger::{Ledger, value};
+use common::{TEST_TIMEOUT, TestCluster};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+use tailstream_client::{ConsumedRecord, Consumer, Membership, Producer, StartFrom};
+use tailstream_net::{RpcClient, RpcClientConfig};
+use tailstream_wire::Opcode;
+use tailstream_wire::messages::{ListReplicasRequest, ListReplicasResponse, ReplicaInfo};
+
+/// Small segments and groups, so closed segments (and their re-replication) are exercised.
+fn replicated_stream(test: &TestCluster, replicas: u32) -> tailstream_wire::messages::StreamConfig {
+    let mut stream = test.stream_config();
+    stream.replicas = replicas;
+    stream.logs_per_streamlet = 2;
+    stream.segment_size_bytes = 64 * 1024;
+    stream.segments_per_group = 2;
+    stream
+}
+
+async fn list_replicas(addr: &str) -> Vec<ReplicaInfo> {
+    let client = RpcClient::connect(addr, RpcClientConfig::default())
+        .await
+        .unwrap();
+    let response: ListReplicasResponse = client
+        .call(Opcode::ListReplicas, &ListReplicasRequest { primary: None })
+        .await
+        .unwrap();
+    response.replicas
+}
+
+/// Producers and a consumer running against `stream` while `during` runs; returns the ledger
+/// of acks and everything consumed.
+struct Load {
+    stop: Arc<AtomicBool>,
+    acked: Arc<AtomicU64>,
+    producers: Vec<tokio::task::JoinHandle<Ledger>>,
+    consumer: tokio::task::JoinHandle<Vec<ConsumedRecord>>,
+    consumer_stop: Arc<AtomicBool>,
+}
+
+/// Bounds each producer; the pacing below spreads them over several seconds, so the faults
+/// injected while they run land in the middle of the load.
+const RECORDS_PER_PRODUCER_MAX: u64 = 100_000;
+const PACE_EVERY_RECORDS: u64 = 16;
+
+impl Load {
+    fn start(test: &TestCluster, stream: &str, producers: u32) -> Load {
+        let cluster = test.client();
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(AtomicU64::new(0));
+        let producers = (0..producers)
+            .map(|p| {
+                let (cluster, stop, acked) = (cluster.clone(), stop.clone(), acked.clone());
+                let config = test.config.producer.clone();
+                let stream = stream.to_string();
+                tokio::spawn(async move {
+                    let producer = Producer::new(cluster, &stream, config).await.unwrap();
+                    let mut ledger = Ledger::default();
+                    let mut pending = std::collections::VecDeque::new();
+                    let mut settle =
+                        |v: String, result: Result<tailstream_client::RecordAck, _>| match result {
+                            Ok(ack) => {
+                                acked.fetch_add(1, Ordering::Relaxed);
+                                ledger.acked(v, ack);
+                            }
+                            Err(_) => ledger.unacked(v),
+                        };
+                    // Bounded by count as well as by the stop flag.
+                    for i in 0..RECORDS_PER_PRODUCER_MAX {
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let v = value(p, i);
+                        let key = format!("k{}", i % 5);
+                        let key = (p % 2 == 1).then_some(key.as_bytes());
+                        pending.push_back((
+                            v.clone(),
+                            producer.send(key, v.as_bytes()).await.unwrap(),
+                        ));
+                        // Count acks as they arrive, so the test can act mid-load.
+                        while let Some(result) = pending.front().and_then(
+                            |(_, ack): &(String, tailstream_client::AckFuture)| ack.try_result(),
+                        ) {
+                            let (v, _) = pending.pop_front().unwrap();
+                            settle(v, result);
+                        }
+                        if i % PACE_EVERY_RECORDS == 0 {
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                    }
+                    producer.flush().await.unwrap();
+                    for (v, ack) in pending {
+                        settle(v, ack.await);
+                    }
+                    ledger
+                })
+            })
+            .collect();
+        let consumer_stop = Arc::new(AtomicBool::new(false));
+        let consumer = {
+            let (cluster, consumer_stop) = (cluster.clone(), consumer_stop.clone());
+            let config = test.config.consumer.clone();
+            let stream = stream.to_string();
+            tokio::spawn(async move {
+                let mut consumer = Consumer::new(
+                    cluster,
+                    &stream,
+                    config,
+                    StartFrom::Beginning,
+                    Membership::default(),
+                    &[],
+                )
+                .await
+                .unwrap();
+                let mut got = Vec::new();
+                let mut idle = 0;
+                while idle < 30 {
+                    let records = consumer.poll(Duration::from_millis(100)).await.unwrap();
+                    if records.is_empty() && consumer_stop.load(Ordering::Relaxed) {
+                        idle += 1;
+                    } else if !records.is_empty() {
+                        idle = 0;
+                        got.extend(records);
+                    }
+                }
+                got
+            })
+        };
+        Load {
+            stop,
+            acked,
+            producers,
+            consumer,
+            consumer_stop,
+        }
+    }
+
+    async fn wait_for_acks(&self, at_least: u64) {
+        for _ in 0..600 {
+            if self.acked.load(Ordering::Relaxed) >= at_least {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("fewer than {at_least} records acked in 30 s");
+    }
+
+    /// Stops the producers, waits for every ack, lets the consumer drain, checks exactly-once.
+    async fn finish_and_check(self) -> usize {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut ledger = Ledger::default();
+        for producer in self.producers {
+            ledger.merge(producer.await.unwrap());
+        }
+        self.consumer_stop.store(true, Ordering::Relaxed);
+        let consumed = self.consumer.await.unwrap();
+        ledger.check(&consumed);
+        ledger.acked_count()
+    }
+}
+
+/// The broker that owns no streamlet of `stream`: it only acts as a backup.
+async fn backup_only_broker(test: &TestCluster, stream: &str) -> usize {
+    let metadata = test.client().refresh_stream(stream).await.unwrap();
+    (0..test.cluster.spec().brokers as usize)
+        .find(|i| {
+            let addr = test.cluster.broker(*i).unwrap().rpc_addr.to_string();
+            !metadata.streamlets.iter().any(|p| p.owner_addr == addr)
+        })
+        .expect("a broker without streamlets")
+}
+
+async fn exactly_once_with_replicas(mode: &str) {
+    let overrides = format!("[replication]\nmode = \"{mode}\"\n");
+    let test = TestCluster::start(4, &overrides).await;
+    let cluster = test.client();
+    cluster
+        .create_stream("replicated", 3, replicated_stream(&test, 3))
+        .await
+        .unwrap();
+    let load = Load::start(&test, "replicated", 3);
+    load.wait_for_acks(20_000).await;
+    let acked = load.finish_and_check().await;
+    assert!(acked >= 20_000);
+    // Every segment of every log with data lives on three backups.
+    let mut held = 0;
+    for broker in test.cluster.brokers() {
+        held += list_replicas(&broker.rpc_addr.to_string()).await.len();
+    }
+    assert!(held >= 3 * 3, "only {held} replicas in the cluster");
+    test.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_sided_replication_reads_back_every_acked_record_exactly_once() {
+    tokio::time::timeout(TEST_TIMEOUT, exactly_once_with_replicas("one-sided"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rpc_replication_reads_back_every_acked_record_exactly_once() {
+    tokio::time::timeout(TEST_TIMEOUT, exactly_once_with_replicas("rpc"))
+        .await
+        .unwrap();
+}
+
+/// The scenario: 4 brokers, R = 3, load running; SIGKILL the backup-only broker. Its
+/// replicas cannot be re-created anywhere else (every other broker already holds one), so
+/// commits pause until it is back; restarted, it still lists every replica it held, and the
+/// load completes with every acked record read exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_backup_restarts_with_its_replicas_and_nothing_acked_is_lost() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        // Slow heartbeats widen the window in which the restarted backup is listed before
+        // primaries learn of it and start re-filling its replicas.
+        let mut test = TestCluster::start(4, "[broker]\nheartbeat_interval_ms = 1000\n").await;
+        let cluster = test.client();
+        cluster
+            .create_stream("survivor", 3, replicated_stream(&test, 3))
+            .await
+            .unwrap();
+        let victim = backup_only_broker(&test, "survivor").await;
+        let load = Load::start(&test, "survivor", 2);
+        load.wait_for_acks(15_000).await;
+        let victim_addr = test.cluster.broker(victim).unwrap().rpc_addr.to_string();
+        let before = list_replicas(&victim_addr).await;
+        assert!(
+            before.len() >= 3,
+            "the backup held {} replicas",
+            before.len()
+        );
+        test.cluster.kill_broker(victim).await;
+        let acked_at_kill = load.acked.load(Ordering::Relaxed);
+        // Acks already committed before the kill may still arrive; after that, nothing can be
+        // acknowledged: no other broker can take the third replica.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let stalled_at = load.acked.load(Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert_eq!(
+            load.acked.load(Ordering::Relaxed),
+            stalled_at,
+            "acked with a backup missing"
+        );
+        test.cluster.restart_broker(victim).await.unwrap();
+        let after = list_replicas(&victim_addr).await;
+        for held in &before {
+            let kept = after.iter().any(|a| {
+                a.primary == held.primary
+                    && a.replica == held.replica
+                    && ((a.epoch == held.epoch && a.valid_bytes >= held.valid_bytes)
+                        || (a.epoch > held.epoch && !a.filling))
+            });
+            assert!(
+                kept,
+                "replica {:?} epoch {} ({} bytes) missing after restart: {after:?}",
+                held.replica, held.epoch, held.valid_bytes
+            );
+        }
+        load.wait_for_acks(acked_at_kill + 5_000).await;
+        load.finish_and_check().await;
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}
+
+/// With a fifth broker, losing a backup-only broker is survived without it coming back: its
+/// replicas (open and closed) are re-created on the spare and the producers carry on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_of_a_killed_backup_are_recreated_elsewhere_and_producers_carry_on() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let mut test = TestCluster::start(5, "").await;
+        let cluster = test.client();
+        cluster
+            .create_stream("carry-on", 3, replicated_stream(&test, 3))
+            .await
+            .unwrap();
+        let victim = backup_only_broker(&test, "carry-on").await;
+        let load = Load::start(&test, "carry-on", 2);
+        load.wait_for_acks(10_000).await;
+        test.cluster.kill_broker(victim).await;
+        let acked_at_kill = load.acked.load(Ordering::Relaxed);
+        load.wait_for_acks(acked_at_kill + 5_000).await;
+        load.finish_and_check().await;
+        let mut recreated = 0.0;
+        for broker in test.cluster.brokers() {
+            let metrics = TestCluster::http_get(broker.admin_addr, "/metrics").await;
+            recreated += metrics
+                .lines()
+                .find_map(|l| l.strip_prefix("tailstream_replica_recreations_total "))
+                .map_or(0.0, |v| v.parse::<f64>().unwrap());
+        }
+        assert!(recreated > 0.0, "no replica was re-created");
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}
