@@ -15,9 +15,10 @@ use serde::Serialize;
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tailstream_client::{AckFuture, Cluster, Producer};
-use tailstream_config::Config;
+use tailstream_config::{Config, ReplicationMode};
 use tailstream_launcher::{ClusterSpec, LocalCluster, Ports};
 
 #[derive(Args, Debug, Clone)]
@@ -43,7 +44,11 @@ pub struct ProduceBenchArgs {
     /// R: backups per segment.
     #[arg(long, default_value_t = 0)]
     pub replicas: u32,
-    /// Brokers to start when not joining a cluster.
+    /// How segments reach their backups: `one-sided` (Tailwind) or `rpc` (the baseline).
+    /// Applies to the cluster the benchmark starts.
+    #[arg(long, default_value = "one-sided", value_parser = ["one-sided", "rpc"])]
+    pub replication: String,
+    /// Brokers to start when not joining a cluster (at least R + 1 are started).
     #[arg(long, default_value_t = 1)]
     pub brokers: u32,
     /// Join the cluster whose coordinator is at this address instead of starting one.
@@ -53,6 +58,9 @@ pub struct ProduceBenchArgs {
     pub linger_ms: u64,
     #[arg(long, default_value_t = 8)]
     pub max_in_flight: u32,
+    /// Seconds of load before measuring starts (connections, buffer pools, memory settle).
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup_s: f64,
     /// Stop producing after this long and report what was acknowledged.
     #[arg(long, default_value_t = 300)]
     pub time_limit_s: u64,
@@ -70,9 +78,13 @@ pub struct ProduceBenchReport {
     pub logs: u32,
     pub streamlets: u32,
     pub replicas: u32,
+    pub replication: String,
+    pub brokers: u32,
     pub records: u64,
     pub records_acked: u64,
     pub records_failed: u64,
+    /// Records acknowledged in the measured interval (after the warm-up).
+    pub measured_records: u64,
     pub elapsed_s: f64,
     pub records_per_sec: f64,
     pub mib_per_sec: f64,
@@ -85,56 +97,80 @@ pub struct ProduceBenchReport {
 }
 
 struct ProducerOutcome {
-    acked: u64,
     failed: u64,
     latency_us: Histogram<u64>,
 }
 
+/// What the producer tasks and the measuring task share.
+#[derive(Debug, Default)]
+struct Progress {
+    /// Records acknowledged so far, all producers together.
+    acked: AtomicU64,
+    /// Set once the warm-up is over: only records sent from then on feed the latency histogram.
+    measuring: AtomicBool,
+}
+
 /// Unsettled records one producer task tracks before awaiting the oldest.
 const PENDING_MAX: usize = 1 << 20;
+/// The send clock is read once per this many records (a clock read per 100-byte record costs
+/// more than the rest of `send`); latencies are thus up to that many records' send time late.
+const CLOCK_EVERY_RECORDS: u64 = 32;
 
 async fn produce(
     producer: Producer,
     records: u64,
     record_bytes: usize,
     deadline: Instant,
+    progress: Arc<Progress>,
 ) -> Result<ProducerOutcome, String> {
     let mut latency_us =
         Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).map_err(|e| e.to_string())?;
-    let mut pending: VecDeque<(Instant, AckFuture)> = VecDeque::new();
-    let (mut acked, mut failed) = (0u64, 0u64);
+    // (send time, counts for latency, ack)
+    let mut pending: VecDeque<(Instant, bool, AckFuture)> = VecDeque::new();
+    let mut failed = 0u64;
     let mut value = vec![b'x'; record_bytes];
-    let mut settle = |sent: Instant, result: Result<tailstream_client::RecordAck, _>| match result {
-        Ok(ack) => {
-            acked += 1;
-            let micros = ack.acked_at.saturating_duration_since(sent).as_micros() as u64;
-            let _ = latency_us.record(micros.max(1));
+    let mut settle = |sent: Instant,
+                      measured: bool,
+                      result: Result<tailstream_client::RecordAck, _>| {
+        match result {
+            Ok(ack) => {
+                progress.acked.fetch_add(1, Ordering::Relaxed);
+                if measured {
+                    let micros = ack.acked_at.saturating_duration_since(sent).as_micros() as u64;
+                    let _ = latency_us.record(micros.max(1));
+                }
+            }
+            Err(_) => failed += 1,
         }
-        Err(_) => failed += 1,
     };
+    let mut now = Instant::now();
+    let mut measuring = false;
     for i in 0..records {
-        if Instant::now() >= deadline {
-            break;
+        if i % CLOCK_EVERY_RECORDS == 0 {
+            now = Instant::now();
+            measuring = progress.measuring.load(Ordering::Relaxed);
+            if now >= deadline {
+                break;
+            }
         }
         // Vary the value so batches are not trivially identical.
         let stamp = i.to_le_bytes();
         let n = stamp.len().min(value.len());
         value[..n].copy_from_slice(&stamp[..n]);
-        let sent = Instant::now();
         let ack = producer
             .send(None, &value)
             .await
             .map_err(|e| e.to_string())?;
-        pending.push_back((sent, ack));
-        while let Some((sent, front)) = pending.front() {
+        pending.push_back((now, measuring, ack));
+        while let Some((sent, measured, front)) = pending.front() {
             match front.try_result() {
                 Some(result) => {
-                    settle(*sent, result);
+                    settle(*sent, *measured, result);
                     pending.pop_front();
                 }
                 None if pending.len() > PENDING_MAX => {
-                    if let Some((sent, ack)) = pending.pop_front() {
-                        settle(sent, ack.await);
+                    if let Some((sent, measured, ack)) = pending.pop_front() {
+                        settle(sent, measured, ack.await);
                     }
                 }
                 None => break,
@@ -142,14 +178,10 @@ async fn produce(
         }
     }
     producer.flush().await.map_err(|e| e.to_string())?;
-    for (sent, ack) in pending {
-        settle(sent, ack.await);
+    for (sent, measured, ack) in pending {
+        settle(sent, measured, ack.await);
     }
-    Ok(ProducerOutcome {
-        acked,
-        failed,
-        latency_us,
-    })
+    Ok(ProducerOutcome { failed, latency_us })
 }
 
 pub async fn run(
@@ -166,7 +198,9 @@ pub async fn run(
         );
     } else {
         println!(
-            "{:>3} producers {:>2} logs {:>8} B batches: {:>12.0} records/s {:>8.1} MiB/s  latency p50 {:>7} us p99 {:>7} us p999 {:>7} us  cpu {} s/GiB",
+            "R={} {:>9} {:>3} producers {:>2} logs {:>8} B batches: {:>12.0} records/s {:>8.1} MiB/s  latency p50 {:>7} us p99 {:>7} us p999 {:>7} us  cpu {} s/GiB",
+            report.replicas,
+            report.replication,
             report.producers,
             report.logs,
             report.batch_bytes,
@@ -185,7 +219,7 @@ pub async fn run(
 
 pub async fn measure(
     config: Config,
-    config_path: Option<PathBuf>,
+    _config_path: Option<PathBuf>,
     join: Option<String>,
     args: &ProduceBenchArgs,
 ) -> Result<ProduceBenchReport, String> {
@@ -199,12 +233,22 @@ pub async fn measure(
     let (local, coordinator) = match join {
         Some(addr) => (None, addr),
         None => {
+            // The effective config (embedded default + the user's file) with the replication
+            // mode asked for, written whole for the children.
+            let mut effective = config.clone();
+            effective.replication.mode = match args.replication.as_str() {
+                "rpc" => ReplicationMode::Rpc,
+                _ => ReplicationMode::OneSided,
+            };
+            let overrides = toml::to_string(&effective).map_err(|e| e.to_string())?;
+            let config_file = data_dir.path().join("bench.toml");
+            std::fs::write(&config_file, overrides).map_err(|e| e.to_string())?;
             let spec = ClusterSpec {
                 binary: std::env::current_exe().map_err(|e| e.to_string())?,
                 data_dir: data_dir.path().to_path_buf(),
-                brokers: args.brokers.max(1),
+                brokers: brokers_to_start(args),
                 ports: Ports::Ephemeral,
-                config_file: config_path,
+                config_file: Some(config_file),
                 log_filter: "warn".into(),
             };
             let cluster = LocalCluster::start(spec).await?;
@@ -230,15 +274,12 @@ async fn run_producers(
         &config.client,
         config.producer.request_timeout_ms,
     );
-    wait_for_brokers(
-        &cluster,
-        if local.is_some() {
-            args.brokers.max(1)
-        } else {
-            1
-        },
-    )
-    .await?;
+    let brokers = if local.is_some() {
+        brokers_to_start(args)
+    } else {
+        args.replicas + 1
+    };
+    wait_for_brokers(&cluster, brokers).await?;
     let mut stream = config.stream_defaults.clone();
     stream.logs_per_streamlet = args.logs;
     stream.replicas = args.replicas;
@@ -268,32 +309,57 @@ async fn run_producers(
     let pids: Vec<u32> = local
         .map(|c| c.brokers().filter_map(|b| b.pid()).collect())
         .unwrap_or_default();
-    let cpu_before = total_cpu_seconds(&pids);
+    let progress = Arc::new(Progress::default());
     let started = Instant::now();
     let deadline = started + Duration::from_secs(args.time_limit_s);
     let per_producer = args.records / u64::from(args.producers);
     let remainder = args.records % u64::from(args.producers);
-    let tasks: Vec<_> = producers
+    let mut tasks: Vec<_> = producers
         .into_iter()
         .enumerate()
         .map(|(i, producer)| {
             let records = per_producer + u64::from((i as u64) < remainder);
-            tokio::spawn(produce(producer, records, args.record_bytes, deadline))
+            tokio::spawn(produce(
+                producer,
+                records,
+                args.record_bytes,
+                deadline,
+                progress.clone(),
+            ))
         })
         .collect();
+    // Warm-up: connections, buffer pools and segment memory settle before measuring.
+    let warmup = Duration::from_secs_f64(args.warmup_s);
+    while started.elapsed() < warmup && !tasks.iter().all(|t| t.is_finished()) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let warmed_up = started.elapsed() >= warmup;
+    let (measure_start, acked_before, cpu_before) = if warmed_up {
+        progress.measuring.store(true, Ordering::Relaxed);
+        (
+            Instant::now(),
+            progress.acked.load(Ordering::Relaxed),
+            total_cpu_seconds(&pids),
+        )
+    } else {
+        // The whole run was shorter than the warm-up: measure all of it.
+        progress.measuring.store(true, Ordering::Relaxed);
+        (started, 0, 0.0)
+    };
     let mut latency_us =
         Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).map_err(|e| e.to_string())?;
-    let (mut acked, mut failed) = (0u64, 0u64);
-    for task in tasks {
+    let mut failed = 0u64;
+    for task in tasks.drain(..) {
         let outcome = task.await.map_err(|e| e.to_string())??;
-        acked += outcome.acked;
         failed += outcome.failed;
         latency_us
             .add(&outcome.latency_us)
             .map_err(|e| e.to_string())?;
     }
-    let elapsed_s = started.elapsed().as_secs_f64();
+    let elapsed_s = measure_start.elapsed().as_secs_f64();
     let cpu_seconds = total_cpu_seconds(&pids) - cpu_before;
+    let acked_total = progress.acked.load(Ordering::Relaxed);
+    let acked = acked_total - acked_before;
     let acked_bytes = acked as f64 * args.record_bytes as f64;
     let gib = acked_bytes / f64::from(1u32 << 30);
     Ok(ProduceBenchReport {
@@ -303,9 +369,12 @@ async fn run_producers(
         logs: args.logs,
         streamlets: args.streamlets,
         replicas: args.replicas,
+        replication: args.replication.clone(),
+        brokers: local.map_or(0, |c| c.spec().brokers),
         records: args.records,
-        records_acked: acked,
+        records_acked: acked_total,
         records_failed: failed,
+        measured_records: acked,
         elapsed_s,
         records_per_sec: acked as f64 / elapsed_s,
         mib_per_sec: acked_bytes / f64::from(1u32 << 20) / elapsed_s,
@@ -314,6 +383,10 @@ async fn run_producers(
         p999_us: latency_us.value_at_quantile(0.999),
         cpu_seconds_per_gib: (!pids.is_empty() && gib > 0.0).then(|| cpu_seconds / gib),
     })
+}
+
+fn brokers_to_start(args: &ProduceBenchArgs) -> u32 {
+    args.brokers.max(args.replicas + 1).max(1)
 }
 
 /// Distinct per run, so runs against one joined cluster never collide.

@@ -292,6 +292,59 @@ mod tests {
         }
     }
 
+    /// The last write (one append: entry + trailer) is torn at every byte, zeroed, and has each
+    /// of its bits flipped in turn: the valid prefix is always exactly what was acknowledged
+    /// before it, for segments of several appends of several shapes.
+    #[test]
+    fn every_damage_to_the_last_write_yields_exactly_the_acked_prefix() {
+        let shapes: [&[usize]; 4] = [&[1], &[0, 17], &[5, 64, 3], &[200, 1, 1, 90]];
+        for shape in shapes {
+            let payloads: Vec<Vec<u8>> = shape
+                .iter()
+                .enumerate()
+                .map(|(i, len)| vec![i as u8 + 1; *len])
+                .collect();
+            let (image, spans) = build(1024, &payloads);
+            let (last_start, last_end) = *spans.last().unwrap();
+            let acked = last_start;
+            for cut in last_start..last_end {
+                let mut torn = image.bytes.clone();
+                torn[cut..last_end].fill(0);
+                assert_eq!(
+                    scan_segment(&torn).valid_len,
+                    acked,
+                    "{shape:?} cut at {cut}"
+                );
+            }
+            let mut zeroed = image.bytes.clone();
+            zeroed[last_start..last_end].fill(0);
+            assert_eq!(scan_segment(&zeroed).valid_len, acked, "{shape:?} zeroed");
+            for bit in last_start * 8..last_end * 8 {
+                let mut flipped = image.bytes.clone();
+                flipped[bit / 8] ^= 1 << (bit % 8);
+                assert_eq!(
+                    scan_segment(&flipped).valid_len,
+                    acked,
+                    "{shape:?} bit {bit}"
+                );
+            }
+            assert_eq!(scan_segment(&image.bytes).valid_len, last_end);
+        }
+    }
+
+    /// A closed segment fails verification for a flip of any one of its bits.
+    #[test]
+    fn a_closed_segment_with_any_flipped_bit_fails_verification() {
+        let (image, spans) = build(512, &[b"one".to_vec(), vec![9; 40], b"three".to_vec()]);
+        let length = spans.last().unwrap().1;
+        assert!(verify_closed(&image.bytes, length).is_ok());
+        for bit in 0..length * 8 {
+            let mut flipped = image.bytes.clone();
+            flipped[bit / 8] ^= 1 << (bit % 8);
+            assert!(verify_closed(&flipped, length).is_err(), "bit {bit}");
+        }
+    }
+
     proptest! {
         #[test]
         fn a_whole_segment_scans_to_its_last_trailer(payloads in payloads()) {

@@ -29,6 +29,28 @@ impl MappedBuffer {
         Self::map(file)
     }
 
+    /// Creates `path` as `len` zero bytes with every block allocated (written, not sparse), and
+    /// maps it. Pool buffers are made this way once and then reused: writes into them never
+    /// fault in fresh pages or allocate blocks on the replication path.
+    pub fn create_allocated(path: &Path, len: u32) -> io::Result<Self> {
+        use std::io::Write;
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)?;
+        let zeros = vec![0u8; 1 << 20];
+        let mut left = len as usize;
+        while left > 0 {
+            let n = left.min(zeros.len());
+            file.write_all(&zeros[..n])?;
+            left -= n;
+        }
+        file.sync_all()?;
+        Self::map(file)
+    }
+
     /// Maps an existing file (a replica that was open when the backup stopped).
     pub fn open(path: &Path) -> io::Result<Self> {
         let file = OpenOptions::new().read(true).write(true).open(path)?;

@@ -1,6 +1,7 @@
 //! The backup half of every broker: replica buffers other brokers replicate into.
 //!
 //! - [`mapped`]: a memory-mapped file (the one `unsafe` call in Tailstream).
+//! - [`pool`]: the reusable, pre-zeroed buffers replicas are written into.
 //! - [`replica`]: one replica: identity, JSON sidecar, buffer while open.
 //! - [`store`]: every replica held, the pool's bounds, fencing of old primary generations.
 //! - [`ops`]: close (verify + flush), describe (Algorithm 1), read, RPC-mode verified writes.
@@ -10,6 +11,7 @@
 pub mod mapped;
 pub mod nic;
 pub mod ops;
+pub mod pool;
 pub mod replica;
 pub mod service;
 pub mod store;

@@ -17,7 +17,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 
-const NIC_BUFFER_BYTES: usize = 256 * 1024;
+/// Small on purpose: headers are read through it, but a payload larger than what it holds is
+/// read from the socket straight into the replica buffer, not copied through it.
+const NIC_READ_BUFFER_BYTES: usize = 4 * 1024;
 
 #[derive(Clone, Copy, Debug)]
 pub struct NicLimits {
@@ -75,7 +77,7 @@ async fn serve_connection(
 ) -> Result<(), String> {
     let _ = stream.set_nodelay(true);
     let (read_half, write_half) = stream.into_split();
-    let mut reader = BufReader::with_capacity(NIC_BUFFER_BYTES, read_half);
+    let mut reader = BufReader::with_capacity(NIC_READ_BUFFER_BYTES, read_half);
     let mut writer = BufWriter::new(write_half);
     let mut raw_hello = [0u8; HELLO_BYTES];
     tokio::time::timeout(limits.write_timeout, reader.read_exact(&mut raw_hello))
@@ -116,11 +118,12 @@ async fn serve_connection(
             let buffer = guard
                 .as_mut()
                 .ok_or_else(|| format!("{primary}: write to closed replica {:?}", replica.id))?;
-            let slot = &mut buffer.bytes_mut()[header.offset as usize..end as usize];
+            let slot = &mut buffer.map.bytes_mut()[header.offset as usize..end as usize];
             tokio::time::timeout(limits.write_timeout, reader.read_exact(slot))
                 .await
                 .map_err(|_| format!("{primary}: payload did not arrive in time"))?
                 .map_err(|e| format!("{primary}: reading payload: {e}"))?;
+            buffer.high_water = buffer.high_water.max(end as usize);
         }
         metrics::counter!(crate::metrics::BACKUP_WRITTEN_BYTES).increment(u64::from(header.len));
         let completion = Completion {

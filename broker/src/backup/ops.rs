@@ -6,8 +6,11 @@
 //! `write_entries`, which is the RPC mode's hot path and takes the buffer's async lock.
 
 use super::replica::Replica;
-use super::store::{BackupError, BackupStore};
+use super::store::{BackupError, BackupStore, io};
 use bytes::Bytes;
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
 use std::sync::Arc;
 use tailstream_wire::entry::{EntryType, TRAILER_VALUE_BYTES};
 use tailstream_wire::messages::{
@@ -19,39 +22,71 @@ use tailstream_wire::scan::{EntryIter, ScanOutcome, scan_segment, verify_closed}
 /// Largest slice of a replica one read returns.
 pub const READ_BYTES_MAX: u32 = 8 << 20;
 
-fn io(error: std::io::Error) -> BackupError {
-    BackupError::Io(error.to_string())
-}
-
-/// Closes a replica whose valid prefix is exactly `length` bytes: flushes it, unmaps it, cuts
-/// the file to the segment's length, and returns its buffer to the pool.
+/// Closes a replica whose valid prefix is exactly `length` bytes: copies that prefix to the
+/// replica's segment file (fsynced, then renamed into place), records it as closed, and gives
+/// the buffer back to the pool, zeroed.
 pub fn close(store: &BackupStore, request: &ReplicaCloseRequest) -> Result<(), BackupError> {
     let replica = store.find_by_key(request.primary, &request.replica, request.key)?;
     let mut guard = replica.buffer.blocking_lock();
     let Some(buffer) = guard.as_ref() else {
-        return match replica.sidecar().closed_bytes {
+        return match replica.meta().closed_bytes {
             Some(length) if length == request.length => Ok(()),
             _ => Err(BackupError::State(
                 "replica already closed with another length".into(),
             )),
         };
     };
-    verify_closed(buffer.bytes(), request.length as usize)
+    let length = request.length as usize;
+    verify_closed(buffer.map.bytes(), length)
         .map_err(|corruption| BackupError::Corrupt(corruption.to_string()))?;
-    buffer.flush().map_err(io)?;
-    *guard = None;
-    drop(guard);
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .open(&replica.data_path)
-        .map_err(io)?;
-    file.set_len(u64::from(request.length)).map_err(io)?;
-    file.sync_all().map_err(io)?;
-    replica
-        .update(|sidecar| sidecar.closed_bytes = Some(request.length))
-        .map_err(io)?;
-    store.release_buffer(&replica);
+    std::fs::create_dir_all(replica.dir()).map_err(io)?;
+    write_segment_file(&replica.segment_path(), buffer.map.bytes(), length).map_err(io)?;
+    replica.meta().closed_bytes = Some(request.length);
+    // The segment file is the replica now; the buffer's claim is cleared as it goes back.
+    if let Some(buffer) = guard.take() {
+        store.release(buffer);
+    }
     Ok(())
+}
+
+/// Writes `buffer[..length]` as the file at `path`, durably: temp file, fsync, rename,
+/// directory fsync. The data goes with direct I/O when the file system supports it: the bytes
+/// are already in (page-aligned, zero-padded) buffer memory, so copying them through the page
+/// cache would only cost CPU on the replication path.
+fn write_segment_file(path: &Path, buffer: &[u8], length: usize) -> std::io::Result<()> {
+    let tmp = path.with_extension("seg.tmp");
+    if write_direct(&tmp, buffer, length).is_err() {
+        let mut file = File::create(&tmp)?;
+        file.write_all(&buffer[..length])?;
+        file.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// Block size direct I/O is aligned to (the largest logical block size in common use).
+const DIRECT_IO_ALIGN: usize = 4096;
+
+/// Direct-I/O write of `buffer[..length]` rounded up to whole blocks (the buffer is zero past
+/// `length`), then cut to `length`. Fails on file systems without direct I/O (e.g. tmpfs).
+fn write_direct(path: &Path, buffer: &[u8], length: usize) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let padded = length.div_ceil(DIRECT_IO_ALIGN) * DIRECT_IO_ALIGN;
+    if padded > buffer.len() || !(buffer.as_ptr() as usize).is_multiple_of(DIRECT_IO_ALIGN) {
+        return Err(std::io::Error::other("buffer not suitable for direct I/O"));
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)?;
+    file.write_all(&buffer[..padded])?;
+    file.set_len(length as u64)?;
+    file.sync_all()
 }
 
 /// The replica's valid bytes: Algorithm 1 over an open buffer; for a closed replica its file,
@@ -59,12 +94,13 @@ pub fn close(store: &BackupStore, request: &ReplicaCloseRequest) -> Result<(), B
 fn valid_bytes(replica: &Replica) -> Result<(Vec<u8>, ScanOutcome), BackupError> {
     let guard = replica.buffer.blocking_lock();
     if let Some(buffer) = guard.as_ref() {
-        let outcome = scan_segment(buffer.bytes());
-        return Ok((buffer.bytes()[..outcome.valid_len].to_vec(), outcome));
+        let bytes = &buffer.map.bytes()[..replica.capacity_bytes as usize];
+        let outcome = scan_segment(bytes);
+        return Ok((bytes[..outcome.valid_len].to_vec(), outcome));
     }
     drop(guard);
-    let closed = replica.sidecar().closed_bytes.unwrap_or(0) as usize;
-    let bytes = std::fs::read(&replica.data_path).map_err(io)?;
+    let closed = replica.meta().closed_bytes.unwrap_or(0) as usize;
+    let bytes = std::fs::read(replica.segment_path()).map_err(io)?;
     let outcome = verify_closed(&bytes, closed).map_err(|c| BackupError::Corrupt(c.to_string()))?;
     if bytes.len() != closed {
         return Err(BackupError::Corrupt(format!(
@@ -77,17 +113,17 @@ fn valid_bytes(replica: &Replica) -> Result<(Vec<u8>, ScanOutcome), BackupError>
 
 /// What `ListReplicas` says about one replica.
 pub fn describe(replica: &Replica) -> ReplicaInfo {
-    let sidecar = replica.sidecar().clone();
+    let meta = replica.meta().clone();
     let mut info = ReplicaInfo {
         primary: replica.primary,
         replica: replica.id,
-        epoch: sidecar.epoch,
-        state: if sidecar.closed_bytes.is_some() {
+        epoch: meta.epoch,
+        state: if meta.closed_bytes.is_some() {
             ReplicaState::Closed
         } else {
             ReplicaState::Open
         },
-        filling: sidecar.filling,
+        filling: meta.filling,
         valid_bytes: 0,
         digest: Bytes::new(),
     };
@@ -143,8 +179,9 @@ pub async fn write_entries(
     let start = request.offset as usize;
     let end = start
         .checked_add(request.entries.len())
-        .filter(|end| *end <= buffer.len())
+        .filter(|end| *end <= replica.capacity_bytes as usize)
         .ok_or_else(|| BackupError::State("write past the end of the buffer".into()))?;
-    buffer.bytes_mut()[start..end].copy_from_slice(&request.entries);
+    buffer.map.bytes_mut()[start..end].copy_from_slice(&request.entries);
+    buffer.high_water = buffer.high_water.max(end);
     Ok(())
 }

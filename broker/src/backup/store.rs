@@ -1,11 +1,12 @@
-//! Every replica this backup holds, the buffer pool's bounds, and the fencing of old primary
-//! generations. Methods do file I/O and may block: callers run them off the async workers
-//! (`spawn_blocking`), except `writer_for`, which only looks up the index.
+//! Every replica this backup holds, the buffer pool they are written into, and the fencing of
+//! old primary generations. Methods do file I/O and may block: callers run them off the async
+//! workers (`spawn_blocking`), except `writer_for`, which only looks up the index.
 
-use super::mapped::MappedBuffer;
-use super::replica::{Replica, Sidecar, replica_paths};
+use super::pool::{AcquireError, BufferPool, PoolBuffer};
+use super::replica::{Replica, ReplicaMeta, parse_segment_file};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tailstream_wire::messages::{ReplicaId, ReplicaOpenRequest};
@@ -47,7 +48,7 @@ impl BackupError {
     }
 }
 
-fn io(error: std::io::Error) -> BackupError {
+pub(super) fn io(error: std::io::Error) -> BackupError {
     BackupError::Io(error.to_string())
 }
 
@@ -57,15 +58,15 @@ pub struct BackupLimits {
     pub open_buffer_bytes_max: u64,
 }
 
+type ReplicaKey = (u32, ReplicaId, u32);
+
 #[derive(Debug, Default)]
 struct Index {
     by_key: HashMap<u64, Arc<Replica>>,
     /// Every replica by (primary server slot, segment, epoch). A replacement (higher epoch)
     /// sits beside the replica it supersedes until it is made current (`set_epoch`), so a
     /// backup never drops a complete copy for a half-built one.
-    by_id: BTreeMap<(u32, ReplicaId, u32), Arc<Replica>>,
-    open_buffers: u32,
-    open_bytes: u64,
+    by_id: BTreeMap<ReplicaKey, Arc<Replica>>,
     /// Newest generation seen of each server slot: older ones are fenced.
     newest_generation: HashMap<u32, u32>,
 }
@@ -74,68 +75,97 @@ struct Index {
 pub struct BackupStore {
     root: PathBuf,
     limits: BackupLimits,
+    pool: BufferPool,
     next_key: AtomicU64,
     index: Mutex<Index>,
 }
 
 impl BackupStore {
-    /// Loads every replica found under `root` (creating it if needed): open ones are mapped
-    /// again, so a restarted backup still holds what it held.
+    /// Loads every replica found under `root` (creating it if needed): open ones are the
+    /// claims of pool buffers, closed ones are segment files. A restarted backup holds what it
+    /// held.
     pub fn load(root: &Path, limits: BackupLimits) -> Result<Self, BackupError> {
         std::fs::create_dir_all(root).map_err(io)?;
+        let (pool, claimed) = BufferPool::load(
+            &root.join("buffers"),
+            limits.open_buffers_max,
+            limits.open_buffer_bytes_max,
+        )
+        .map_err(io)?;
         // Keys start at a random point so a key from a previous incarnation never matches.
         let store = Self {
             root: root.to_path_buf(),
             limits,
+            pool,
             next_key: AtomicU64::new(rand::random::<u64>() >> 1),
             index: Mutex::new(Index::default()),
         };
         for dir in std::fs::read_dir(root).map_err(io)? {
             let dir = dir.map_err(io)?.path();
-            if !dir.is_dir() {
+            let Some(dir_name) = dir.file_name().and_then(|n| n.to_str()).map(String::from) else {
+                continue;
+            };
+            if !dir.is_dir() || dir_name == "buffers" {
                 continue;
             }
             for entry in std::fs::read_dir(&dir).map_err(io)? {
                 let path = entry.map_err(io)?.path();
-                if path.extension().is_some_and(|e| e == "json")
-                    && let Err(error) = store.load_one(&path)
-                {
-                    tracing::warn!(path = %path.display(), %error, "skipping unreadable replica");
+                let Some(file_name) = path.file_name().and_then(|n| n.to_str()) else {
+                    continue;
+                };
+                if file_name.ends_with(".tmp") {
+                    // A close that did not finish: the replica is still open in its buffer.
+                    let _ = std::fs::remove_file(&path);
+                    continue;
                 }
+                let Some((primary, replica, epoch, filling)) =
+                    parse_segment_file(&dir_name, file_name)
+                else {
+                    continue;
+                };
+                let length = std::fs::metadata(&path).map_err(io)?.len();
+                let length = u32::try_from(length).unwrap_or(u32::MAX);
+                let meta = ReplicaMeta {
+                    primary,
+                    replica,
+                    epoch,
+                    filling,
+                    capacity_bytes: length,
+                    closed_bytes: Some(length),
+                };
+                store.insert(Replica::new(store.new_key(), root, meta, None));
+            }
+        }
+        for (meta, buffer) in claimed {
+            let exists =
+                store
+                    .lock()
+                    .by_id
+                    .contains_key(&(meta.primary.index, meta.replica, meta.epoch));
+            if exists {
+                // Closed just before the stop: the segment file is the replica.
+                store.pool.release(buffer);
+            } else {
+                store.insert(Replica::new(store.new_key(), root, meta, Some(buffer)));
             }
         }
         Ok(store)
     }
 
-    fn load_one(&self, sidecar_path: &Path) -> Result<(), BackupError> {
-        let sidecar = Sidecar::load(sidecar_path).map_err(io)?;
-        // Files keep the name of the epoch they were opened with; the sidecar may hold a newer one.
-        let data_path = sidecar_path.with_extension("seg");
-        let buffer = match sidecar.closed_bytes {
-            Some(_) => None,
-            None => Some(MappedBuffer::open(&data_path).map_err(io)?),
-        };
-        let key = self.next_key.fetch_add(1, Ordering::Relaxed);
-        let open = buffer.is_some();
-        let replica = Arc::new(Replica::new(
-            key,
-            sidecar,
-            data_path,
-            sidecar_path.to_path_buf(),
-            buffer,
-        ));
+    fn new_key(&self) -> u64 {
+        self.next_key.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn insert(&self, replica: Replica) -> Arc<Replica> {
+        let replica = Arc::new(replica);
+        let epoch = replica.meta().epoch;
         let mut index = self.lock();
-        if open {
-            index.open_buffers += 1;
-            index.open_bytes += u64::from(replica.capacity_bytes);
-        }
         Self::note_generation_locked(&mut index, replica.primary);
-        index.by_key.insert(key, replica.clone());
-        let epoch = replica.sidecar().epoch;
+        index.by_key.insert(replica.key, replica.clone());
         index
             .by_id
-            .insert((replica.primary.index, replica.id, epoch), replica);
-        Ok(())
+            .insert((replica.primary.index, replica.id, epoch), replica.clone());
+        replica
     }
 
     fn lock(&self) -> MutexGuard<'_, Index> {
@@ -171,72 +201,38 @@ impl BackupStore {
         Ok(())
     }
 
-    /// Opens a replica buffer (replacing an older replica of the same segment from the same
-    /// primary slot, if any). Returns the replica.
+    /// Opens a replica in a pool buffer (a retried open of the same epoch replaces the first;
+    /// other epochs of the segment stay).
     pub fn open(&self, request: &ReplicaOpenRequest) -> Result<Arc<Replica>, BackupError> {
         if request.capacity_bytes == 0 || request.capacity_bytes > REPLICA_BYTES_MAX {
             return Err(BackupError::TooLarge(request.capacity_bytes));
         }
         self.check_primary(request.primary)?;
-        let capacity = u64::from(request.capacity_bytes);
         let replaced = {
             let mut index = self.lock();
-            // Re-opening the same epoch (a retried open) replaces it; other epochs stay.
             let replaced =
                 index
                     .by_id
                     .remove(&(request.primary.index, request.replica, request.epoch));
             if let Some(old) = &replaced {
                 index.by_key.remove(&old.key);
-                if !old.is_closed() {
-                    index.open_buffers -= 1;
-                    index.open_bytes -= u64::from(old.capacity_bytes);
-                }
             }
-            let full = index.open_buffers >= self.limits.open_buffers_max
-                || index.open_bytes + capacity > self.limits.open_buffer_bytes_max;
-            if full {
-                let (open, bytes) = (index.open_buffers, index.open_bytes);
-                drop(index);
-                if let Some(old) = replaced {
-                    remove_files(&old);
-                }
-                return Err(BackupError::PoolFull { open, bytes });
-            }
-            index.open_buffers += 1;
-            index.open_bytes += capacity;
             replaced
         };
         if let Some(old) = replaced {
-            remove_files(&old);
+            self.discard(&old);
         }
-        let created = self.create_files(request);
-        let mut index = self.lock();
-        match created {
-            Ok(replica) => {
-                index.by_key.insert(replica.key, replica.clone());
-                index.by_id.insert(
-                    (replica.primary.index, replica.id, request.epoch),
-                    replica.clone(),
-                );
-                Ok(replica)
-            }
-            Err(error) => {
-                index.open_buffers -= 1;
-                index.open_bytes -= capacity;
-                Err(error)
-            }
-        }
-    }
-
-    fn create_files(&self, request: &ReplicaOpenRequest) -> Result<Arc<Replica>, BackupError> {
-        let (data_path, sidecar_path) =
-            replica_paths(&self.root, request.primary, &request.replica, request.epoch);
-        if let Some(dir) = data_path.parent() {
-            std::fs::create_dir_all(dir).map_err(io)?;
-        }
-        let buffer = MappedBuffer::create(&data_path, request.capacity_bytes).map_err(io)?;
-        let sidecar = Sidecar {
+        let buffer = self
+            .pool
+            .acquire(request.capacity_bytes)
+            .map_err(|error| match error {
+                AcquireError::Full { in_use, bytes } => BackupError::PoolFull {
+                    open: in_use,
+                    bytes,
+                },
+                AcquireError::Io(error) => io(error),
+            })?;
+        let meta = ReplicaMeta {
             primary: request.primary,
             replica: request.replica,
             epoch: request.epoch,
@@ -244,15 +240,27 @@ impl BackupStore {
             capacity_bytes: request.capacity_bytes,
             closed_bytes: None,
         };
-        sidecar.save(&sidecar_path).map_err(io)?;
-        let key = self.next_key.fetch_add(1, Ordering::Relaxed);
-        Ok(Arc::new(Replica::new(
-            key,
-            sidecar,
-            data_path,
-            sidecar_path,
-            Some(buffer),
-        )))
+        if let Err(error) = buffer.claim(Some(&meta)) {
+            self.pool.release(buffer);
+            return Err(io(error));
+        }
+        Ok(self.insert(Replica::new(self.new_key(), &self.root, meta, Some(buffer))))
+    }
+
+    /// Drops a replica that is no longer in the index: its buffer back to the pool, its files
+    /// removed.
+    fn discard(&self, replica: &Replica) {
+        match replica.buffer.blocking_lock().take() {
+            Some(buffer) => self.pool.release(buffer),
+            None => {
+                let _ = std::fs::remove_file(replica.segment_path());
+            }
+        }
+    }
+
+    /// Gives a closed replica's buffer back to the pool.
+    pub fn release(&self, buffer: PoolBuffer) {
+        self.pool.release(buffer);
     }
 
     /// The newest replica (highest epoch) of segment `id` from `primary`'s slot, if `primary`
@@ -297,63 +305,6 @@ impl BackupStore {
         Ok(replica.clone())
     }
 
-    /// Makes the newest replica of `id` current at `epoch` (and complete, if it was filling),
-    /// then drops the older epochs it supersedes.
-    pub fn set_epoch(
-        &self,
-        primary: ServerId,
-        id: &ReplicaId,
-        epoch: u32,
-    ) -> Result<(), BackupError> {
-        let current = self.find(primary, id)?;
-        current
-            .update(|sidecar| {
-                sidecar.epoch = sidecar.epoch.max(epoch);
-                sidecar.filling = false;
-            })
-            .map_err(io)?;
-        let superseded: Vec<Arc<Replica>> = {
-            let mut index = self.lock();
-            let keys: Vec<(u32, ReplicaId, u32)> = index
-                .by_id
-                .range((primary.index, *id, 0)..=(primary.index, *id, u32::MAX))
-                .filter(|(_, r)| !Arc::ptr_eq(r, &current))
-                .map(|(k, _)| *k)
-                .collect();
-            let mut superseded = Vec::new();
-            for key in keys {
-                if let Some(old) = index.by_id.remove(&key) {
-                    index.by_key.remove(&old.key);
-                    if !old.is_closed() {
-                        index.open_buffers = index.open_buffers.saturating_sub(1);
-                        index.open_bytes = index
-                            .open_bytes
-                            .saturating_sub(u64::from(old.capacity_bytes));
-                    }
-                    superseded.push(old);
-                }
-            }
-            // Re-key the current replica under its new epoch.
-            let stale_key = index
-                .by_id
-                .iter()
-                .find(|(_, r)| Arc::ptr_eq(r, &current))
-                .map(|(k, _)| *k);
-            if let Some(stale_key) = stale_key {
-                index.by_id.remove(&stale_key);
-                index.by_id.insert(
-                    (primary.index, *id, current.sidecar().epoch),
-                    current.clone(),
-                );
-            }
-            superseded
-        };
-        for old in superseded {
-            remove_files(&old);
-        }
-        Ok(())
-    }
-
     /// The open replica a one-sided write names by `key`, if `primary` may write it.
     pub fn writer_for(&self, key: u64, primary: ServerId) -> Result<Arc<Replica>, BackupError> {
         let index = self.lock();
@@ -372,45 +323,87 @@ impl BackupStore {
         Ok(replica.clone())
     }
 
-    /// Gives a closed replica's buffer slot back to the pool.
-    pub fn release_buffer(&self, replica: &Replica) {
-        let mut index = self.lock();
-        index.open_buffers = index.open_buffers.saturating_sub(1);
-        index.open_bytes = index
-            .open_bytes
-            .saturating_sub(u64::from(replica.capacity_bytes));
-    }
-
-    /// Drops every replica (all epochs) of segment `id` from `primary`'s slot, and their files.
-    pub fn free(&self, primary: ServerId, id: &ReplicaId) -> Result<(), BackupError> {
-        self.check_primary(primary)?;
-        let freed: Vec<Arc<Replica>> = {
+    /// Removes every replica of segment `id` from `primary`'s slot that `keep` rejects.
+    fn remove_epochs(
+        &self,
+        primary: ServerId,
+        id: &ReplicaId,
+        keep: impl Fn(&Arc<Replica>) -> bool,
+    ) -> usize {
+        let removed: Vec<Arc<Replica>> = {
             let mut index = self.lock();
-            let keys: Vec<(u32, ReplicaId, u32)> = index
+            let keys: Vec<ReplicaKey> = index
                 .by_id
                 .range((primary.index, *id, 0)..=(primary.index, *id, u32::MAX))
+                .filter(|(_, r)| !keep(r))
                 .map(|(k, _)| *k)
                 .collect();
-            let mut freed = Vec::new();
-            for key in keys {
-                if let Some(replica) = index.by_id.remove(&key) {
+            keys.into_iter()
+                .filter_map(|key| {
+                    let replica = index.by_id.remove(&key)?;
                     index.by_key.remove(&replica.key);
-                    if !replica.is_closed() {
-                        index.open_buffers = index.open_buffers.saturating_sub(1);
-                        index.open_bytes = index
-                            .open_bytes
-                            .saturating_sub(u64::from(replica.capacity_bytes));
-                    }
-                    freed.push(replica);
+                    Some(replica)
+                })
+                .collect()
+        };
+        for replica in &removed {
+            self.discard(replica);
+        }
+        removed.len()
+    }
+
+    /// Makes the newest replica of `id` current at `epoch` (and complete, if it was filling),
+    /// then drops the older epochs it supersedes.
+    pub fn set_epoch(
+        &self,
+        primary: ServerId,
+        id: &ReplicaId,
+        epoch: u32,
+    ) -> Result<(), BackupError> {
+        let current = self.find(primary, id)?;
+        {
+            // Under the buffer's lock: a close cannot run meanwhile, so the replica is either
+            // open (update its claim) or closed (rename its segment file).
+            let buffer = current.buffer.blocking_lock();
+            let old_path = current.segment_path();
+            let updated = {
+                let mut meta = current.meta();
+                meta.epoch = meta.epoch.max(epoch);
+                meta.filling = false;
+                meta.clone()
+            };
+            match buffer.as_ref() {
+                Some(buffer) => buffer.claim(Some(&updated)).map_err(io)?,
+                None => {
+                    std::fs::rename(&old_path, current.segment_path()).map_err(io)?;
+                    std::fs::File::open(current.dir())
+                        .and_then(|d| d.sync_all())
+                        .map_err(io)?;
                 }
             }
-            freed
-        };
-        if freed.is_empty() {
-            return Err(BackupError::UnknownReplica);
         }
-        for replica in freed {
-            remove_files(&replica);
+        self.remove_epochs(primary, id, |r| Arc::ptr_eq(r, &current));
+        // Re-key the current replica under its new epoch.
+        let mut index = self.lock();
+        let stale: Vec<ReplicaKey> = index
+            .by_id
+            .iter()
+            .filter(|(_, r)| Arc::ptr_eq(r, &current))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in stale {
+            index.by_id.remove(&key);
+        }
+        let new_epoch = current.meta().epoch;
+        index.by_id.insert((primary.index, *id, new_epoch), current);
+        Ok(())
+    }
+
+    /// Drops every replica (all epochs) of segment `id` from `primary`'s slot.
+    pub fn free(&self, primary: ServerId, id: &ReplicaId) -> Result<(), BackupError> {
+        self.check_primary(primary)?;
+        if self.remove_epochs(primary, id, |_| false) == 0 {
+            return Err(BackupError::UnknownReplica);
         }
         Ok(())
     }
@@ -418,28 +411,21 @@ impl BackupStore {
     /// Every replica (of `primary`'s slot, any generation, when given).
     pub fn replicas(&self, primary: Option<ServerId>) -> Vec<Arc<Replica>> {
         let index = self.lock();
-        let mut all: Vec<_> = index
+        index
             .by_id
             .values()
             .filter(|r| primary.is_none_or(|p| p.index == r.primary.index))
             .cloned()
-            .collect();
-        all.sort_by_key(|r| (r.primary, r.id, r.sidecar().epoch));
-        all
+            .collect()
     }
 
-    /// (open buffers, their bytes).
+    /// (buffers in use, their bytes).
     pub fn pool_usage(&self) -> (u32, u64) {
-        let index = self.lock();
-        (index.open_buffers, index.open_bytes)
+        let (in_use, bytes, _) = self.pool.usage();
+        (in_use, bytes)
     }
 
     pub fn limits(&self) -> BackupLimits {
         self.limits
     }
-}
-
-fn remove_files(replica: &Replica) {
-    let _ = std::fs::remove_file(&replica.data_path);
-    let _ = std::fs::remove_file(&replica.sidecar_path);
 }

@@ -30,6 +30,8 @@ struct OpenBatch {
     builder: RecordBatchBuilder,
     cell: Arc<BatchCell>,
     opened_at: Instant,
+    /// Wall-clock time the batch was opened: the timestamp of its records.
+    timestamp_ms: i64,
     permit: Option<OwnedSemaphorePermit>,
 }
 
@@ -50,7 +52,6 @@ impl OpenBatch {
 pub(crate) struct PendingRecord<'a> {
     pub key: Option<&'a [u8]>,
     pub value: Option<&'a [u8]>,
-    pub timestamp_ms: i64,
     pub permit: OwnedSemaphorePermit,
 }
 
@@ -83,7 +84,15 @@ impl Accumulator {
         }
     }
 
-    pub fn append(&mut self, record: PendingRecord<'_>, now: Instant) -> Appended {
+    /// Appends `record` to its streamlet's open batch. `clock` (monotonic and wall-clock time)
+    /// is read only when a batch is opened: records take their batch's opening time as their
+    /// timestamp (within `linger_ms` of when they were sent), which keeps clock reads off the
+    /// per-record path.
+    pub fn append(
+        &mut self,
+        record: PendingRecord<'_>,
+        clock: impl FnOnce() -> (Instant, i64),
+    ) -> Appended {
         let bound = RecordBatchBuilder::record_len_bound(
             record.key.map_or(0, <[u8]>::len),
             record.value.map_or(0, <[u8]>::len),
@@ -102,16 +111,21 @@ impl Accumulator {
         }
         let opened = !self.open.contains_key(&streamlet);
         let batch_size_bytes = self.batch_size_bytes;
-        let open = self.open.entry(streamlet).or_insert_with(|| OpenBatch {
-            // Room for a full batch up front: growing by doubling would copy the records again.
-            builder: RecordBatchBuilder::new(batch_size_bytes + bound),
-            cell: BatchCell::new(),
-            opened_at: now,
-            permit: None,
+        let open = self.open.entry(streamlet).or_insert_with(|| {
+            let (opened_at, timestamp_ms) = clock();
+            OpenBatch {
+                // Room for a full batch up front: growing by doubling would copy the records
+                // again.
+                builder: RecordBatchBuilder::new(batch_size_bytes + bound),
+                cell: BatchCell::new(),
+                opened_at,
+                timestamp_ms,
+                permit: None,
+            }
         });
         let index = open.builder.record_count();
         open.builder
-            .push(record.timestamp_ms, record.key, record.value, &[]);
+            .push(open.timestamp_ms, record.key, record.value, &[]);
         match &mut open.permit {
             Some(permit) => permit.merge(record.permit),
             slot @ None => *slot = Some(record.permit),
@@ -188,7 +202,6 @@ mod tests {
         PendingRecord {
             key,
             value: Some(value),
-            timestamp_ms: 0,
             permit,
         }
     }
@@ -199,7 +212,7 @@ mod tests {
         let mut acc = Accumulator::new(3, 1024, 0);
         let now = Instant::now();
         for _ in 0..100 {
-            acc.append(record(None, &[7; 100], &budget), now);
+            acc.append(record(None, &[7; 100], &budget), || (now, 0));
         }
         let sealed = acc.take_ready();
         assert!(sealed.len() >= 8);
@@ -215,9 +228,9 @@ mod tests {
         let budget = Arc::new(Semaphore::new(1 << 20));
         let mut acc = Accumulator::new(4, 1 << 16, 0);
         let now = Instant::now();
-        let a = acc.append(record(Some(b"k"), b"v1", &budget), now);
+        let a = acc.append(record(Some(b"k"), b"v1", &budget), || (now, 0));
         assert!(a.wake_sender && acc.take_ready().is_empty());
-        let b = acc.append(record(Some(b"k"), b"v2", &budget), now);
+        let b = acc.append(record(Some(b"k"), b"v2", &budget), || (now, 0));
         assert!(!b.wake_sender);
         let linger = Duration::from_millis(5);
         assert_eq!(acc.next_deadline(linger), Some(now + linger));

@@ -130,18 +130,19 @@ impl Producer {
             .acquire_many_owned(bytes as u32)
             .await
             .map_err(|_| ClientError::Closed)?;
-        let timestamp_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
         let record = PendingRecord {
             key,
             value: Some(value),
-            timestamp_ms,
             permit,
         };
         let appended = {
             let mut accumulator = shared.accumulator.lock().unwrap_or_else(|p| p.into_inner());
-            accumulator.append(record, Instant::now())
+            accumulator.append(record, || {
+                let wall = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis());
+                (Instant::now(), i64::try_from(wall).unwrap_or(i64::MAX))
+            })
         };
         if appended.wake_sender {
             shared.wake_sender.notify_one();

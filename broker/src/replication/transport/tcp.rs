@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tailstream_wire::ServerId;
 use tailstream_wire::nic::{COMPLETION_BYTES, Completion, Hello, WriteHeader};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -73,13 +73,12 @@ impl NicWriter {
             .map_err(|_| broken("connect timed out".into()))?
             .map_err(|e| broken(e.to_string()))?;
         let _ = stream.set_nodelay(true);
-        let (mut reader, writer) = stream.into_split();
-        let mut writer = BufWriter::with_capacity(256 * 1024, writer);
+        let (reader, mut writer) = stream.into_split();
+        let mut reader = BufReader::with_capacity(64 * 1024, reader);
         writer
             .write_all(&Hello { primary }.encode())
             .await
             .map_err(|e| broken(e.to_string()))?;
-        writer.flush().await.map_err(|e| broken(e.to_string()))?;
         let shared = Arc::new(Shared::default());
         // Unbounded, but bounded in practice: every queued write belongs to a replica slot
         // with at most `writes_in_flight_per_replica_max` writes outstanding.
@@ -87,12 +86,15 @@ impl NicWriter {
         let send_shared = shared.clone();
         let sender = tokio::spawn(async move {
             let outcome: std::io::Result<()> = async {
+                let mut batch = Vec::new();
                 while let Some(write) = queued.recv().await {
-                    send_one(&mut writer, &send_shared, write).await?;
-                    while let Ok(write) = queued.try_recv() {
-                        send_one(&mut writer, &send_shared, write).await?;
+                    batch.push(write);
+                    while batch.len() < WRITES_PER_SEND_MAX
+                        && let Ok(write) = queued.try_recv()
+                    {
+                        batch.push(write);
                     }
-                    writer.flush().await?;
+                    send_batch(&mut writer, &send_shared, &mut batch).await?;
                 }
                 Ok(())
             }
@@ -143,25 +145,82 @@ impl NicWriter {
     }
 }
 
-async fn send_one(
-    writer: &mut BufWriter<tokio::net::tcp::OwnedWriteHalf>,
+/// Writes queued before a send goes out in one vectored write: headers and the segment's own
+/// chunks, never copied into a staging buffer.
+const WRITES_PER_SEND_MAX: usize = 64;
+
+async fn send_batch(
+    writer: &mut tokio::net::tcp::OwnedWriteHalf,
     shared: &Shared,
-    write: Queued,
+    batch: &mut Vec<Queued>,
 ) -> std::io::Result<()> {
-    if shared.broken.load(Ordering::Acquire) {
-        let _ = write
-            .done
-            .send(Err(TransportError::Broken("connection broken".into())));
-        return Ok(());
+    let mut out = BytesList::default();
+    for write in batch.drain(..) {
+        if shared.broken.load(Ordering::Acquire) {
+            let _ = write
+                .done
+                .send(Err(TransportError::Broken("connection broken".into())));
+            continue;
+        }
+        if let Ok(mut awaiting) = shared.awaiting.lock() {
+            awaiting.push_back((write.header.write_id, write.done));
+        }
+        out.push(Bytes::copy_from_slice(&write.header.encode()));
+        for part in write.parts {
+            out.push(part);
+        }
     }
-    if let Ok(mut awaiting) = shared.awaiting.lock() {
-        awaiting.push_back((write.header.write_id, write.done));
+    writer.write_all_buf(&mut out).await
+}
+
+/// A sequence of `Bytes` read as one buffer, so one vectored write can send them all.
+#[derive(Debug, Default)]
+struct BytesList {
+    parts: VecDeque<Bytes>,
+    remaining: usize,
+}
+
+impl BytesList {
+    fn push(&mut self, part: Bytes) {
+        if !part.is_empty() {
+            self.remaining += part.len();
+            self.parts.push_back(part);
+        }
     }
-    writer.write_all(&write.header.encode()).await?;
-    for part in &write.parts {
-        writer.write_all(part).await?;
+}
+
+impl bytes::Buf for BytesList {
+    fn remaining(&self) -> usize {
+        self.remaining
     }
-    Ok(())
+
+    fn chunk(&self) -> &[u8] {
+        self.parts.front().map_or(&[], |part| &part[..])
+    }
+
+    fn chunks_vectored<'a>(&'a self, dst: &mut [std::io::IoSlice<'a>]) -> usize {
+        let mut filled = 0;
+        for (slot, part) in dst.iter_mut().zip(&self.parts) {
+            *slot = std::io::IoSlice::new(part);
+            filled += 1;
+        }
+        filled
+    }
+
+    fn advance(&mut self, mut cnt: usize) {
+        self.remaining = self.remaining.saturating_sub(cnt);
+        while cnt > 0 {
+            let Some(front) = self.parts.front_mut() else {
+                return;
+            };
+            if cnt < front.len() {
+                bytes::Buf::advance(front, cnt);
+                return;
+            }
+            cnt -= front.len();
+            self.parts.pop_front();
+        }
+    }
 }
 
 impl ReplicaWriter for NicWriter {

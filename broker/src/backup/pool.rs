@@ -1,0 +1,287 @@
+//! The backup's pool of replica buffers: memory-mapped files, pre-zeroed, reused.
+//!
+//! A buffer is created once (its file fully allocated, its pages resident) and then serves one
+//! open replica after another: writes land in pages that are already mapped, so the
+//! replication path neither faults in fresh pages nor allocates file blocks. When its replica
+//! closes, the valid prefix is copied to a segment file (fsynced), the written part of the
+//! buffer is zeroed again, and the buffer goes back to the free list. Buffers in use are
+//! bounded in count and bytes; an open beyond either bound is refused (`PoolFull`).
+//!
+//! Which replica a buffer holds is its *claim*: `buf-N.claim` beside `buf-N.buf`, a fixed-size
+//! record (length, CRC32, JSON of the `ReplicaMeta`) overwritten in place, never re-created.
+//! It is not fsynced: like the buffer's bytes, it lives in the page cache, which survives the
+//! crash of the backup process (the durability model does not promise more for open
+//! segments). A claim that fails its checksum is no claim.
+
+use super::mapped::MappedBuffer;
+use super::replica::ReplicaMeta;
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+/// Size of a claim record; `ReplicaMeta` as JSON is far below it.
+const CLAIM_BYTES: usize = 1024;
+
+/// One pool buffer, owned by at most one open replica at a time.
+#[derive(Debug)]
+pub struct PoolBuffer {
+    pub file_name: String,
+    pub map: MappedBuffer,
+    /// Bytes past which the buffer is known to be zero (grows with writes; reset on release).
+    pub high_water: usize,
+    claim_file: File,
+}
+
+impl PoolBuffer {
+    pub fn capacity(&self) -> u32 {
+        self.map.len() as u32
+    }
+
+    /// Records which replica the buffer holds (`None`: none), in place.
+    pub fn claim(&self, meta: Option<&ReplicaMeta>) -> std::io::Result<()> {
+        let mut record = vec![0u8; CLAIM_BYTES];
+        if let Some(meta) = meta {
+            let json = serde_json::to_vec(meta).map_err(std::io::Error::other)?;
+            if json.len() > CLAIM_BYTES - 8 {
+                return Err(std::io::Error::other(
+                    "replica metadata too large for a claim",
+                ));
+            }
+            record[0..4].copy_from_slice(&(json.len() as u32).to_le_bytes());
+            record[4..8].copy_from_slice(&crc32fast::hash(&json).to_le_bytes());
+            record[8..8 + json.len()].copy_from_slice(&json);
+        }
+        self.claim_file.write_all_at(&record, 0)
+    }
+
+    /// The replica the claim names, if the claim is intact.
+    fn read_claim(claim_file: &File) -> Option<ReplicaMeta> {
+        let mut record = vec![0u8; CLAIM_BYTES];
+        claim_file.read_exact_at(&mut record, 0).ok()?;
+        let len = u32::from_le_bytes(record[0..4].try_into().ok()?) as usize;
+        let crc = u32::from_le_bytes(record[4..8].try_into().ok()?);
+        let json = record.get(8..8 + len).filter(|_| len > 0)?;
+        if crc32fast::hash(json) != crc {
+            return None;
+        }
+        serde_json::from_slice(json).ok()
+    }
+
+    /// Zeroes what was written, so the buffer reads as unwritten again.
+    fn rezero(&mut self) {
+        let end = self.high_water.min(self.map.len());
+        self.map.bytes_mut()[..end].fill(0);
+        self.high_water = 0;
+    }
+}
+
+#[derive(Debug, Default)]
+struct PoolState {
+    free: HashMap<u32, Vec<PoolBuffer>>,
+    in_use: u32,
+    in_use_bytes: u64,
+}
+
+#[derive(Debug)]
+pub struct BufferPool {
+    dir: PathBuf,
+    buffers_max: u32,
+    bytes_max: u64,
+    next_id: AtomicU64,
+    state: Mutex<PoolState>,
+}
+
+/// Why a buffer could not be had.
+#[derive(Debug)]
+pub enum AcquireError {
+    Full { in_use: u32, bytes: u64 },
+    Io(std::io::Error),
+}
+
+impl BufferPool {
+    /// A pool in `dir`, with the buffers found there: those whose claim names a replica come
+    /// back with it; the others are zeroed and become free buffers.
+    pub fn load(
+        dir: &Path,
+        buffers_max: u32,
+        bytes_max: u64,
+    ) -> std::io::Result<(Self, Vec<(ReplicaMeta, PoolBuffer)>)> {
+        std::fs::create_dir_all(dir)?;
+        let mut state = PoolState::default();
+        let mut claimed = Vec::new();
+        let mut highest = 0u64;
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            let Some(name) = path.file_name().and_then(|n| n.to_str()).map(String::from) else {
+                continue;
+            };
+            let Some(id) = name
+                .strip_prefix("buf-")
+                .and_then(|n| n.strip_suffix(".buf"))
+            else {
+                continue;
+            };
+            highest = highest.max(id.parse().unwrap_or(0));
+            let map = MappedBuffer::open(&path)?;
+            let claim_file = open_claim_file(&path.with_extension("claim"))?;
+            let meta = PoolBuffer::read_claim(&claim_file);
+            let mut buffer = PoolBuffer {
+                file_name: name,
+                high_water: map.len(),
+                map,
+                claim_file,
+            };
+            match meta {
+                Some(meta) => {
+                    state.in_use += 1;
+                    state.in_use_bytes += u64::from(buffer.capacity());
+                    claimed.push((meta, buffer));
+                }
+                None => {
+                    // Whatever it held belongs to no open replica: make it unwritten again.
+                    buffer.rezero();
+                    state
+                        .free
+                        .entry(buffer.capacity())
+                        .or_default()
+                        .push(buffer);
+                }
+            }
+        }
+        let pool = Self {
+            dir: dir.to_path_buf(),
+            buffers_max,
+            bytes_max,
+            next_id: AtomicU64::new(highest + 1),
+            state: Mutex::new(state),
+        };
+        Ok((pool, claimed))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A zeroed buffer of exactly `capacity` bytes: a free one, or a new one within bounds.
+    pub fn acquire(&self, capacity: u32) -> Result<PoolBuffer, AcquireError> {
+        {
+            let mut state = self.lock();
+            let full = state.in_use >= self.buffers_max
+                || state.in_use_bytes + u64::from(capacity) > self.bytes_max;
+            if full {
+                return Err(AcquireError::Full {
+                    in_use: state.in_use,
+                    bytes: state.in_use_bytes,
+                });
+            }
+            state.in_use += 1;
+            state.in_use_bytes += u64::from(capacity);
+            if let Some(buffer) = state.free.get_mut(&capacity).and_then(Vec::pop) {
+                return Ok(buffer);
+            }
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let file_name = format!("buf-{id}.buf");
+        let path = self.dir.join(&file_name);
+        let created = MappedBuffer::create_allocated(&path, capacity).and_then(|map| {
+            let claim_file = open_claim_file(&path.with_extension("claim"))?;
+            Ok(PoolBuffer {
+                file_name,
+                map,
+                high_water: 0,
+                claim_file,
+            })
+        });
+        match created {
+            Ok(buffer) => Ok(buffer),
+            Err(error) => {
+                let mut state = self.lock();
+                state.in_use -= 1;
+                state.in_use_bytes -= u64::from(capacity);
+                Err(AcquireError::Io(error))
+            }
+        }
+    }
+
+    /// Takes a buffer back: zeroes what was written, clears its claim, and puts it on the free
+    /// list.
+    pub fn release(&self, mut buffer: PoolBuffer) {
+        buffer.rezero();
+        if let Err(error) = buffer.claim(None) {
+            tracing::warn!(%error, buffer = %buffer.file_name, "clearing a buffer claim failed");
+        }
+        let mut state = self.lock();
+        state.in_use = state.in_use.saturating_sub(1);
+        state.in_use_bytes = state
+            .in_use_bytes
+            .saturating_sub(u64::from(buffer.capacity()));
+        state
+            .free
+            .entry(buffer.capacity())
+            .or_default()
+            .push(buffer);
+    }
+
+    /// (buffers in use, their bytes, free buffers).
+    pub fn usage(&self) -> (u32, u64, usize) {
+        let state = self.lock();
+        (
+            state.in_use,
+            state.in_use_bytes,
+            state.free.values().map(Vec::len).sum(),
+        )
+    }
+}
+
+fn open_claim_file(path: &Path) -> std::io::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    if file.metadata()?.len() < CLAIM_BYTES as u64 {
+        file.set_len(CLAIM_BYTES as u64)?;
+    }
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_are_reused_zeroed_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pool, claimed) = BufferPool::load(dir.path(), 2, 1 << 20).unwrap();
+        assert!(claimed.is_empty());
+        let mut a = pool.acquire(4096).unwrap();
+        let b = pool.acquire(4096).unwrap();
+        assert!(matches!(
+            pool.acquire(4096),
+            Err(AcquireError::Full { in_use: 2, .. })
+        ));
+        a.map.bytes_mut()[..5].copy_from_slice(b"dirty");
+        a.high_water = 5;
+        let name = a.file_name.clone();
+        pool.release(a);
+        let again = pool.acquire(4096).unwrap();
+        assert_eq!(again.file_name, name, "the free buffer is reused");
+        assert!(
+            again.map.bytes().iter().all(|byte| *byte == 0),
+            "and zeroed"
+        );
+        pool.release(again);
+        pool.release(b);
+        assert_eq!(pool.usage(), (0, 0, 2));
+        // A reloaded pool zeroes buffers no open replica claims.
+        let dirty = dir.path().join(&name);
+        std::fs::write(&dirty, vec![7u8; 4096]).unwrap();
+        let (pool, _) = BufferPool::load(dir.path(), 2, 1 << 20).unwrap();
+        let reused = pool.acquire(4096).unwrap();
+        assert!(reused.map.bytes().iter().all(|byte| *byte == 0));
+    }
+}
