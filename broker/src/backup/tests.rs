@@ -141,9 +141,9 @@ fn a_closed_replica_with_a_flipped_bit_is_reported_corrupt_and_never_served() {
     )
     .unwrap();
     for bit in [3, 8 * 20 + 5, 8 * (written - 2)] {
-        let mut damaged = std::fs::read(&replica.segment_path()).unwrap();
+        let mut damaged = std::fs::read(replica.segment_path()).unwrap();
         damaged[bit / 8] ^= 1 << (bit % 8);
-        std::fs::write(&replica.segment_path(), &damaged).unwrap();
+        std::fs::write(replica.segment_path(), &damaged).unwrap();
         assert_eq!(
             ops::describe(&replica).state,
             ReplicaState::Corrupt,
@@ -160,7 +160,7 @@ fn a_closed_replica_with_a_flipped_bit_is_reported_corrupt_and_never_served() {
         );
         assert!(matches!(read, Err(BackupError::Corrupt(_))), "bit {bit}");
         damaged[bit / 8] ^= 1 << (bit % 8);
-        std::fs::write(&replica.segment_path(), &damaged).unwrap();
+        std::fs::write(replica.segment_path(), &damaged).unwrap();
         assert_eq!(ops::describe(&replica).state, ReplicaState::Closed);
     }
 }
