@@ -55,8 +55,17 @@ pub(crate) async fn write_frames<W: AsyncWrite + Unpin>(
     let mut out = BufWriter::with_capacity(WRITE_BUFFER_BYTES, writer);
     while let Some(frame) = queue.recv().await {
         write_one(&mut out, frame).await?;
-        while let Ok(frame) = queue.try_recv() {
-            write_one(&mut out, frame).await?;
+        loop {
+            while let Ok(frame) = queue.try_recv() {
+                write_one(&mut out, frame).await?;
+            }
+            // Answers tend to come in bursts (one commit completes many produce requests):
+            // give the tasks finishing them one turn to queue theirs, so one flush (one
+            // syscall, one wake-up of the peer) carries them all.
+            tokio::task::yield_now().await;
+            if queue.is_empty() {
+                break;
+            }
         }
         out.flush().await?;
     }
