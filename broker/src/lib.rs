@@ -11,12 +11,15 @@
 //!   apply streamlet assignments.
 //! - [`replication`]: the primary side of replication: per-log replicators driving the
 //!   `ReplicatedSegment` state machine over a write path (tcp/rdma one-sided, or RPC).
+//! - `rdma` (cargo feature `rdma`): the one-sided RDMA backend, both sides.
 //! - [`metrics`]: every exported metric's name and help text, registered at start.
 //! - [`server`]: wires it together: listeners, admin HTTP, retention timer, shutdown.
 
 pub mod backup;
 pub mod cluster;
 pub mod metrics;
+#[cfg(feature = "rdma")]
+pub mod rdma;
 pub mod replication;
 pub mod server;
 pub mod service;

@@ -203,10 +203,18 @@ fn admin_routes(store: Arc<Store>, cluster: Arc<ClusterState>, backup: Arc<Backu
                                 .iter()
                                 .map(|log| {
                                     let (next, committed) = log.offsets();
+                                    let head = log.segments_since(None).pop();
+                                    let commit = log.commit_point();
                                     serde_json::json!({
                                         "log": log.id().0,
                                         "next_offset": next.0,
                                         "committed_offset": committed.0,
+                                        "appended_position": head.map(|h| serde_json::json!({
+                                            "segment": h.segment.0, "bytes": h.written,
+                                        })),
+                                        "committed_position": {
+                                            "segment": commit.segment.0, "bytes": commit.end,
+                                        },
                                         "written_bytes": log.written_bytes(),
                                     })
                                 })

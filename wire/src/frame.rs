@@ -86,6 +86,8 @@ opcodes! {
     /// Primary → backup: the replica set of a segment changed; this replica is current at the
     /// given epoch (and complete, if it was being filled).
     ReplicaSetEpoch = 56,
+    /// Primary → backup, rdma backend: connect queue pairs (endpoints exchanged over RPC).
+    RdmaConnect = 57,
 }
 
 /// A frame's fixed header, decoded and checksum-verified.

@@ -498,6 +498,23 @@ wire_message! {
     }
 }
 
+wire_message! {
+    /// The rdma backend's queue-pair handshake: each side's endpoint (opaque to us: the
+    /// verbs library's serialization of queue pair number, LID and GID).
+    pub struct RdmaConnectRequest {
+        pub primary: ServerId,
+        #[cfg_attr(test, proptest(strategy = "small_bytes()"))]
+        pub endpoint: Bytes,
+    }
+}
+
+wire_message! {
+    pub struct RdmaConnectResponse {
+        #[cfg_attr(test, proptest(strategy = "small_bytes()"))]
+        pub endpoint: Bytes,
+    }
+}
+
 /// RPC replication mode: entries (whole, with trailers) to place at `offset` of a replica,
 /// after the backup verified them. The entries are the rest of the body.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -596,6 +613,8 @@ mod tests {
         list_replicas_response: ListReplicasResponse,
         read_replica_request: ReadReplicaRequest,
         read_replica_response: ReadReplicaResponse,
+        rdma_connect_request: RdmaConnectRequest,
+        rdma_connect_response: RdmaConnectResponse,
     }
 
     proptest! {

@@ -1,5 +1,6 @@
 //! The backup half of every broker: replica buffers other brokers replicate into.
 //!
+//! - [`buffer`]: what an open replica is written into (pool buffer, or rdma region).
 //! - [`mapped`]: a memory-mapped file (the one `unsafe` call in Tailstream).
 //! - [`pool`]: the reusable, pre-zeroed buffers replicas are written into.
 //! - [`replica`]: one replica: identity, JSON sidecar, buffer while open.
@@ -8,6 +9,7 @@
 //! - [`service`]: the replica RPCs.
 //! - [`nic`]: the tcp backend's one-sided endpoint, which never parses what it places.
 
+pub mod buffer;
 pub mod mapped;
 pub mod nic;
 pub mod ops;

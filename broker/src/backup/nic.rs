@@ -117,6 +117,7 @@ async fn serve_connection(
             let mut guard = replica.buffer.lock().await;
             let buffer = guard
                 .as_mut()
+                .and_then(|b| b.pool_mut())
                 .ok_or_else(|| format!("{primary}: write to closed replica {:?}", replica.id))?;
             let slot = &mut buffer.map.bytes_mut()[header.offset as usize..end as usize];
             tokio::time::timeout(limits.write_timeout, reader.read_exact(slot))

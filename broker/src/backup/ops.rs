@@ -37,10 +37,12 @@ pub fn close(store: &BackupStore, request: &ReplicaCloseRequest) -> Result<(), B
         };
     };
     let length = request.length as usize;
-    verify_closed(buffer.map.bytes(), length)
-        .map_err(|corruption| BackupError::Corrupt(corruption.to_string()))?;
-    std::fs::create_dir_all(replica.dir()).map_err(io)?;
-    write_segment_file(&replica.segment_path(), buffer.map.bytes(), length).map_err(io)?;
+    buffer.with_bytes(|bytes| -> Result<(), BackupError> {
+        verify_closed(bytes, length)
+            .map_err(|corruption| BackupError::Corrupt(corruption.to_string()))?;
+        std::fs::create_dir_all(replica.dir()).map_err(io)?;
+        write_segment_file(&replica.segment_path(), bytes, length).map_err(io)
+    })?;
     replica.meta().closed_bytes = Some(request.length);
     // The segment file is the replica now; the buffer's claim is cleared as it goes back.
     if let Some(buffer) = guard.take() {
@@ -94,9 +96,11 @@ fn write_direct(path: &Path, buffer: &[u8], length: usize) -> std::io::Result<()
 fn valid_bytes(replica: &Replica) -> Result<(Vec<u8>, ScanOutcome), BackupError> {
     let guard = replica.buffer.blocking_lock();
     if let Some(buffer) = guard.as_ref() {
-        let bytes = &buffer.map.bytes()[..replica.capacity_bytes as usize];
-        let outcome = scan_segment(bytes);
-        return Ok((bytes[..outcome.valid_len].to_vec(), outcome));
+        return Ok(buffer.with_bytes(|bytes| {
+            let bytes = &bytes[..(replica.capacity_bytes as usize).min(bytes.len())];
+            let outcome = scan_segment(bytes);
+            (bytes[..outcome.valid_len].to_vec(), outcome)
+        }));
     }
     drop(guard);
     let closed = replica.meta().closed_bytes.unwrap_or(0) as usize;
@@ -177,11 +181,14 @@ pub async fn write_entries(
         .as_mut()
         .ok_or_else(|| BackupError::State("replica is closed".into()))?;
     let start = request.offset as usize;
-    let end = start
+    let fits = start
         .checked_add(request.entries.len())
-        .filter(|end| *end <= replica.capacity_bytes as usize)
-        .ok_or_else(|| BackupError::State("write past the end of the buffer".into()))?;
-    buffer.map.bytes_mut()[start..end].copy_from_slice(&request.entries);
-    buffer.high_water = buffer.high_water.max(end);
+        .is_some_and(|end| end <= replica.capacity_bytes as usize);
+    if !fits {
+        return Err(BackupError::State(
+            "write past the end of the buffer".into(),
+        ));
+    }
+    buffer.write_at(start, &request.entries);
     Ok(())
 }

@@ -225,6 +225,30 @@ impl BufferPool {
             .push(buffer);
     }
 
+    /// Counts `capacity` bytes of memory that is not a pool buffer (an rdma registered region)
+    /// against the pool's bounds.
+    pub fn reserve(&self, capacity: u32) -> Result<(), AcquireError> {
+        let mut state = self.lock();
+        if state.in_use >= self.buffers_max
+            || state.in_use_bytes + u64::from(capacity) > self.bytes_max
+        {
+            return Err(AcquireError::Full {
+                in_use: state.in_use,
+                bytes: state.in_use_bytes,
+            });
+        }
+        state.in_use += 1;
+        state.in_use_bytes += u64::from(capacity);
+        Ok(())
+    }
+
+    /// Undoes a `reserve`.
+    pub fn unreserve(&self, capacity: u32) {
+        let mut state = self.lock();
+        state.in_use = state.in_use.saturating_sub(1);
+        state.in_use_bytes = state.in_use_bytes.saturating_sub(u64::from(capacity));
+    }
+
     /// (buffers in use, their bytes, free buffers).
     pub fn usage(&self) -> (u32, u64, usize) {
         let state = self.lock();

@@ -8,7 +8,7 @@
 //! (its length is the closed length). Creating files is what a backup would otherwise spend
 //! most of its time on, so a replica costs one file in its whole life.
 
-use super::pool::PoolBuffer;
+use super::buffer::ReplicaBuffer;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -83,11 +83,11 @@ pub struct Replica {
     meta: Mutex<ReplicaMeta>,
     /// The pool buffer while the replica is open; `None` once closed (closed replicas are read
     /// from their segment file when asked).
-    pub buffer: tokio::sync::Mutex<Option<PoolBuffer>>,
+    pub buffer: tokio::sync::Mutex<Option<ReplicaBuffer>>,
 }
 
 impl Replica {
-    pub fn new(key: u64, root: &Path, meta: ReplicaMeta, buffer: Option<PoolBuffer>) -> Self {
+    pub fn new(key: u64, root: &Path, meta: ReplicaMeta, buffer: Option<ReplicaBuffer>) -> Self {
         Self {
             primary: meta.primary,
             id: meta.replica,

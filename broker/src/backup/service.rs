@@ -7,10 +7,12 @@ use super::store::{BackupError, BackupStore};
 use bytes::Bytes;
 use std::sync::Arc;
 use tailstream_net::{Reply, Response};
+#[cfg(feature = "rdma")]
+use tailstream_wire::messages::RdmaConnectResponse;
 use tailstream_wire::messages::{
-    BufferDescriptor, ListReplicasRequest, ListReplicasResponse, ReadReplicaRequest,
-    ReplicaCloseRequest, ReplicaFreeRequest, ReplicaOpenRequest, ReplicaSetEpochRequest,
-    ReplicaWriteRequest,
+    BufferDescriptor, ListReplicasRequest, ListReplicasResponse, RdmaConnectRequest,
+    ReadReplicaRequest, ReplicaCloseRequest, ReplicaFreeRequest, ReplicaOpenRequest,
+    ReplicaSetEpochRequest, ReplicaWriteRequest,
 };
 use tailstream_wire::{Decode, Encode, Opcode, Status};
 
@@ -19,6 +21,9 @@ pub struct BackupService {
     store: Arc<BackupStore>,
     /// Advertised in every buffer descriptor (tcp backend).
     nic_addr: String,
+    /// Queue pairs of primaries that write with RDMA.
+    #[cfg(feature = "rdma")]
+    rdma: Arc<crate::rdma::RdmaBackup>,
 }
 
 fn refuse(error: BackupError) -> Response {
@@ -40,7 +45,77 @@ fn blocking<T: Encode + Send + 'static>(
 
 impl BackupService {
     pub fn new(store: Arc<BackupStore>, nic_addr: String) -> Self {
-        Self { store, nic_addr }
+        Self {
+            store,
+            nic_addr,
+            #[cfg(feature = "rdma")]
+            rdma: Arc::new(crate::rdma::RdmaBackup::default()),
+        }
+    }
+
+    /// Opens a replica: in a registered region if its primary writes with RDMA, else in a
+    /// pool buffer. Returns the buffer descriptor.
+    fn open(&self, request: &ReplicaOpenRequest) -> Result<BufferDescriptor, BackupError> {
+        #[cfg(feature = "rdma")]
+        if let Some(region) = self
+            .rdma
+            .buffer_for(request.primary, request.capacity_bytes)
+        {
+            let region = region.map_err(BackupError::Io)?;
+            let rdma_token = region.token().map_err(BackupError::Io)?;
+            let replica = self.store.open_registered(request, region)?;
+            return Ok(BufferDescriptor {
+                key: replica.key,
+                capacity_bytes: replica.capacity_bytes,
+                nic_addr: self.nic_addr.clone(),
+                rdma_token,
+            });
+        }
+        let replica = self.store.open(request)?;
+        Ok(BufferDescriptor {
+            key: replica.key,
+            capacity_bytes: replica.capacity_bytes,
+            nic_addr: self.nic_addr.clone(),
+            rdma_token: Bytes::new(),
+        })
+    }
+
+    fn rdma_connect(&self, body: Bytes) -> Reply {
+        let request = match RdmaConnectRequest::decode_exact(body) {
+            Ok(request) => request,
+            Err(e) => return Reply::Ready(Response::error(Status::Malformed, e.to_string())),
+        };
+        if let Err(error) = self.store.check_primary(request.primary) {
+            return Reply::Ready(refuse(error));
+        }
+        #[cfg(feature = "rdma")]
+        {
+            let rdma = self.rdma.clone();
+            Reply::Later(Box::pin(async move {
+                match rdma.accept(request.primary, &request.endpoint).await {
+                    Ok(endpoint) => Response::ok(&RdmaConnectResponse { endpoint }),
+                    Err(error) => Response::error(Status::Internal, error),
+                }
+            }))
+        }
+        #[cfg(not(feature = "rdma"))]
+        {
+            let _ = request;
+            Reply::Ready(Response::error(
+                Status::InvalidArgument,
+                "this backup was built without RDMA support",
+            ))
+        }
+    }
+
+    /// A cheap copy for moving into blocking work.
+    fn clone_handle(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            nic_addr: self.nic_addr.clone(),
+            #[cfg(feature = "rdma")]
+            rdma: self.rdma.clone(),
+        }
     }
 
     pub fn store(&self) -> &Arc<BackupStore> {
@@ -65,20 +140,16 @@ impl BackupService {
         Some(match opcode {
             Opcode::ReplicaOpen => match ReplicaOpenRequest::decode_exact(body) {
                 Ok(request) => {
-                    let nic_addr = self.nic_addr.clone();
+                    let service = self.clone_handle();
                     blocking(move || {
-                        let replica = store.open(&request)?;
-                        Self::pool_gauges(&store);
-                        Ok(BufferDescriptor {
-                            key: replica.key,
-                            capacity_bytes: replica.capacity_bytes,
-                            nic_addr,
-                            rdma_token: Bytes::new(),
-                        })
+                        let descriptor = service.open(&request)?;
+                        Self::pool_gauges(&service.store);
+                        Ok(descriptor)
                     })
                 }
                 Err(e) => malformed(e),
             },
+            Opcode::RdmaConnect => self.rdma_connect(body),
             Opcode::ReplicaClose => match ReplicaCloseRequest::decode_exact(body) {
                 Ok(request) => blocking(move || {
                     ops::close(&store, &request)?;

@@ -2,7 +2,8 @@
 //! old primary generations. Methods do file I/O and may block: callers run them off the async
 //! workers (`spawn_blocking`), except `writer_for`, which only looks up the index.
 
-use super::pool::{AcquireError, BufferPool, PoolBuffer};
+use super::buffer::ReplicaBuffer;
+use super::pool::{AcquireError, BufferPool};
 use super::replica::{Replica, ReplicaMeta, parse_segment_file};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -146,7 +147,12 @@ impl BackupStore {
                 // Closed just before the stop: the segment file is the replica.
                 store.pool.release(buffer);
             } else {
-                store.insert(Replica::new(store.new_key(), root, meta, Some(buffer)));
+                store.insert(Replica::new(
+                    store.new_key(),
+                    root,
+                    meta,
+                    Some(ReplicaBuffer::Pool(buffer)),
+                ));
             }
         }
         Ok(store)
@@ -244,6 +250,55 @@ impl BackupStore {
             self.pool.release(buffer);
             return Err(io(error));
         }
+        let buffer = ReplicaBuffer::Pool(buffer);
+        Ok(self.insert(Replica::new(self.new_key(), &self.root, meta, Some(buffer))))
+    }
+
+    /// Opens a replica in a region registered with the RDMA device (the rdma backend). The
+    /// region counts against the pool's bounds; it has no claim, as it does not outlive the
+    /// process.
+    #[cfg(feature = "rdma")]
+    pub fn open_registered(
+        &self,
+        request: &ReplicaOpenRequest,
+        region: crate::rdma::RegisteredBuffer,
+    ) -> Result<Arc<Replica>, BackupError> {
+        if request.capacity_bytes == 0 || request.capacity_bytes > REPLICA_BYTES_MAX {
+            return Err(BackupError::TooLarge(request.capacity_bytes));
+        }
+        self.check_primary(request.primary)?;
+        self.pool
+            .reserve(request.capacity_bytes)
+            .map_err(|error| match error {
+                AcquireError::Full { in_use, bytes } => BackupError::PoolFull {
+                    open: in_use,
+                    bytes,
+                },
+                AcquireError::Io(error) => io(error),
+            })?;
+        let replaced = {
+            let mut index = self.lock();
+            let replaced =
+                index
+                    .by_id
+                    .remove(&(request.primary.index, request.replica, request.epoch));
+            if let Some(old) = &replaced {
+                index.by_key.remove(&old.key);
+            }
+            replaced
+        };
+        if let Some(old) = replaced {
+            self.discard(&old);
+        }
+        let meta = ReplicaMeta {
+            primary: request.primary,
+            replica: request.replica,
+            epoch: request.epoch,
+            filling: request.filling,
+            capacity_bytes: request.capacity_bytes,
+            closed_bytes: None,
+        };
+        let buffer = ReplicaBuffer::Rdma(region);
         Ok(self.insert(Replica::new(self.new_key(), &self.root, meta, Some(buffer))))
     }
 
@@ -251,16 +306,21 @@ impl BackupStore {
     /// removed.
     fn discard(&self, replica: &Replica) {
         match replica.buffer.blocking_lock().take() {
-            Some(buffer) => self.pool.release(buffer),
+            Some(buffer) => self.release(buffer),
             None => {
                 let _ = std::fs::remove_file(replica.segment_path());
             }
         }
     }
 
-    /// Gives a closed replica's buffer back to the pool.
-    pub fn release(&self, buffer: PoolBuffer) {
-        self.pool.release(buffer);
+    /// Gives a closed replica's buffer back: a pool buffer to the pool (zeroed, unclaimed), a
+    /// registered region to the device (its bytes count against the pool until then).
+    pub fn release(&self, buffer: ReplicaBuffer) {
+        match buffer {
+            ReplicaBuffer::Pool(buffer) => self.pool.release(buffer),
+            #[cfg(feature = "rdma")]
+            ReplicaBuffer::Rdma(buffer) => self.pool.unreserve(buffer.capacity()),
+        }
     }
 
     /// The newest replica (highest epoch) of segment `id` from `primary`'s slot, if `primary`
@@ -373,7 +433,12 @@ impl BackupStore {
                 meta.clone()
             };
             match buffer.as_ref() {
-                Some(buffer) => buffer.claim(Some(&updated)).map_err(io)?,
+                // Registered regions have no claim: they do not outlive the process.
+                Some(buffer) => {
+                    if let Some(pool) = buffer.pool() {
+                        pool.claim(Some(&updated)).map_err(io)?;
+                    }
+                }
                 None => {
                     std::fs::rename(&old_path, current.segment_path()).map_err(io)?;
                     std::fs::File::open(current.dir())

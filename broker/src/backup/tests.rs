@@ -50,9 +50,7 @@ fn image() -> (Vec<u8>, usize) {
 fn place(store: &BackupStore, primary: ServerId, segment: u64, bytes: &[u8]) {
     let replica = store.find(primary, &id(segment)).unwrap();
     let mut guard = replica.buffer.blocking_lock();
-    let buffer = guard.as_mut().unwrap();
-    buffer.map.bytes_mut()[..bytes.len()].copy_from_slice(bytes);
-    buffer.high_water = bytes.len();
+    guard.as_mut().unwrap().write_at(0, bytes);
 }
 
 #[test]

@@ -93,6 +93,9 @@ impl Backups {
             .writer(backup, addr, &descriptor, request.primary)
             .await
             .map_err(|e| e.to_string())?;
+        writer
+            .register(descriptor.key, &descriptor)
+            .map_err(|e| e.to_string())?;
         Ok((descriptor.key, writer))
     }
 

@@ -12,7 +12,7 @@ pub mod tcp;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use tailstream_wire::messages::ReplicaId;
+use tailstream_wire::messages::{BufferDescriptor, ReplicaId};
 use thiserror::Error;
 
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
@@ -32,6 +32,12 @@ pub struct WriteTarget {
 pub type WriteFuture = BoxFuture<'static, Result<(), TransportError>>;
 
 pub trait ReplicaWriter: Send + Sync + std::fmt::Debug {
+    /// Learns what the backup said about a buffer it opened (the rdma backend keeps the
+    /// region's token; the others need nothing).
+    fn register(&self, _key: u64, _descriptor: &BufferDescriptor) -> Result<(), TransportError> {
+        Ok(())
+    }
+
     /// Queues `parts` (written back to back) at `offset` of the target buffer.
     fn write(&self, target: WriteTarget, offset: u32, parts: Vec<Bytes>) -> WriteFuture;
 
@@ -42,6 +48,9 @@ pub trait ReplicaWriter: Send + Sync + std::fmt::Debug {
 /// Whether one-sided RDMA can be used in this process (a build with the `rdma` feature and an
 /// RDMA device), or why not.
 pub fn rdma_available() -> Result<(), String> {
+    #[cfg(feature = "rdma")]
+    return crate::rdma::probe();
+    #[cfg(not(feature = "rdma"))]
     Err("this build has no RDMA support (rebuild with `--features rdma`)".into())
 }
 
