@@ -1,0 +1,228 @@
+//! The tcp backend's software NIC against its contract: payloads land at their offset in the
+//! registered buffer, completions come back in write order, and a bad key, an out-of-bounds
+//! write, a forged header or a fenced primary ends that connection (and only that one).
+
+#![allow(clippy::unwrap_used)] // tests may unwrap freely (see clippy.toml)
+
+use std::sync::Arc;
+use std::time::Duration;
+use tailstream_broker::backup::nic::{NicLimits, serve_nic};
+use tailstream_broker::backup::{BackupLimits, BackupStore};
+use tailstream_wire::messages::{ReplicaId, ReplicaOpenRequest};
+use tailstream_wire::nic::{COMPLETION_BYTES, Completion, Hello, WriteHeader};
+use tailstream_wire::{GroupId, LogId, SegmentId, ServerId, StreamId, StreamletId};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+struct Nic {
+    addr: String,
+    store: Arc<BackupStore>,
+    _dir: tempfile::TempDir,
+    _stop: tokio::sync::watch::Sender<bool>,
+}
+
+fn replica(segment: u64) -> ReplicaId {
+    ReplicaId {
+        stream: StreamId(1),
+        streamlet: StreamletId(0),
+        log: LogId(0),
+        group: GroupId(0),
+        segment: SegmentId(segment),
+    }
+}
+
+const PRIMARY: ServerId = ServerId::new(5, 2);
+
+async fn start() -> Nic {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = BackupLimits {
+        open_buffers_max: 8,
+        open_buffer_bytes_max: 1 << 24,
+    };
+    let store = Arc::new(BackupStore::load(dir.path(), limits).unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let nic_limits = NicLimits {
+        connections_max: 8,
+        write_timeout: Duration::from_millis(500),
+    };
+    tokio::spawn(serve_nic(listener, store.clone(), nic_limits, stopped));
+    Nic {
+        addr,
+        store,
+        _dir: dir,
+        _stop: stop,
+    }
+}
+
+/// Opens a 4 KiB replica (on the blocking pool, as the RPC service does).
+async fn open(nic: &Nic, segment: u64) -> u64 {
+    let store = nic.store.clone();
+    let request = ReplicaOpenRequest {
+        primary: PRIMARY,
+        replica: replica(segment),
+        epoch: 1,
+        capacity_bytes: 4096,
+        filling: false,
+    };
+    tokio::task::spawn_blocking(move || store.open(&request).unwrap().key)
+        .await
+        .unwrap()
+}
+
+async fn connect(nic: &Nic, primary: ServerId) -> TcpStream {
+    let mut stream = TcpStream::connect(&nic.addr).await.unwrap();
+    stream.write_all(&Hello { primary }.encode()).await.unwrap();
+    stream
+}
+
+/// The next completion, or `None` once the backup closed the connection.
+async fn completion(stream: &mut TcpStream) -> Option<Completion> {
+    let mut raw = [0u8; COMPLETION_BYTES];
+    match tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut raw)).await {
+        Ok(Ok(_)) => Some(Completion::decode(&raw).unwrap()),
+        Ok(Err(_)) => None,
+        Err(_) => panic!("neither a completion nor a close within 5 s"),
+    }
+}
+
+async fn write(stream: &mut TcpStream, key: u64, offset: u32, payload: &[u8], write_id: u64) {
+    let header = WriteHeader {
+        key,
+        offset,
+        len: payload.len() as u32,
+        write_id,
+    };
+    let _ = stream.write_all(&header.encode()).await;
+    let _ = stream.write_all(payload).await;
+}
+
+/// The replica's buffer, looked up as `viewer` (the current generation of the primary's slot).
+async fn buffer_bytes_as(nic: &Nic, viewer: ServerId, segment: u64) -> Vec<u8> {
+    let replica = nic.store.find(viewer, &replica(segment)).unwrap();
+    let guard = replica.buffer.lock().await;
+    guard.as_ref().unwrap().with_bytes(|b| b.to_vec())
+}
+
+async fn buffer_bytes(nic: &Nic, segment: u64) -> Vec<u8> {
+    buffer_bytes_as(nic, PRIMARY, segment).await
+}
+
+#[tokio::test]
+async fn pipelined_writes_land_at_their_offsets_and_complete_in_order() {
+    let nic = start().await;
+    let key = open(&nic, 1).await;
+    let mut stream = connect(&nic, PRIMARY).await;
+    for i in 0..20u64 {
+        write(
+            &mut stream,
+            key,
+            (i * 100) as u32,
+            &[i as u8 + 1; 100],
+            1000 + i,
+        )
+        .await;
+    }
+    for i in 0..20u64 {
+        assert_eq!(
+            completion(&mut stream).await,
+            Some(Completion {
+                write_id: 1000 + i,
+                status: 0
+            })
+        );
+    }
+    let bytes = buffer_bytes(&nic, 1).await;
+    for i in 0..20usize {
+        assert!(
+            bytes[i * 100..(i + 1) * 100]
+                .iter()
+                .all(|b| *b == i as u8 + 1)
+        );
+    }
+    assert!(
+        bytes[2000..].iter().all(|b| *b == 0),
+        "nothing past the writes"
+    );
+}
+
+#[tokio::test]
+async fn a_bad_key_an_out_of_bounds_write_or_a_forged_header_closes_only_that_connection() {
+    let nic = start().await;
+    let key = open(&nic, 1).await;
+    let mut healthy = connect(&nic, PRIMARY).await;
+
+    let mut bad_key = connect(&nic, PRIMARY).await;
+    write(&mut bad_key, key ^ 0xdead, 0, b"intruder", 1).await;
+    assert_eq!(completion(&mut bad_key).await, None);
+
+    let mut out_of_bounds = connect(&nic, PRIMARY).await;
+    write(&mut out_of_bounds, key, 4090, b"too long", 2).await;
+    assert_eq!(completion(&mut out_of_bounds).await, None);
+
+    let mut forged = connect(&nic, PRIMARY).await;
+    let mut header = WriteHeader {
+        key,
+        offset: 0,
+        len: 4,
+        write_id: 3,
+    }
+    .encode();
+    header[8] ^= 1;
+    forged.write_all(&header).await.unwrap();
+    assert_eq!(completion(&mut forged).await, None);
+
+    // Another primary (even another generation of the same server) cannot use the key.
+    let mut stranger = connect(&nic, ServerId::new(6, 1)).await;
+    write(&mut stranger, key, 0, b"not mine", 4).await;
+    assert_eq!(completion(&mut stranger).await, None);
+
+    // None of that reached the buffer, and the healthy connection still works.
+    write(&mut healthy, key, 0, b"fine", 5).await;
+    assert_eq!(
+        completion(&mut healthy).await,
+        Some(Completion {
+            write_id: 5,
+            status: 0
+        })
+    );
+    let bytes = buffer_bytes(&nic, 1).await;
+    assert_eq!(&bytes[..4], b"fine");
+    assert!(bytes[4..].iter().all(|b| *b == 0));
+}
+
+#[tokio::test]
+async fn a_fenced_primary_generation_is_refused() {
+    let nic = start().await;
+    let key = open(&nic, 1).await;
+    let mut old = connect(&nic, PRIMARY).await;
+    write(&mut old, key, 0, b"before", 1).await;
+    assert!(completion(&mut old).await.is_some());
+    // The primary's slot came back as a newer generation: the old one is fenced at once.
+    nic.store
+        .note_generation(ServerId::new(PRIMARY.index, PRIMARY.generation + 1));
+    write(&mut old, key, 0, b"after!", 2).await;
+    assert_eq!(completion(&mut old).await, None);
+    let mut reconnect = connect(&nic, PRIMARY).await;
+    write(&mut reconnect, key, 0, b"again!", 3).await;
+    assert_eq!(completion(&mut reconnect).await, None);
+    let newer = ServerId::new(PRIMARY.index, PRIMARY.generation + 1);
+    assert_eq!(&buffer_bytes_as(&nic, newer, 1).await[..6], b"before");
+}
+
+#[tokio::test]
+async fn a_payload_that_never_arrives_times_out_the_connection() {
+    let nic = start().await;
+    let key = open(&nic, 1).await;
+    let mut stalled = connect(&nic, PRIMARY).await;
+    let header = WriteHeader {
+        key,
+        offset: 0,
+        len: 100,
+        write_id: 1,
+    };
+    stalled.write_all(&header.encode()).await.unwrap();
+    stalled.write_all(&[1u8; 10]).await.unwrap();
+    assert_eq!(completion(&mut stalled).await, None);
+}
