@@ -53,6 +53,30 @@ pub(super) fn io(error: std::io::Error) -> BackupError {
     BackupError::Io(error.to_string())
 }
 
+impl From<AcquireError> for BackupError {
+    fn from(error: AcquireError) -> Self {
+        match error {
+            AcquireError::Full { in_use, bytes } => BackupError::PoolFull {
+                open: in_use,
+                bytes,
+            },
+            AcquireError::Io(error) => io(error),
+        }
+    }
+}
+
+/// What a backup records about a replica it opens.
+fn opened_meta(request: &ReplicaOpenRequest) -> ReplicaMeta {
+    ReplicaMeta {
+        primary: request.primary,
+        replica: request.replica,
+        epoch: request.epoch,
+        filling: request.filling,
+        capacity_bytes: request.capacity_bytes,
+        closed_bytes: None,
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct BackupLimits {
     pub open_buffers_max: u32,
@@ -207,19 +231,17 @@ impl BackupStore {
         Ok(())
     }
 
-    /// Opens a replica in a pool buffer (a retried open of the same epoch replaces the first;
-    /// other epochs of the segment stay).
-    pub fn open(&self, request: &ReplicaOpenRequest) -> Result<Arc<Replica>, BackupError> {
+    /// Checks an open (size, fencing) and drops an earlier replica of the same segment and
+    /// epoch (a retried open replaces the first; other epochs of the segment stay).
+    fn prepare_open(&self, request: &ReplicaOpenRequest) -> Result<(), BackupError> {
         if request.capacity_bytes == 0 || request.capacity_bytes > REPLICA_BYTES_MAX {
             return Err(BackupError::TooLarge(request.capacity_bytes));
         }
         self.check_primary(request.primary)?;
         let replaced = {
             let mut index = self.lock();
-            let replaced =
-                index
-                    .by_id
-                    .remove(&(request.primary.index, request.replica, request.epoch));
+            let key = (request.primary.index, request.replica, request.epoch);
+            let replaced = index.by_id.remove(&key);
             if let Some(old) = &replaced {
                 index.by_key.remove(&old.key);
             }
@@ -228,24 +250,14 @@ impl BackupStore {
         if let Some(old) = replaced {
             self.discard(&old);
         }
-        let buffer = self
-            .pool
-            .acquire(request.capacity_bytes)
-            .map_err(|error| match error {
-                AcquireError::Full { in_use, bytes } => BackupError::PoolFull {
-                    open: in_use,
-                    bytes,
-                },
-                AcquireError::Io(error) => io(error),
-            })?;
-        let meta = ReplicaMeta {
-            primary: request.primary,
-            replica: request.replica,
-            epoch: request.epoch,
-            filling: request.filling,
-            capacity_bytes: request.capacity_bytes,
-            closed_bytes: None,
-        };
+        Ok(())
+    }
+
+    /// Opens a replica in a pool buffer, claimed for it.
+    pub fn open(&self, request: &ReplicaOpenRequest) -> Result<Arc<Replica>, BackupError> {
+        self.prepare_open(request)?;
+        let buffer = self.pool.acquire(request.capacity_bytes)?;
+        let meta = opened_meta(request);
         if let Err(error) = buffer.claim(Some(&meta)) {
             self.pool.release(buffer);
             return Err(io(error));
@@ -254,51 +266,19 @@ impl BackupStore {
         Ok(self.insert(Replica::new(self.new_key(), &self.root, meta, Some(buffer))))
     }
 
-    /// Opens a replica in a region registered with the RDMA device (the rdma backend). The
-    /// region counts against the pool's bounds; it has no claim, as it does not outlive the
-    /// process.
+    /// Opens a replica in a memory region registered with the RDMA device (the rdma
+    /// backend). The region counts against the pool's bounds; it has no claim, as it does not
+    /// outlive the process.
     #[cfg(feature = "rdma")]
     pub fn open_registered(
         &self,
         request: &ReplicaOpenRequest,
         region: crate::rdma::RegisteredBuffer,
     ) -> Result<Arc<Replica>, BackupError> {
-        if request.capacity_bytes == 0 || request.capacity_bytes > REPLICA_BYTES_MAX {
-            return Err(BackupError::TooLarge(request.capacity_bytes));
-        }
-        self.check_primary(request.primary)?;
-        self.pool
-            .reserve(request.capacity_bytes)
-            .map_err(|error| match error {
-                AcquireError::Full { in_use, bytes } => BackupError::PoolFull {
-                    open: in_use,
-                    bytes,
-                },
-                AcquireError::Io(error) => io(error),
-            })?;
-        let replaced = {
-            let mut index = self.lock();
-            let replaced =
-                index
-                    .by_id
-                    .remove(&(request.primary.index, request.replica, request.epoch));
-            if let Some(old) = &replaced {
-                index.by_key.remove(&old.key);
-            }
-            replaced
-        };
-        if let Some(old) = replaced {
-            self.discard(&old);
-        }
-        let meta = ReplicaMeta {
-            primary: request.primary,
-            replica: request.replica,
-            epoch: request.epoch,
-            filling: request.filling,
-            capacity_bytes: request.capacity_bytes,
-            closed_bytes: None,
-        };
+        self.prepare_open(request)?;
+        self.pool.reserve(request.capacity_bytes)?;
         let buffer = ReplicaBuffer::Rdma(region);
+        let meta = opened_meta(request);
         Ok(self.insert(Replica::new(self.new_key(), &self.root, meta, Some(buffer))))
     }
 
