@@ -7,10 +7,14 @@
 //!   not recently failed).
 //! - [`transport`]: the write paths (tcp one-sided, rdma one-sided, RPC baseline).
 //! - [`backups`]: the replica control RPCs and one writer per backup.
-//! - [`replicator`]: the per-log task driving the state machines.
+//! - [`replicator`]: the per-log task driving the state machines (its action issuing and its
+//!   handling of lost backups and freed segments are in `replicator_actions` and
+//!   `replicator_failures`).
 
 pub mod backups;
 pub mod replicator;
+mod replicator_actions;
+mod replicator_failures;
 pub mod segment;
 pub mod selector;
 pub mod transport;

@@ -9,9 +9,9 @@
 //! elsewhere in the background and freed replicas are released when retention frees the data.
 
 use super::backups::Backups;
-use super::segment::{Action, ReplicatedSegment};
+use super::segment::ReplicatedSegment;
 use super::selector::BackupSelector;
-use super::transport::{ReplicaWriter, TransportError, WriteTarget};
+use super::transport::{ReplicaWriter, TransportError};
 use crate::cluster::ClusterState;
 use crate::metrics as m;
 use crate::storage::{CommitPoint, Log, Store, Streamlet};
@@ -21,10 +21,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tailstream_config::ReplicationConfig;
-use tailstream_wire::messages::{
-    BrokerInfo, ReplicaCloseRequest, ReplicaFreeRequest, ReplicaId, ReplicaOpenRequest,
-    ReplicaSetEpochRequest,
-};
+use tailstream_wire::messages::{BrokerInfo, ReplicaId};
 use tailstream_wire::{LogId, SegmentId, ServerId};
 use tokio::sync::watch;
 
@@ -44,13 +41,13 @@ pub struct ReplicationContext {
 }
 
 #[derive(Debug)]
-struct Tracked {
-    seg: ReplicatedSegment,
-    writers: Vec<Option<Arc<dyn ReplicaWriter>>>,
+pub(super) struct Tracked {
+    pub(super) seg: ReplicatedSegment,
+    pub(super) writers: Vec<Option<Arc<dyn ReplicaWriter>>>,
 }
 
 impl Tracked {
-    fn new(seg: ReplicatedSegment) -> Self {
+    pub(super) fn new(seg: ReplicatedSegment) -> Self {
         let writers = vec![None; seg.slots().len()];
         Self { seg, writers }
     }
@@ -58,14 +55,14 @@ impl Tracked {
 
 /// A fully replicated, closed segment: where its replicas are.
 #[derive(Clone, Debug)]
-struct ClosedRecord {
-    id: ReplicaId,
-    length: u32,
-    epoch: u32,
-    backups: Vec<ServerId>,
+pub(super) struct ClosedRecord {
+    pub(super) id: ReplicaId,
+    pub(super) length: u32,
+    pub(super) epoch: u32,
+    pub(super) backups: Vec<ServerId>,
 }
 
-enum Done {
+pub(super) enum Done {
     Opened {
         segment: SegmentId,
         slot: usize,
@@ -94,19 +91,19 @@ enum Done {
     Freed,
 }
 
-struct Replicator {
-    ctx: Arc<ReplicationContext>,
-    streamlet: Arc<Streamlet>,
-    log: LogId,
-    replicas: usize,
+pub(super) struct Replicator {
+    pub(super) ctx: Arc<ReplicationContext>,
+    pub(super) streamlet: Arc<Streamlet>,
+    pub(super) log: LogId,
+    pub(super) replicas: usize,
     /// Segments being written or closed, in log order (the reserved next one last).
-    active: VecDeque<Tracked>,
+    pub(super) active: VecDeque<Tracked>,
     /// Closed segments being copied to a replacement backup.
-    repairs: Vec<Tracked>,
-    closed: VecDeque<ClosedRecord>,
-    ops: FuturesUnordered<BoxFuture<'static, Done>>,
-    membership: watch::Receiver<Vec<BrokerInfo>>,
-    waiting_for_backup: bool,
+    pub(super) repairs: Vec<Tracked>,
+    pub(super) closed: VecDeque<ClosedRecord>,
+    pub(super) ops: FuturesUnordered<BoxFuture<'static, Done>>,
+    pub(super) membership: watch::Receiver<Vec<BrokerInfo>>,
+    pub(super) waiting_for_backup: bool,
 }
 
 /// Replicates one log of `streamlet` until the streamlet is no longer owned here.
@@ -144,12 +141,12 @@ fn replica_id(
 }
 
 impl Replicator {
-    fn log(&self) -> &Log {
+    pub(super) fn log(&self) -> &Log {
         // `log` is one of the streamlet's logs by construction (see `spawn`'s callers).
         &self.streamlet.logs()[self.log.0 as usize]
     }
 
-    fn me(&self) -> Option<ServerId> {
+    pub(super) fn me(&self) -> Option<ServerId> {
         self.ctx.cluster.server_id()
     }
 
@@ -231,233 +228,7 @@ impl Replicator {
         }
     }
 
-    /// Does what every tracked segment's state machine asks for. Actions are collected first
-    /// and carried out in the order the state machines gave them (a segment's writes, in
-    /// particular, are queued to their writer in order).
-    fn drive(&mut self) {
-        self.waiting_for_backup = false;
-        let writes_max = self.ctx.config.writes_in_flight_per_replica_max as usize;
-        let Some(me) = self.me() else {
-            self.waiting_for_backup = true;
-            return;
-        };
-        let membership = self.membership.borrow().clone();
-        let mut actions = Vec::new();
-        for tracked in self.active.iter_mut().chain(self.repairs.iter_mut()) {
-            let segment = tracked.seg.id.segment;
-            actions.extend(
-                tracked
-                    .seg
-                    .next_actions(writes_max)
-                    .into_iter()
-                    .map(|a| (segment, a)),
-            );
-        }
-        for (segment, action) in actions {
-            match action {
-                Action::NeedBackup { slot, exclude } => {
-                    self.open_replica(segment, slot, exclude, &membership, me);
-                }
-                // Only `assign` produces opens; `open_replica` issues them.
-                Action::Open { .. } => {}
-                Action::Write {
-                    slot,
-                    backup,
-                    key,
-                    from,
-                    to,
-                } => {
-                    self.write(segment, slot, backup, key, from, to);
-                }
-                Action::Close {
-                    slot,
-                    backup,
-                    key,
-                    length,
-                } => {
-                    let Some(replica) = self.tracked_mut(segment).map(|t| t.seg.id) else {
-                        continue;
-                    };
-                    let request = ReplicaCloseRequest {
-                        primary: me,
-                        replica,
-                        key,
-                        length,
-                    };
-                    self.control(
-                        backup,
-                        &membership,
-                        move |backups, addr| {
-                            Box::pin(async move {
-                                let result = backups.close(&addr, &request).await;
-                                Done::Closed {
-                                    segment,
-                                    slot,
-                                    result,
-                                }
-                            })
-                        },
-                        move |result| Done::Closed {
-                            segment,
-                            slot,
-                            result,
-                        },
-                    );
-                }
-                Action::SetEpoch {
-                    slot,
-                    backup,
-                    epoch,
-                } => {
-                    let Some(replica) = self.tracked_mut(segment).map(|t| t.seg.id) else {
-                        continue;
-                    };
-                    let request = ReplicaSetEpochRequest {
-                        primary: me,
-                        replica,
-                        epoch,
-                    };
-                    self.control(
-                        backup,
-                        &membership,
-                        move |backups, addr| {
-                            Box::pin(async move {
-                                let result = backups.set_epoch(&addr, &request).await;
-                                Done::EpochSet {
-                                    segment,
-                                    slot,
-                                    epoch,
-                                    result,
-                                }
-                            })
-                        },
-                        move |result| Done::EpochSet {
-                            segment,
-                            slot,
-                            epoch,
-                            result,
-                        },
-                    );
-                }
-            }
-        }
-    }
-
-    /// Chooses a backup for `slot` of `segment` and opens the replica there (or notes that
-    /// none is available, to try again shortly).
-    fn open_replica(
-        &mut self,
-        segment: SegmentId,
-        slot: usize,
-        mut exclude: Vec<ServerId>,
-        membership: &[BrokerInfo],
-        me: ServerId,
-    ) {
-        let selector = self.ctx.clone();
-        let Some(tracked) = self.tracked_mut(segment) else {
-            return;
-        };
-        // Backups assigned earlier in this same round count too.
-        exclude.extend(tracked.seg.backups());
-        let chosen = {
-            let mut selector = selector.selector.lock().unwrap_or_else(|p| p.into_inner());
-            selector.choose(membership, me, &exclude, Instant::now())
-        };
-        let opened =
-            chosen.and_then(|broker| Some((tracked.seg.assign(slot, broker.server_id)?, broker)));
-        let Some((
-            Action::Open {
-                slot,
-                backup,
-                epoch,
-                filling,
-            },
-            broker,
-        )) = opened
-        else {
-            self.waiting_for_backup = true;
-            return;
-        };
-        if filling {
-            metrics::counter!(m::REPLICA_RECREATIONS).increment(1);
-        }
-        let request = ReplicaOpenRequest {
-            primary: me,
-            replica: tracked.seg.id,
-            epoch,
-            capacity_bytes: tracked.seg.capacity,
-            filling,
-        };
-        let backups = self.ctx.backups.clone();
-        self.ops.push(Box::pin(async move {
-            let result = backups.open(backup, &broker.rpc_addr, &request).await;
-            Done::Opened {
-                segment,
-                slot,
-                backup,
-                result,
-            }
-        }));
-    }
-
-    /// Queues the write of `from..to` of `segment` to `slot`'s replica.
-    fn write(
-        &mut self,
-        segment: SegmentId,
-        slot: usize,
-        backup: ServerId,
-        key: u64,
-        from: u32,
-        to: u32,
-    ) {
-        let parts = self.log().segment_bytes(segment, from, to);
-        let Some(tracked) = self.tracked_mut(segment) else {
-            return;
-        };
-        let writer = tracked.writers.get(slot).cloned().flatten();
-        let target = WriteTarget {
-            replica: tracked.seg.id,
-            key,
-        };
-        let started = Instant::now();
-        let future = match (parts, writer) {
-            (Some(parts), Some(writer)) => writer.write(target, from, parts),
-            (None, _) => super::transport::failed("segment no longer in memory"),
-            (_, None) => super::transport::failed("no writer for the replica"),
-        };
-        metrics::counter!(m::REPLICATED_BYTES).increment(u64::from(to - from));
-        metrics::gauge!(m::REPLICATION_WRITES_IN_FLIGHT).increment(1.0);
-        self.ops.push(Box::pin(async move {
-            let result = future.await;
-            Done::Written {
-                segment,
-                slot,
-                backup,
-                end: to,
-                started,
-                result,
-            }
-        }));
-    }
-
-    /// Issues a replica control RPC to `backup`, or fails it at once if the backup left.
-    fn control(
-        &mut self,
-        backup: ServerId,
-        membership: &[BrokerInfo],
-        call: impl FnOnce(Arc<Backups>, String) -> BoxFuture<'static, Done>,
-        gone: impl FnOnce(Result<(), String>) -> Done,
-    ) {
-        match rpc_addr(membership, backup) {
-            Some(addr) => self.ops.push(call(self.ctx.backups.clone(), addr)),
-            None => {
-                let done = gone(Err(format!("{backup} left the cluster")));
-                self.ops.push(Box::pin(std::future::ready(done)));
-            }
-        }
-    }
-
-    fn tracked_mut(&mut self, segment: SegmentId) -> Option<&mut Tracked> {
+    pub(super) fn tracked_mut(&mut self, segment: SegmentId) -> Option<&mut Tracked> {
         self.active
             .iter_mut()
             .chain(self.repairs.iter_mut())
@@ -552,61 +323,6 @@ impl Replicator {
         }
     }
 
-    fn quarantine(&self, backup: ServerId) {
-        let mut selector = self.ctx.selector.lock().unwrap_or_else(|p| p.into_inner());
-        selector.failed(backup, Instant::now());
-    }
-
-    /// `backup` is gone: every replica this log has there is re-created elsewhere.
-    fn backup_lost(&mut self, backup: ServerId) {
-        self.quarantine(backup);
-        let addr = rpc_addr(&self.membership.borrow(), backup);
-        self.ctx.backups.forget(backup, addr.as_deref());
-        for tracked in self.active.iter_mut().chain(self.repairs.iter_mut()) {
-            if tracked.seg.backup_lost(backup) {
-                for (slot, writer) in tracked.writers.iter_mut().enumerate() {
-                    if tracked.seg.slots()[slot].backup.is_none() {
-                        *writer = None;
-                    }
-                }
-            }
-        }
-        let (lost, kept): (Vec<ClosedRecord>, Vec<ClosedRecord>) = self
-            .closed
-            .drain(..)
-            .partition(|r| r.backups.contains(&backup));
-        self.closed = kept.into();
-        for record in lost {
-            let mut seg =
-                ReplicatedSegment::closed(record.id, record.length, record.epoch, &record.backups);
-            seg.backup_lost(backup);
-            self.repairs.push(Tracked::new(seg));
-        }
-    }
-
-    /// Backups the coordinator no longer lists as alive (or that came back as a newer
-    /// generation) are lost.
-    fn check_membership(&mut self) {
-        let membership = self.membership.borrow().clone();
-        let in_use: Vec<ServerId> = self
-            .active
-            .iter()
-            .chain(self.repairs.iter())
-            .flat_map(|t| t.seg.backups())
-            .chain(self.closed.iter().flat_map(|r| r.backups.clone()))
-            .collect();
-        let mut lost: Vec<ServerId> = in_use
-            .into_iter()
-            .filter(|b| !membership.iter().any(|m| m.server_id == *b && m.alive))
-            .collect();
-        lost.sort();
-        lost.dedup();
-        for backup in lost {
-            tracing::warn!(%backup, "backup no longer alive per the coordinator");
-            self.backup_lost(backup);
-        }
-    }
-
     /// Commits the log through the furthest point every replica holds, in log order.
     fn commit(&mut self) {
         let mut point: Option<CommitPoint> = None;
@@ -629,61 +345,9 @@ impl Replicator {
             self.log().commit_through(point);
         }
     }
-
-    /// Moves finished segments to the closed records, finishes repairs, and frees the
-    /// replicas of segments retention has freed.
-    fn retire(&mut self) {
-        while self.active.front().is_some_and(|t| t.seg.is_done()) {
-            if let Some(tracked) = self.active.pop_front() {
-                self.closed.push_back(record_of(&tracked.seg));
-            }
-        }
-        let (finished, ongoing): (Vec<Tracked>, Vec<Tracked>) = std::mem::take(&mut self.repairs)
-            .into_iter()
-            .partition(|t| t.seg.is_done());
-        self.repairs = ongoing;
-        for tracked in finished {
-            let record = record_of(&tracked.seg);
-            let at = self
-                .closed
-                .iter()
-                .position(|r| r.id.segment > record.id.segment)
-                .unwrap_or(self.closed.len());
-            self.closed.insert(at, record);
-        }
-        while let Some(front) = self.closed.front() {
-            if self.log().contains_segment(front.id.segment) {
-                break;
-            }
-            if let Some(record) = self.closed.pop_front() {
-                self.free(record);
-            }
-        }
-    }
-
-    fn free(&mut self, record: ClosedRecord) {
-        let Some(me) = self.me() else { return };
-        let membership = self.membership.borrow().clone();
-        for backup in record.backups {
-            let Some(addr) = rpc_addr(&membership, backup) else {
-                continue;
-            };
-            let request = ReplicaFreeRequest {
-                primary: me,
-                replica: record.id,
-            };
-            let backups = self.ctx.backups.clone();
-            self.ops.push(Box::pin(async move {
-                if let Err(error) = backups.free(&addr, &request).await {
-                    tracing::debug!(%error, "freeing a replica failed (the backup reclaims it on its own later)");
-                }
-                Done::Freed
-            }));
-        }
-    }
 }
 
-fn record_of(seg: &ReplicatedSegment) -> ClosedRecord {
+pub(super) fn record_of(seg: &ReplicatedSegment) -> ClosedRecord {
     ClosedRecord {
         id: seg.id,
         length: seg.written(),
@@ -692,7 +356,7 @@ fn record_of(seg: &ReplicatedSegment) -> ClosedRecord {
     }
 }
 
-fn rpc_addr(membership: &[BrokerInfo], backup: ServerId) -> Option<String> {
+pub(super) fn rpc_addr(membership: &[BrokerInfo], backup: ServerId) -> Option<String> {
     membership
         .iter()
         .find(|b| b.server_id == backup)

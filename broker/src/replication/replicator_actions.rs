@@ -1,0 +1,244 @@
+//! Carrying out what the replicated segments' state machines ask for: choosing backups and
+//! opening replicas, queueing writes to writers (in the order given), and the replica control
+//! RPCs. Part of the per-log replicator (see `replicator`).
+
+use super::backups::Backups;
+use super::replicator::{Done, Replicator, rpc_addr};
+use super::segment::Action;
+use super::transport::WriteTarget;
+use crate::metrics as m;
+use futures::future::BoxFuture;
+use std::sync::Arc;
+use std::time::Instant;
+use tailstream_wire::messages::{
+    BrokerInfo, ReplicaCloseRequest, ReplicaOpenRequest, ReplicaSetEpochRequest,
+};
+use tailstream_wire::{SegmentId, ServerId};
+
+impl Replicator {
+    /// Does what every tracked segment's state machine asks for. Actions are collected first
+    /// and carried out in the order the state machines gave them (a segment's writes, in
+    /// particular, are queued to their writer in order).
+    pub(super) fn drive(&mut self) {
+        self.waiting_for_backup = false;
+        let writes_max = self.ctx.config.writes_in_flight_per_replica_max as usize;
+        let Some(me) = self.me() else {
+            self.waiting_for_backup = true;
+            return;
+        };
+        let membership = self.membership.borrow().clone();
+        let mut actions = Vec::new();
+        for tracked in self.active.iter_mut().chain(self.repairs.iter_mut()) {
+            let segment = tracked.seg.id.segment;
+            actions.extend(
+                tracked
+                    .seg
+                    .next_actions(writes_max)
+                    .into_iter()
+                    .map(|a| (segment, a)),
+            );
+        }
+        for (segment, action) in actions {
+            match action {
+                Action::NeedBackup { slot, exclude } => {
+                    self.open_replica(segment, slot, exclude, &membership, me);
+                }
+                // Only `assign` produces opens; `open_replica` issues them.
+                Action::Open { .. } => {}
+                Action::Write {
+                    slot,
+                    backup,
+                    key,
+                    from,
+                    to,
+                } => {
+                    self.write(segment, slot, backup, key, from, to);
+                }
+                Action::Close {
+                    slot,
+                    backup,
+                    key,
+                    length,
+                } => {
+                    let Some(replica) = self.tracked_mut(segment).map(|t| t.seg.id) else {
+                        continue;
+                    };
+                    let request = ReplicaCloseRequest {
+                        primary: me,
+                        replica,
+                        key,
+                        length,
+                    };
+                    self.control(
+                        backup,
+                        &membership,
+                        move |backups, addr| {
+                            Box::pin(async move {
+                                let result = backups.close(&addr, &request).await;
+                                Done::Closed {
+                                    segment,
+                                    slot,
+                                    result,
+                                }
+                            })
+                        },
+                        move |result| Done::Closed {
+                            segment,
+                            slot,
+                            result,
+                        },
+                    );
+                }
+                Action::SetEpoch {
+                    slot,
+                    backup,
+                    epoch,
+                } => {
+                    let Some(replica) = self.tracked_mut(segment).map(|t| t.seg.id) else {
+                        continue;
+                    };
+                    let request = ReplicaSetEpochRequest {
+                        primary: me,
+                        replica,
+                        epoch,
+                    };
+                    self.control(
+                        backup,
+                        &membership,
+                        move |backups, addr| {
+                            Box::pin(async move {
+                                let result = backups.set_epoch(&addr, &request).await;
+                                Done::EpochSet {
+                                    segment,
+                                    slot,
+                                    epoch,
+                                    result,
+                                }
+                            })
+                        },
+                        move |result| Done::EpochSet {
+                            segment,
+                            slot,
+                            epoch,
+                            result,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    /// Chooses a backup for `slot` of `segment` and opens the replica there (or notes that
+    /// none is available, to try again shortly).
+    fn open_replica(
+        &mut self,
+        segment: SegmentId,
+        slot: usize,
+        mut exclude: Vec<ServerId>,
+        membership: &[BrokerInfo],
+        me: ServerId,
+    ) {
+        let selector = self.ctx.clone();
+        let Some(tracked) = self.tracked_mut(segment) else {
+            return;
+        };
+        // Backups assigned earlier in this same round count too.
+        exclude.extend(tracked.seg.backups());
+        let chosen = {
+            let mut selector = selector.selector.lock().unwrap_or_else(|p| p.into_inner());
+            selector.choose(membership, me, &exclude, Instant::now())
+        };
+        let opened =
+            chosen.and_then(|broker| Some((tracked.seg.assign(slot, broker.server_id)?, broker)));
+        let Some((
+            Action::Open {
+                slot,
+                backup,
+                epoch,
+                filling,
+            },
+            broker,
+        )) = opened
+        else {
+            self.waiting_for_backup = true;
+            return;
+        };
+        if filling {
+            metrics::counter!(m::REPLICA_RECREATIONS).increment(1);
+        }
+        let request = ReplicaOpenRequest {
+            primary: me,
+            replica: tracked.seg.id,
+            epoch,
+            capacity_bytes: tracked.seg.capacity,
+            filling,
+        };
+        let backups = self.ctx.backups.clone();
+        self.ops.push(Box::pin(async move {
+            let result = backups.open(backup, &broker.rpc_addr, &request).await;
+            Done::Opened {
+                segment,
+                slot,
+                backup,
+                result,
+            }
+        }));
+    }
+
+    /// Queues the write of `from..to` of `segment` to `slot`'s replica.
+    fn write(
+        &mut self,
+        segment: SegmentId,
+        slot: usize,
+        backup: ServerId,
+        key: u64,
+        from: u32,
+        to: u32,
+    ) {
+        let parts = self.log().segment_bytes(segment, from, to);
+        let Some(tracked) = self.tracked_mut(segment) else {
+            return;
+        };
+        let writer = tracked.writers.get(slot).cloned().flatten();
+        let target = WriteTarget {
+            replica: tracked.seg.id,
+            key,
+        };
+        let started = Instant::now();
+        let future = match (parts, writer) {
+            (Some(parts), Some(writer)) => writer.write(target, from, parts),
+            (None, _) => super::transport::failed("segment no longer in memory"),
+            (_, None) => super::transport::failed("no writer for the replica"),
+        };
+        metrics::counter!(m::REPLICATED_BYTES).increment(u64::from(to - from));
+        metrics::gauge!(m::REPLICATION_WRITES_IN_FLIGHT).increment(1.0);
+        self.ops.push(Box::pin(async move {
+            let result = future.await;
+            Done::Written {
+                segment,
+                slot,
+                backup,
+                end: to,
+                started,
+                result,
+            }
+        }));
+    }
+
+    /// Issues a replica control RPC to `backup`, or fails it at once if the backup left.
+    fn control(
+        &mut self,
+        backup: ServerId,
+        membership: &[BrokerInfo],
+        call: impl FnOnce(Arc<Backups>, String) -> BoxFuture<'static, Done>,
+        gone: impl FnOnce(Result<(), String>) -> Done,
+    ) {
+        match rpc_addr(membership, backup) {
+            Some(addr) => self.ops.push(call(self.ctx.backups.clone(), addr)),
+            None => {
+                let done = gone(Err(format!("{backup} left the cluster")));
+                self.ops.push(Box::pin(std::future::ready(done)));
+            }
+        }
+    }
+}

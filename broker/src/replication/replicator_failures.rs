@@ -1,0 +1,119 @@
+//! A replicator's answer to lost backups and freed segments: every replica on a lost backup
+//! is re-created elsewhere (open segments before their next commit, closed ones in the
+//! background), and the replicas of segments retention freed are released. Part of the
+//! per-log replicator (see `replicator`).
+
+use super::replicator::{ClosedRecord, Done, Replicator, Tracked, record_of, rpc_addr};
+use super::segment::ReplicatedSegment;
+use std::time::Instant;
+use tailstream_wire::ServerId;
+use tailstream_wire::messages::ReplicaFreeRequest;
+
+impl Replicator {
+    pub(super) fn quarantine(&self, backup: ServerId) {
+        let mut selector = self.ctx.selector.lock().unwrap_or_else(|p| p.into_inner());
+        selector.failed(backup, Instant::now());
+    }
+
+    /// `backup` is gone: every replica this log has there is re-created elsewhere.
+    pub(super) fn backup_lost(&mut self, backup: ServerId) {
+        self.quarantine(backup);
+        let addr = rpc_addr(&self.membership.borrow(), backup);
+        self.ctx.backups.forget(backup, addr.as_deref());
+        for tracked in self.active.iter_mut().chain(self.repairs.iter_mut()) {
+            if tracked.seg.backup_lost(backup) {
+                for (slot, writer) in tracked.writers.iter_mut().enumerate() {
+                    if tracked.seg.slots()[slot].backup.is_none() {
+                        *writer = None;
+                    }
+                }
+            }
+        }
+        let (lost, kept): (Vec<ClosedRecord>, Vec<ClosedRecord>) = self
+            .closed
+            .drain(..)
+            .partition(|r| r.backups.contains(&backup));
+        self.closed = kept.into();
+        for record in lost {
+            let mut seg =
+                ReplicatedSegment::closed(record.id, record.length, record.epoch, &record.backups);
+            seg.backup_lost(backup);
+            self.repairs.push(Tracked::new(seg));
+        }
+    }
+
+    /// Backups the coordinator no longer lists as alive (or that came back as a newer
+    /// generation) are lost.
+    pub(super) fn check_membership(&mut self) {
+        let membership = self.membership.borrow().clone();
+        let in_use: Vec<ServerId> = self
+            .active
+            .iter()
+            .chain(self.repairs.iter())
+            .flat_map(|t| t.seg.backups())
+            .chain(self.closed.iter().flat_map(|r| r.backups.clone()))
+            .collect();
+        let mut lost: Vec<ServerId> = in_use
+            .into_iter()
+            .filter(|b| !membership.iter().any(|m| m.server_id == *b && m.alive))
+            .collect();
+        lost.sort();
+        lost.dedup();
+        for backup in lost {
+            tracing::warn!(%backup, "backup no longer alive per the coordinator");
+            self.backup_lost(backup);
+        }
+    }
+
+    /// Moves finished segments to the closed records, finishes repairs, and frees the
+    /// replicas of segments retention has freed.
+    pub(super) fn retire(&mut self) {
+        while self.active.front().is_some_and(|t| t.seg.is_done()) {
+            if let Some(tracked) = self.active.pop_front() {
+                self.closed.push_back(record_of(&tracked.seg));
+            }
+        }
+        let (finished, ongoing): (Vec<Tracked>, Vec<Tracked>) = std::mem::take(&mut self.repairs)
+            .into_iter()
+            .partition(|t| t.seg.is_done());
+        self.repairs = ongoing;
+        for tracked in finished {
+            let record = record_of(&tracked.seg);
+            let at = self
+                .closed
+                .iter()
+                .position(|r| r.id.segment > record.id.segment)
+                .unwrap_or(self.closed.len());
+            self.closed.insert(at, record);
+        }
+        while let Some(front) = self.closed.front() {
+            if self.log().contains_segment(front.id.segment) {
+                break;
+            }
+            if let Some(record) = self.closed.pop_front() {
+                self.free(record);
+            }
+        }
+    }
+
+    fn free(&mut self, record: ClosedRecord) {
+        let Some(me) = self.me() else { return };
+        let membership = self.membership.borrow().clone();
+        for backup in record.backups {
+            let Some(addr) = rpc_addr(&membership, backup) else {
+                continue;
+            };
+            let request = ReplicaFreeRequest {
+                primary: me,
+                replica: record.id,
+            };
+            let backups = self.ctx.backups.clone();
+            self.ops.push(Box::pin(async move {
+                if let Err(error) = backups.free(&addr, &request).await {
+                    tracing::debug!(%error, "freeing a replica failed (the backup reclaims it on its own later)");
+                }
+                Done::Freed
+            }));
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! `ReplicatedSegment` against the scenarios of Tailwind's write path and failure handling.
+use super::*;
+use tailstream_wire::{GroupId, LogId, SegmentId, StreamId, StreamletId};
+
+fn id() -> ReplicaId {
+    ReplicaId {
+        stream: StreamId(1),
+        streamlet: StreamletId(0),
+        log: LogId(0),
+        group: GroupId(0),
+        segment: SegmentId(3),
+    }
+}
+
+fn server(index: u32) -> ServerId {
+    ServerId::new(index, 1)
+}
+
+/// Assigns backups 1..=R and opens every slot.
+fn opened(replicas: usize) -> ReplicatedSegment {
+    let mut seg = ReplicatedSegment::new(id(), 1 << 20, replicas);
+    for action in seg.next_actions(4) {
+        let Action::NeedBackup { slot, .. } = action else {
+            panic!("{action:?}")
+        };
+        let open = seg.assign(slot, server(slot as u32 + 1)).unwrap();
+        assert!(matches!(
+            open,
+            Action::Open {
+                epoch: 1,
+                filling: false,
+                ..
+            }
+        ));
+        seg.opened(slot, 100 + slot as u64);
+    }
+    seg
+}
+
+fn writes(actions: &[Action]) -> Vec<(usize, u32, u32)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Write { slot, from, to, .. } => Some((*slot, *from, *to)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn appends_during_a_write_are_coalesced_and_commit_needs_every_replica() {
+    let mut seg = opened(3);
+    seg.appended(100);
+    assert_eq!(
+        writes(&seg.next_actions(1)),
+        vec![(0, 0, 100), (1, 0, 100), (2, 0, 100)]
+    );
+    // Three appends while the first write is in flight: one write carries them all.
+    seg.appended(150);
+    seg.appended(220);
+    seg.appended(300);
+    assert!(
+        writes(&seg.next_actions(1)).is_empty(),
+        "one write in flight per replica"
+    );
+    seg.write_done(0, 100);
+    seg.write_done(1, 100);
+    assert_eq!(seg.committed(), 0, "the third replica has not acknowledged");
+    seg.write_done(2, 100);
+    assert_eq!(seg.committed(), 100);
+    assert_eq!(
+        writes(&seg.next_actions(1)),
+        vec![(0, 100, 300), (1, 100, 300), (2, 100, 300)]
+    );
+}
+
+#[test]
+fn a_sealed_segment_closes_each_replica_once_it_has_everything() {
+    let mut seg = opened(2);
+    seg.appended(64);
+    seg.next_actions(4);
+    seg.seal(64);
+    seg.write_done(0, 64);
+    let actions = seg.next_actions(4);
+    assert_eq!(
+        actions,
+        vec![Action::Close {
+            slot: 0,
+            backup: server(1),
+            key: 100,
+            length: 64
+        }]
+    );
+    seg.write_done(1, 64);
+    seg.closed_ok(0);
+    let actions = seg.next_actions(4);
+    assert_eq!(
+        actions,
+        vec![Action::Close {
+            slot: 1,
+            backup: server(2),
+            key: 101,
+            length: 64
+        }]
+    );
+    assert!(!seg.is_done());
+    seg.closed_ok(1);
+    assert!(seg.is_done() && seg.next_actions(4).is_empty());
+}
+
+#[test]
+fn a_lost_replica_freezes_the_commit_until_its_filled_replacement_is_current() {
+    let mut seg = opened(3);
+    seg.appended(100);
+    seg.next_actions(4);
+    for slot in 0..3 {
+        seg.write_done(slot, 100);
+    }
+    assert_eq!(seg.committed(), 100);
+    seg.appended(200);
+    seg.next_actions(4);
+    seg.write_done(0, 200);
+    seg.write_done(1, 200);
+    // Backup 3 dies before acknowledging 200.
+    assert!(seg.backup_lost(server(3)));
+    seg.write_done(2, 200);
+    assert_eq!(seg.committed(), 100, "nothing commits without all R");
+    let actions = seg.next_actions(4);
+    let exclude = match &actions[..] {
+        [Action::NeedBackup { slot: 2, exclude }] => exclude.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(exclude, vec![server(1), server(2)]);
+    let open = seg.assign(2, server(4)).unwrap();
+    assert_eq!(
+        open,
+        Action::Open {
+            slot: 2,
+            backup: server(4),
+            epoch: 2,
+            filling: true
+        }
+    );
+    seg.opened(2, 999);
+    // The replacement is filled from byte 0.
+    assert_eq!(writes(&seg.next_actions(4)), vec![(2, 0, 200)]);
+    seg.write_done(2, 200);
+    assert_eq!(seg.committed(), 100, "a filling replica does not count yet");
+    let rounds: Vec<_> = seg
+        .next_actions(4)
+        .into_iter()
+        .filter(|a| matches!(a, Action::SetEpoch { .. }))
+        .collect();
+    assert_eq!(rounds.len(), 3);
+    assert!(
+        rounds
+            .iter()
+            .all(|a| matches!(a, Action::SetEpoch { epoch: 2, .. }))
+    );
+    seg.epoch_set(2);
+    seg.epoch_set(2);
+    assert_eq!(seg.committed(), 100);
+    seg.epoch_set(2);
+    assert_eq!(
+        seg.committed(),
+        200,
+        "current at epoch 2 on every replica: commits resume"
+    );
+    assert!(seg.next_actions(4).is_empty());
+}
+
+#[test]
+fn a_closed_segment_on_a_lost_backup_is_copied_to_a_new_one_and_closed() {
+    let mut seg = ReplicatedSegment::closed(id(), 500, 1, &[server(1), server(2), server(3)]);
+    assert!(seg.is_done());
+    seg.backup_lost(server(2));
+    assert!(!seg.is_done());
+    let actions = seg.next_actions(4);
+    assert!(matches!(&actions[..], [Action::NeedBackup { slot: 1, .. }]));
+    seg.assign(1, server(5));
+    seg.opened(1, 7);
+    assert_eq!(writes(&seg.next_actions(4)), vec![(1, 0, 500)]);
+    seg.write_done(1, 500);
+    let actions = seg.next_actions(4);
+    assert!(actions.contains(&Action::Close {
+        slot: 1,
+        backup: server(5),
+        key: 7,
+        length: 500
+    }));
+    assert_eq!(
+        actions
+            .iter()
+            .filter(|a| matches!(a, Action::SetEpoch { epoch: 2, .. }))
+            .count(),
+        3
+    );
+    seg.closed_ok(1);
+    for _ in 0..3 {
+        seg.epoch_set(2);
+    }
+    assert!(seg.is_done());
+}
+
+#[test]
+fn an_early_completion_acknowledges_nothing_until_the_earlier_write_completes() {
+    let mut seg = opened(1);
+    seg.appended(10);
+    seg.next_actions(4);
+    seg.appended(30);
+    seg.next_actions(4);
+    seg.write_done(0, 30);
+    assert_eq!(seg.committed(), 0);
+    seg.write_done(0, 10);
+    assert_eq!(seg.committed(), 30);
+}
+
+#[test]
+fn stale_completions_and_events_for_other_states_are_ignored() {
+    let mut seg = opened(1);
+    seg.appended(10);
+    seg.next_actions(4);
+    seg.write_done(0, 99);
+    assert_eq!(seg.committed(), 0);
+    seg.closed_ok(0);
+    seg.epoch_set(7);
+    seg.write_done(0, 10);
+    assert_eq!(seg.committed(), 10);
+}
