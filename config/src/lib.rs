@@ -265,6 +265,11 @@ impl Config {
         if replication.writes_in_flight_per_replica_max == 0 || replication.ack_timeout_ms == 0 {
             return invalid("replication writes in flight and ack timeout must be positive".into());
         }
+        if replication.ack_timeout_ms >= self.producer.request_timeout_ms {
+            return invalid(
+                "replication.ack_timeout_ms must be below producer.request_timeout_ms".into(),
+            );
+        }
         if self.backup.open_buffers_max == 0 || self.backup.nic_connections_max == 0 {
             return invalid("backup buffer and connection limits must be positive".into());
         }
