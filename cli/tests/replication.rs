@@ -8,13 +8,17 @@ mod common;
 
 use common::ledger::{Ledger, value};
 use common::{TEST_TIMEOUT, TestCluster};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use tailstream_client::{ConsumedRecord, Consumer, Membership, Producer, StartFrom};
 use tailstream_net::{RpcClient, RpcClientConfig};
 use tailstream_wire::Opcode;
-use tailstream_wire::messages::{ListReplicasRequest, ListReplicasResponse, ReplicaInfo};
+use tailstream_wire::ServerId;
+use tailstream_wire::messages::{
+    ListReplicasRequest, ListReplicasResponse, ReplicaId, ReplicaInfo, ReplicaState,
+};
 
 /// Small segments and groups, so closed segments (and their re-replication) are exercised.
 fn replicated_stream(test: &TestCluster, replicas: u32) -> tailstream_wire::messages::StreamConfig {
@@ -168,6 +172,19 @@ impl Load {
     }
 }
 
+/// Complete (not filling, not corrupt) replicas per (primary, segment) on the live brokers.
+async fn complete_copies(test: &TestCluster) -> HashMap<(ServerId, ReplicaId), usize> {
+    let mut copies = HashMap::new();
+    for broker in test.cluster.brokers() {
+        for info in list_replicas(&broker.rpc_addr.to_string()).await {
+            if !info.filling && info.state != ReplicaState::Corrupt {
+                *copies.entry((info.primary, info.replica)).or_insert(0) += 1;
+            }
+        }
+    }
+    copies
+}
+
 /// The broker that owns no streamlet of `stream`: it only acts as a backup.
 async fn backup_only_broker(test: &TestCluster, stream: &str) -> usize {
     let metadata = test.client().refresh_stream(stream).await.unwrap();
@@ -292,6 +309,20 @@ async fn replicas_of_a_killed_backup_are_recreated_elsewhere_and_producers_carry
         let acked_at_kill = load.acked.load(Ordering::Relaxed);
         load.wait_for_acks(acked_at_kill + 5_000).await;
         load.finish_and_check().await;
+        // Eventually every segment, closed ones included, has three complete replicas again,
+        // all on live brokers.
+        let mut last = HashMap::new();
+        for _ in 0..100 {
+            last = complete_copies(&test).await;
+            if !last.is_empty() && last.values().all(|copies| *copies == 3) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert!(
+            !last.is_empty() && last.values().all(|copies| *copies == 3),
+            "{last:?}"
+        );
         let mut recreated = 0.0;
         for broker in test.cluster.brokers() {
             let metrics = TestCluster::http_get(broker.admin_addr, "/metrics").await;
