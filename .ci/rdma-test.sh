@@ -28,4 +28,7 @@ export TAILSTREAM_RDMA_TEST=required
 export RUST_BACKTRACE=1
 $work/rdma-test --nocapture --test-threads 1
 SCRIPT
-RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-600} sh "$VM" "$work" "$work/run.sh"
+# The VM script needs root (it boots a kernel with the host's filesystem shared into it).
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo --preserve-env=RXE_VM_TIMEOUT,RXE_VM_CACHE"; fi
+RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-600} $SUDO sh "$VM" "$work" "$work/run.sh"
