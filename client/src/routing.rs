@@ -8,14 +8,6 @@
 
 use tailstream_wire::StreamletId;
 
-/// The routing rule for records without a key.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum KeylessRouting {
-    /// Stick to one streamlet per batch, then move to the next.
-    #[default]
-    RoundRobinByBatch,
-}
-
 /// Stable across processes and versions: CRC32 (IEEE) of the key.
 pub fn streamlet_for_key(key: &[u8], streamlets: u32) -> StreamletId {
     StreamletId(crc32fast::hash(key) % streamlets.max(1))

@@ -118,10 +118,6 @@ impl BackupService {
         }
     }
 
-    pub fn store(&self) -> &Arc<BackupStore> {
-        &self.store
-    }
-
     fn pool_gauges(store: &BackupStore) {
         let (open, bytes) = store.pool_usage();
         let limits = store.limits();

@@ -60,10 +60,6 @@ impl Backups {
         }
     }
 
-    pub fn path(&self) -> WritePath {
-        self.path
-    }
-
     async fn call(
         &self,
         addr: &str,
