@@ -216,15 +216,20 @@ impl BackupStore {
         Self::note_generation_locked(&mut self.lock(), server);
     }
 
-    /// Refuses `primary` if a newer generation of its slot is known.
-    pub fn check_primary(&self, primary: ServerId) -> Result<(), BackupError> {
-        let mut index = self.lock();
+    /// Whether a newer generation of `primary`'s slot is known.
+    fn fenced_locked(index: &Index, primary: ServerId) -> bool {
         let newest = index
             .newest_generation
             .get(&primary.index)
             .copied()
             .unwrap_or(0);
-        if primary.generation < newest {
+        primary.generation < newest
+    }
+
+    /// Refuses `primary` if a newer generation of its slot is known.
+    pub fn check_primary(&self, primary: ServerId) -> Result<(), BackupError> {
+        let mut index = self.lock();
+        if Self::fenced_locked(&index, primary) {
             return Err(BackupError::Stale(primary));
         }
         Self::note_generation_locked(&mut index, primary);
@@ -348,12 +353,7 @@ impl BackupStore {
     /// The open replica a one-sided write names by `key`, if `primary` may write it.
     pub fn writer_for(&self, key: u64, primary: ServerId) -> Result<Arc<Replica>, BackupError> {
         let index = self.lock();
-        let newest = index
-            .newest_generation
-            .get(&primary.index)
-            .copied()
-            .unwrap_or(0);
-        if primary.generation < newest {
+        if Self::fenced_locked(&index, primary) {
             return Err(BackupError::Stale(primary));
         }
         let replica = index.by_key.get(&key).ok_or(BackupError::UnknownReplica)?;

@@ -210,6 +210,16 @@ fn the_pool_is_bounded_and_old_generations_are_fenced() {
     ));
 }
 
+/// (epoch, filling) of every replica the store lists.
+fn epochs(store: &BackupStore) -> Vec<(u32, bool)> {
+    store
+        .replicas(None)
+        .iter()
+        .map(|r| ops::describe(r))
+        .map(|i| (i.epoch, i.filling))
+        .collect()
+}
+
 #[test]
 fn a_filling_replacement_never_displaces_the_complete_copy_until_it_is_current() {
     let dir = tempfile::tempdir().unwrap();
@@ -217,44 +227,11 @@ fn a_filling_replacement_never_displaces_the_complete_copy_until_it_is_current()
     let p = ServerId::new(1, 1);
     store.open(&open(p, 5, 1, false)).unwrap();
     store.open(&open(p, 5, 2, true)).unwrap();
-    let listed: Vec<_> = store
-        .replicas(None)
-        .iter()
-        .map(|r| ops::describe(r))
-        .collect();
-    assert_eq!(
-        listed
-            .iter()
-            .map(|i| (i.epoch, i.filling))
-            .collect::<Vec<_>>(),
-        vec![(1, false), (2, true)]
-    );
+    assert_eq!(epochs(&store), vec![(1, false), (2, true)]);
     store.set_epoch(p, &id(5), 2).unwrap();
-    let listed: Vec<_> = store
-        .replicas(None)
-        .iter()
-        .map(|r| ops::describe(r))
-        .collect();
-    assert_eq!(
-        listed
-            .iter()
-            .map(|i| (i.epoch, i.filling))
-            .collect::<Vec<_>>(),
-        vec![(2, false)]
-    );
+    assert_eq!(epochs(&store), vec![(2, false)]);
     // And the change survives a restart.
     drop(store);
     let store = BackupStore::load(dir.path(), LIMITS).unwrap();
-    let listed: Vec<_> = store
-        .replicas(None)
-        .iter()
-        .map(|r| ops::describe(r))
-        .collect();
-    assert_eq!(
-        listed
-            .iter()
-            .map(|i| (i.epoch, i.filling))
-            .collect::<Vec<_>>(),
-        vec![(2, false)]
-    );
+    assert_eq!(epochs(&store), vec![(2, false)]);
 }
