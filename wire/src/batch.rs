@@ -18,9 +18,12 @@
 //! 61     ..   records (see `records`)
 //! ```
 //! A producer sends, the broker stores and a consumer receives these same bytes. The broker
-//! validates (`validate_batch`) before appending and never re-encodes records.
+//! validates the header, the CRC and every record (`validate_batch`) before appending and never
+//! re-encodes records; a consumer checks the header and CRC (`read_batch_header`) and walks the
+//! records as it decodes them.
 
 use crate::ids::{BatchSequence, ProducerId, RecordOffset};
+use crate::record_scan::RECORD_BYTES_MIN;
 use thiserror::Error;
 
 pub const BATCH_HEADER_BYTES: usize = 61;
@@ -67,6 +70,8 @@ pub enum BatchError {
     BadProducerId(i64),
     #[error("record {index} of the batch is malformed: {reason}")]
     BadRecord { index: u32, reason: &'static str },
+    #[error("record batch max timestamp {stored} is not its largest record timestamp {computed}")]
+    MaxTimestamp { stored: i64, computed: i64 },
 }
 
 /// Header fields of a validated batch.
@@ -92,9 +97,19 @@ fn be_i64(b: &[u8], at: usize) -> i64 {
     i64::from_be_bytes(raw)
 }
 
-/// Checks magic, length, CRC-32C, attributes and record count; returns the header fields.
-/// Cheap relative to the batch: one CRC pass, no per-record work.
+/// Everything the broker checks before it stores a batch: the header and CRC-32C
+/// (`read_batch_header`), then every record (`record_scan::validate_records`). Allocates
+/// nothing; one CRC pass and one walk over the record framing.
 pub fn validate_batch(bytes: &[u8]) -> Result<BatchInfo, BatchError> {
+    let info = read_batch_header(bytes)?;
+    crate::record_scan::validate_records(bytes, &info)?;
+    Ok(info)
+}
+
+/// Checks magic, length, CRC-32C, attributes and record count; returns the header fields.
+/// No per-record work: a reader that walks the records next (`records::RecordIter`) finds any
+/// malformed one itself.
+pub fn read_batch_header(bytes: &[u8]) -> Result<BatchInfo, BatchError> {
     if bytes.len() < BATCH_HEADER_BYTES {
         return Err(BatchError::TooShort { len: bytes.len() });
     }
@@ -119,10 +134,11 @@ pub fn validate_batch(bytes: &[u8]) -> Result<BatchInfo, BatchError> {
     }
     let last_offset_delta = be_i32(bytes, 23);
     let count = be_i32(bytes, 57);
-    // Every record takes at least 7 bytes, so the count is also bounded by the length.
+    // Every record takes at least RECORD_BYTES_MIN bytes, so the count is also bounded by the
+    // length.
     let plausible = count >= 1
         && count as u32 <= BATCH_RECORDS_MAX
-        && (count as usize) * 7 <= bytes.len() - BATCH_HEADER_BYTES;
+        && (count as usize) * RECORD_BYTES_MIN <= bytes.len() - BATCH_HEADER_BYTES;
     if !plausible || last_offset_delta != count - 1 {
         return Err(BatchError::RecordCount {
             count,
@@ -148,10 +164,10 @@ pub fn stamp_base_offset(bytes: &mut [u8], offset: RecordOffset) {
     bytes[0..8].copy_from_slice(&(offset.0 as i64).to_be_bytes());
 }
 
-/// The base offset stamped into a batch at append time.
+/// The base offset stamped into a batch at append time (`None` if missing or negative).
 pub fn base_offset(bytes: &[u8]) -> Option<RecordOffset> {
     let raw = bytes.get(0..8)?;
-    Some(RecordOffset(be_i64(raw, 0) as u64))
+    u64::try_from(be_i64(raw, 0)).ok().map(RecordOffset)
 }
 
 /// Gives a batch a new base sequence and recomputes its CRC-32C (the sequence lies inside the

@@ -68,7 +68,7 @@ pub fn nic(data: &[u8]) {
 /// Validates `data` as a record batch and, if it passes, iterates its records.
 pub fn record_batch(data: &[u8]) {
     if let Ok(info) = validate_batch(data) {
-        for record in RecordIter::new(Bytes::copy_from_slice(data), info.record_count) {
+        for record in RecordIter::new(Bytes::copy_from_slice(data), &info) {
             if record.is_err() {
                 break;
             }

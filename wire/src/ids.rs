@@ -113,8 +113,15 @@ impl fmt::Display for ServerId {
 
 impl RecordOffset {
     /// The offset `records` records after this one.
+    /// Only for offsets the broker assigned itself (a log cannot hold 2^64 records); a value
+    /// from the network goes through `checked_advance`.
     pub fn advance(self, records: u32) -> RecordOffset {
         RecordOffset(self.0 + u64::from(records))
+    }
+
+    /// The offset `records` records after this one, unless that passes `u64::MAX`.
+    pub fn checked_advance(self, records: u32) -> Option<RecordOffset> {
+        self.0.checked_add(u64::from(records)).map(RecordOffset)
     }
 }
 

@@ -15,7 +15,10 @@
 //! - [`entry`]: segment entries: entry header, types, checksum trailer, log digest.
 //! - [`segment`]: `SegmentAppender`, which writes entry + trailer into a segment buffer.
 //! - [`scan`]: Algorithm 1 (`scan_segment`), closed-segment verification, entry iteration.
-//! - [`batch`] and [`records`]: Kafka RecordBatch v2 validation, builder and record iterator.
+//! - [`batch`]: the Kafka RecordBatch v2 header: validation, stamping, sequence.
+//! - [`record_scan`]: the one walk over a batch's records (validation without allocating, and
+//!   the cursor decoders share); [`records`]: the builder producers use and the record
+//!   iterator consumers use; [`varint`]: zigzag varints.
 //! - [`fuzzing`]: every decoder behind one entry point, for fuzz targets and property tests.
 
 pub mod batch;
@@ -27,10 +30,12 @@ pub mod fuzzing;
 pub mod ids;
 pub mod messages;
 pub mod nic;
+pub mod record_scan;
 pub mod records;
 pub mod scan;
 pub mod segment;
 pub mod status;
+pub mod varint;
 
 pub use codec::{Decode, DecodeError, Encode};
 pub use frame::{Frame, FrameDecoder, FrameError, FrameHeader, Opcode};

@@ -1,52 +1,13 @@
-//! Records inside a v2 record batch: varints, the builder producers use, and the iterator
-//! consumers use.
-//!
-//! ```text
-//! record := length varint      bytes after this field
-//!           attributes i8      (unused, 0)
-//!           timestamp delta varlong
-//!           offset delta varint
-//!           key length varint (-1 = null), key
-//!           value length varint (-1 = null), value
-//!           header count varint, then per header: key length varint, key (UTF-8),
-//!                                                 value length varint (-1 = null), value
-//! ```
-//! Varints are zigzag-encoded LEB128, as in Kafka and protobuf.
+//! Records inside a v2 record batch: the builder producers use and the iterator consumers use.
+//! The record layout and the walk that checks it are in `record_scan`; varints in `varint`.
 
-use crate::batch::{BATCH_HEADER_BYTES, BATCH_RECORDS_MAX, BatchError, write_header};
+use crate::batch::{BATCH_HEADER_BYTES, BATCH_RECORDS_MAX, BatchError, BatchInfo, write_header};
 use crate::ids::{BatchSequence, ProducerId};
+use crate::record_scan::RecordCursor;
+use crate::varint::{put_varlong, varlong_len};
 use bytes::{BufMut, Bytes, BytesMut};
 
-/// Per-record header count limit when decoding.
-pub const RECORD_HEADERS_MAX: usize = 1024;
-
-fn put_varlong(out: &mut BytesMut, value: i64) {
-    let mut v = ((value << 1) ^ (value >> 63)) as u64;
-    while v >= 0x80 {
-        out.put_u8((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.put_u8(v as u8);
-}
-
-fn varlong_len(value: i64) -> usize {
-    let v = ((value << 1) ^ (value >> 63)) as u64;
-    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
-}
-
-/// Reads a zigzag varlong; `None` on truncation or more than 10 bytes.
-fn get_varlong(buf: &[u8], pos: &mut usize) -> Option<i64> {
-    let mut result: u64 = 0;
-    for shift in (0..70).step_by(7) {
-        let byte = *buf.get(*pos)?;
-        *pos += 1;
-        result |= u64::from(byte & 0x7f).checked_shl(shift)?;
-        if byte & 0x80 == 0 {
-            return Some(((result >> 1) as i64) ^ -((result & 1) as i64));
-        }
-    }
-    None
-}
+pub use crate::record_scan::RECORD_HEADERS_MAX;
 
 fn opt_len(value: Option<&[u8]>) -> i64 {
     value.map_or(-1, |v| v.len() as i64)
@@ -63,7 +24,8 @@ pub struct RecordHeader {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
     pub offset_delta: u32,
-    pub timestamp_delta_ms: i64,
+    /// Absolute: the batch's base timestamp plus the record's delta (checked, never wraps).
+    pub timestamp_ms: i64,
     pub key: Option<Bytes>,
     pub value: Option<Bytes>,
     pub headers: Vec<RecordHeader>,
@@ -182,96 +144,21 @@ impl RecordBatchBuilder {
     }
 }
 
-/// Iterates the records of a batch that passed `validate_batch`. Yields an error (and stops)
-/// on the first malformed record; never panics.
+/// Iterates the records of a batch whose header passed `read_batch_header`. Yields an error
+/// (and stops) on the first malformed record; never panics. Key, value and header values are
+/// zero-copy slices of the batch.
 #[derive(Debug, Clone)]
 pub struct RecordIter {
     batch: Bytes,
-    pos: usize,
-    index: u32,
-    count: u32,
-    failed: bool,
+    cursor: RecordCursor,
 }
 
 impl RecordIter {
-    pub fn new(batch: Bytes, record_count: u32) -> Self {
+    pub fn new(batch: Bytes, info: &BatchInfo) -> Self {
         Self {
+            cursor: RecordCursor::new(info),
             batch,
-            pos: BATCH_HEADER_BYTES,
-            index: 0,
-            count: record_count,
-            failed: false,
         }
-    }
-
-    fn bad(&mut self, reason: &'static str) -> Option<Result<Record, BatchError>> {
-        self.failed = true;
-        Some(Err(BatchError::BadRecord {
-            index: self.index,
-            reason,
-        }))
-    }
-
-    fn field(&mut self, end: usize) -> Result<Option<Bytes>, &'static str> {
-        let len = get_varlong(&self.batch, &mut self.pos).ok_or("truncated length")?;
-        if len == -1 {
-            return Ok(None);
-        }
-        let len = usize::try_from(len).map_err(|_| "negative length")?;
-        let stop = self
-            .pos
-            .checked_add(len)
-            .filter(|s| *s <= end)
-            .ok_or("length past end")?;
-        let value = self.batch.slice(self.pos..stop);
-        self.pos = stop;
-        Ok(Some(value))
-    }
-
-    fn record(&mut self) -> Result<Record, &'static str> {
-        let len = get_varlong(&self.batch, &mut self.pos).ok_or("truncated record length")?;
-        let len = usize::try_from(len).map_err(|_| "negative record length")?;
-        let end = self
-            .pos
-            .checked_add(len)
-            .filter(|e| *e <= self.batch.len())
-            .ok_or("record past end of batch")?;
-        self.pos = self
-            .pos
-            .checked_add(1)
-            .filter(|p| *p <= end)
-            .ok_or("missing attributes")?;
-        let timestamp_delta_ms = get_varlong(&self.batch, &mut self.pos).ok_or("bad timestamp")?;
-        let offset_delta = get_varlong(&self.batch, &mut self.pos).ok_or("bad offset delta")?;
-        if offset_delta != i64::from(self.index) {
-            return Err("offset delta out of sequence");
-        }
-        let key = self.field(end)?;
-        let value = self.field(end)?;
-        let header_count = get_varlong(&self.batch, &mut self.pos).ok_or("bad header count")?;
-        let header_count = usize::try_from(header_count)
-            .ok()
-            .filter(|c| *c <= RECORD_HEADERS_MAX)
-            .ok_or("header count out of range")?;
-        let mut headers = Vec::with_capacity(header_count.min(16));
-        for _ in 0..header_count {
-            let key = self.field(end)?.ok_or("null header key")?;
-            let key = String::from_utf8(key.to_vec()).map_err(|_| "header key not UTF-8")?;
-            headers.push(RecordHeader {
-                key,
-                value: self.field(end)?,
-            });
-        }
-        if self.pos != end {
-            return Err("record length does not match its fields");
-        }
-        Ok(Record {
-            offset_delta: offset_delta as u32,
-            timestamp_delta_ms,
-            key,
-            value,
-            headers,
-        })
     }
 }
 
@@ -279,22 +166,25 @@ impl Iterator for RecordIter {
     type Item = Result<Record, BatchError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.failed {
-            return None;
-        }
-        if self.index == self.count {
-            if self.pos != self.batch.len() {
-                return self.bad("bytes after the last record");
-            }
-            return None;
-        }
-        match self.record() {
-            Ok(record) => {
-                self.index += 1;
-                Some(Ok(record))
-            }
-            Err(reason) => self.bad(reason),
-        }
+        let raw = match self.cursor.next_record(&self.batch)? {
+            Ok(raw) => raw,
+            Err(error) => return Some(Err(error)),
+        };
+        let slice = |part: Option<&[u8]>| part.map(|part| self.batch.slice_ref(part));
+        let headers = raw
+            .headers()
+            .map(|header| RecordHeader {
+                key: header.key.to_string(),
+                value: slice(header.value),
+            })
+            .collect();
+        Some(Ok(Record {
+            offset_delta: raw.offset_delta,
+            timestamp_ms: raw.timestamp_ms,
+            key: slice(raw.key),
+            value: slice(raw.value),
+            headers,
+        }))
     }
 }
 
@@ -303,30 +193,6 @@ mod tests {
     use super::*;
     use crate::batch::{base_offset, stamp_base_offset, validate_batch};
     use crate::ids::RecordOffset;
-
-    #[test]
-    fn varlongs_round_trip_at_the_edges() {
-        for value in [
-            0,
-            1,
-            -1,
-            63,
-            -64,
-            64,
-            i64::from(i32::MAX),
-            i64::MIN,
-            i64::MAX,
-        ] {
-            let mut out = BytesMut::new();
-            put_varlong(&mut out, value);
-            assert_eq!(out.len(), varlong_len(value), "{value}");
-            let mut pos = 0;
-            assert_eq!(get_varlong(&out, &mut pos), Some(value));
-            assert_eq!(pos, out.len());
-        }
-        let mut pos = 0;
-        assert_eq!(get_varlong(&[0xff; 11], &mut pos), None);
-    }
 
     #[test]
     fn a_built_batch_validates_and_its_records_read_back() {
@@ -340,12 +206,13 @@ mod tests {
         assert_eq!(info.base_sequence, BatchSequence(4));
         assert_eq!(info.record_count, 3);
         assert_eq!(info.max_timestamp_ms, 1005);
-        let records: Vec<_> = RecordIter::new(batch.clone(), 3)
+        let records: Vec<_> = RecordIter::new(batch.clone(), &info)
             .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!(records[0].key.as_deref(), Some(&b"k1"[..]));
         assert_eq!(records[1].key, None);
-        assert_eq!(records[1].timestamp_delta_ms, 5);
+        assert_eq!(records[0].timestamp_ms, 1000);
+        assert_eq!(records[1].timestamp_ms, 1005);
         assert_eq!(records[1].headers[0].key, "h");
         assert_eq!(records[1].headers[1].value, None);
         assert_eq!(records[2].value, None);

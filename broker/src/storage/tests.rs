@@ -68,8 +68,7 @@ fn read_log(log: &Log) -> Vec<(u64, String)> {
                 }
                 let info = validate_batch(entry.payload).unwrap();
                 let base = base_offset(entry.payload).unwrap();
-                let records =
-                    RecordIter::new(Bytes::copy_from_slice(entry.payload), info.record_count);
+                let records = RecordIter::new(Bytes::copy_from_slice(entry.payload), &info);
                 for record in records {
                     let record = record.unwrap();
                     let value = String::from_utf8(record.value.unwrap().to_vec()).unwrap();

@@ -4,7 +4,7 @@
 
 use crate::error::ClientError;
 use bytes::Bytes;
-use tailstream_wire::batch::{base_offset, validate_batch};
+use tailstream_wire::batch::{base_offset, read_batch_header};
 use tailstream_wire::entry::{EntryType, TRAILER_VALUE_BYTES};
 use tailstream_wire::records::RecordIter;
 use tailstream_wire::scan::EntryIter;
@@ -46,24 +46,34 @@ pub fn decode_entries(
                 )));
             }
         }
-        let info =
-            validate_batch(entry.payload).map_err(|e| ClientError::Corrupt(e.to_string()))?;
-        let base = base_offset(entry.payload)
-            .ok_or_else(|| ClientError::Corrupt("batch without base offset".into()))?;
-        let start = entry.position + tailstream_wire::entry::ENTRY_HEADER_BYTES;
+        let at = entry.position;
+        let corrupt = |what: String| ClientError::Corrupt(format!("batch at {at}: {what}"));
+        let info = read_batch_header(entry.payload).map_err(|e| corrupt(e.to_string()))?;
+        let base =
+            base_offset(entry.payload).ok_or_else(|| corrupt("no valid base offset".into()))?;
+        let start = at + tailstream_wire::entry::ENTRY_HEADER_BYTES;
         let batch = entries.slice(start..start + entry.payload.len());
-        for record in RecordIter::new(batch, info.record_count) {
-            let record = record.map_err(|e| ClientError::Corrupt(e.to_string()))?;
-            let offset = base.advance(record.offset_delta);
+        for record in RecordIter::new(batch, &info) {
+            let record = record.map_err(|e| corrupt(e.to_string()))?;
+            // Every value below comes from the network: checked, never wrapped.
+            let offset = base.checked_advance(record.offset_delta).ok_or_else(|| {
+                corrupt(format!(
+                    "record {} overflows base offset {}",
+                    record.offset_delta, base.0
+                ))
+            })?;
             if offset < skip_below {
                 continue;
             }
-            next = next.max(offset.advance(1));
+            let after = offset
+                .checked_advance(1)
+                .ok_or_else(|| corrupt(format!("record offset {} is the last one", offset.0)))?;
+            next = next.max(after);
             out.push(ConsumedRecord {
                 streamlet,
                 log,
                 offset,
-                timestamp_ms: info.base_timestamp_ms + record.timestamp_delta_ms,
+                timestamp_ms: record.timestamp_ms,
                 key: record.key,
                 value: record.value,
             });
@@ -106,6 +116,46 @@ mod tests {
             .map(|r| (r.offset.0, r.value.clone().unwrap()))
             .collect();
         assert_eq!(got, vec![(1, Bytes::from("b")), (2, Bytes::from("c"))]);
+    }
+
+    #[test]
+    fn producer_values_out_of_range_are_errors_naming_the_record_never_panics() {
+        // A batch the broker would now refuse (its base timestamp is near i64::MAX and a
+        // record's delta overflows it), stored by an older broker: decoding must fail cleanly.
+        let mut builder = RecordBatchBuilder::new(128);
+        builder.push(i64::MAX - 1, None, Some(b"a"), &[]);
+        builder.push(i64::MAX, None, Some(b"b"), &[]);
+        let mut batch = builder.finish(ProducerId(1), 0, BatchSequence(0)).to_vec();
+        // Base timestamp i64::MAX - 1 with deltas 0 and 1; move the base up by one so the
+        // second record's delta overflows, and repair the CRC as a hostile producer would.
+        batch[27..35].copy_from_slice(&i64::MAX.to_be_bytes());
+        tailstream_wire::batch::restamp_sequence(&mut batch, BatchSequence(0)).unwrap();
+        let mut image = SegmentImage::new(4096);
+        image.append(EntryType::Batch, &batch).unwrap();
+        let bytes = Bytes::copy_from_slice(&image.bytes[..image.written()]);
+        let mut out = Vec::new();
+        let error = decode_entries(StreamletId(0), LogId(0), &bytes, RecordOffset(0), &mut out)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("record 1") && error.contains("overflows"),
+            "{error}"
+        );
+        // A negative base offset (outside the producer's CRC) is refused too.
+        let mut negative = builder_batch();
+        negative[0..8].copy_from_slice(&(-5i64).to_be_bytes());
+        let mut image = SegmentImage::new(4096);
+        image.append(EntryType::Batch, &negative).unwrap();
+        let bytes = Bytes::copy_from_slice(&image.bytes[..image.written()]);
+        assert!(
+            decode_entries(StreamletId(0), LogId(0), &bytes, RecordOffset(0), &mut out).is_err()
+        );
+    }
+
+    fn builder_batch() -> Vec<u8> {
+        let mut builder = RecordBatchBuilder::new(64);
+        builder.push(0, None, Some(b"v"), &[]);
+        builder.finish(ProducerId(1), 0, BatchSequence(0)).to_vec()
     }
 
     #[test]
