@@ -2,12 +2,19 @@
 //!
 //! [`install_metrics`] installs the process-wide Prometheus recorder (latency histograms get
 //! fixed buckets); [`serve`] answers `/healthz`, `/metrics` and whatever JSON routes the
-//! process adds, until shutdown. One file: it is glue, not logic.
+//! process adds, until shutdown. Connections come through the accept loop every listener
+//! shares (bounded in total and per address); each serves one HTTP/1 request whose header must
+//! arrive within the request read timeout, and the whole exchange is bounded in time, so an
+//! admin port cannot be pinned. One file: it is glue, not logic.
 
 use axum::Router;
 use axum::routing::get;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::time::Duration;
+use tailstream_net::{Closed, ConnectionLimits, accept_loop};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -17,6 +24,11 @@ const LATENCY_BUCKETS_SECONDS: &[f64] = &[
     0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
 ];
 
+/// Largest request head (request line and headers) an admin connection buffers.
+const REQUEST_HEAD_BYTES_MAX: usize = 16 * 1024;
+/// Time an admin route has to answer, on top of the request read timeout.
+const RESPONSE_TIME: Duration = Duration::from_secs(10);
+
 /// Installs the Prometheus recorder for this process. Call once, before any metric is
 /// recorded; later metrics go nowhere if it fails (the error says why).
 pub fn install_metrics() -> Result<PrometheusHandle, String> {
@@ -25,6 +37,7 @@ pub fn install_metrics() -> Result<PrometheusHandle, String> {
         .map_err(|e| e.to_string())?
         .install_recorder()
         .map_err(|e| e.to_string())?;
+    tailstream_net::metrics::describe();
     let upkeep = handle.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(5));
@@ -36,28 +49,63 @@ pub fn install_metrics() -> Result<PrometheusHandle, String> {
     Ok(handle)
 }
 
+/// Bounds of the admin listener.
+#[derive(Clone, Copy, Debug)]
+pub struct AdminLimits {
+    pub connections: ConnectionLimits,
+    /// The request head must arrive within this long of the connection's start.
+    pub request_read_timeout: Duration,
+}
+
+impl AdminLimits {
+    /// From the `listeners` section every process shares.
+    pub fn from_config(listeners: &tailstream_config::ListenersConfig) -> Self {
+        Self {
+            connections: ConnectionLimits {
+                connections_max: listeners.admin_connections_max as usize,
+                connections_per_address_max: listeners.connections_per_address_max as usize,
+            },
+            request_read_timeout: listeners.request_read_timeout(),
+        }
+    }
+}
+
 /// Serves `/healthz`, `/metrics` and `routes` on `listener` until `shutdown` turns true.
 pub async fn serve(
     listener: TcpListener,
     metrics: PrometheusHandle,
     routes: Router,
-    mut shutdown: watch::Receiver<bool>,
+    limits: AdminLimits,
+    shutdown: watch::Receiver<bool>,
 ) {
     let app = routes.route("/healthz", get(|| async { "ok\n" })).route(
         "/metrics",
         get(move || std::future::ready(metrics.render())),
     );
-    let stop = async move {
-        while !*shutdown.borrow_and_update() {
-            if shutdown.changed().await.is_err() {
-                return;
+    accept_loop(
+        listener,
+        "admin",
+        limits.connections,
+        shutdown,
+        move |stream, _peer| {
+            let service = TowerToHyperService::new(app.clone());
+            async move {
+                let connection = http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(limits.request_read_timeout)
+                    .max_buf_size(REQUEST_HEAD_BYTES_MAX)
+                    // One request per connection: nothing to keep idle.
+                    .keep_alive(false)
+                    .serve_connection(TokioIo::new(stream), service);
+                let bound = limits.request_read_timeout + RESPONSE_TIME;
+                match tokio::time::timeout(bound, connection).await {
+                    Ok(Ok(())) => Closed::ByPeer,
+                    Ok(Err(error)) if error.is_timeout() => Closed::RequestTimeout,
+                    Ok(Err(error)) => Closed::BadInput(error.to_string()),
+                    Err(_) => Closed::RequestTimeout,
+                }
             }
-        }
-    };
-    if let Err(error) = axum::serve(listener, app)
-        .with_graceful_shutdown(stop)
-        .await
-    {
-        tracing::warn!(%error, "admin endpoint stopped");
-    }
+        },
+    )
+    .await;
 }

@@ -111,6 +111,18 @@ impl ClusterState {
         if request.version < membership.version {
             return Ok(());
         }
+        // Settings decide allocations (logs, replica slots): never trust them unchecked.
+        for assignment in &request.assignments {
+            tailstream_config::validate_stream_config(&assignment.config).map_err(|why| {
+                (
+                    Status::InvalidArgument,
+                    format!(
+                        "assignment of {} streamlet {}: {why}",
+                        assignment.stream_name, assignment.streamlet.0
+                    ),
+                )
+            })?;
+        }
         let (created, dropped) = self.store.apply_assignments(&request.assignments);
         membership.version = request.version;
         if !created.is_empty() || dropped > 0 {
@@ -134,6 +146,7 @@ impl ClusterState {
 #[derive(Clone, Debug)]
 pub struct Advertised {
     pub rpc_addr: String,
+    pub peer_addr: String,
     pub admin_addr: String,
 }
 
@@ -184,6 +197,7 @@ async fn membership_session(
     if cluster.server_id().is_none() {
         let request = RegisterBrokerRequest {
             rpc_addr: advertised.rpc_addr.clone(),
+            peer_addr: advertised.peer_addr.clone(),
             admin_addr: advertised.admin_addr.clone(),
         };
         let response: RegisterBrokerResponse =

@@ -2,9 +2,11 @@
 //!
 //! - [`storage`]: streamlets as MultiLogs in memory (store → streamlet → log → group →
 //!   segment), idempotence tables, the segment memory budget. No I/O, no async.
-//! - [`service`]: the RPC service: decodes requests, validates record batches, appends and
-//!   reads through `storage`, answers with typed statuses. Produce is appended on the
+//! - [`service`]: the client RPC service: decodes requests, validates record batches, appends
+//!   and reads through `storage`, answers with typed statuses. Produce is appended on the
 //!   connection's reader task (so pipelined batches keep their order); fetch may long-poll.
+//! - [`peer_service`]: the peer RPC service, on a listener of its own: the coordinator's
+//!   assignments and the replica RPCs other brokers call.
 //! - [`backup`]: the backup every broker also is: replica buffers (memory-mapped files), the
 //!   replica RPCs, and the one-sided endpoint of the tcp backend.
 //! - [`cluster`]: the broker's side of membership: register with the coordinator, heartbeat,
@@ -18,6 +20,7 @@
 pub mod backup;
 pub mod cluster;
 pub mod metrics;
+pub mod peer_service;
 #[cfg(feature = "rdma")]
 pub mod rdma;
 pub mod replication;

@@ -1,9 +1,11 @@
-//! A broker process, assembled: RPC listener, admin HTTP, retention timer, membership loop.
+//! A broker process, assembled: client and peer RPC listeners, the software NIC, admin HTTP,
+//! retention timer, membership loop.
 
 use crate::backup::nic::{NicLimits, serve_nic};
 use crate::backup::{BackupLimits, BackupService, BackupStore};
 use crate::cluster::{Advertised, ClusterState, run_membership};
 use crate::metrics as m;
+use crate::peer_service::PeerService;
 use crate::replication::backups::{Backups, WritePath};
 use crate::replication::selector::BackupSelector;
 use crate::replication::{ReplicationContext, run_manager};
@@ -15,8 +17,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tailstream_config::{Config, ReplicationConfig};
-use tailstream_net::RpcClientConfig;
 use tailstream_net::server::{ServerLimits, run_until_shutdown, serve, shutdown_signalled};
+use tailstream_net::{BodyBudget, ConnectionLimits, RpcClientConfig};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -24,18 +26,20 @@ use tokio::sync::watch;
 #[derive(Clone, Debug)]
 pub struct BrokerOptions {
     pub config: Config,
-    pub coordinator_addr: String,
+    /// The coordinator's peer listener, where brokers register and heartbeat.
+    pub coordinator_peer_addr: String,
 }
 
 /// Addresses a started broker actually listens on (ports may have been 0 in the config).
 #[derive(Clone, Copy, Debug)]
 pub struct BrokerAddrs {
     pub rpc: SocketAddr,
+    pub peer: SocketAddr,
     pub admin: SocketAddr,
 }
 
-/// Binds, prints the addresses on one line (`tailstream broker ready rpc=... admin=...`, which
-/// `tailstream dev` reads), and serves until `shutdown` turns true.
+/// Binds, prints the addresses on one line (`tailstream broker ready rpc=... peer=...
+/// admin=...`, which `tailstream dev` reads), and serves until `shutdown` turns true.
 pub async fn run(options: BrokerOptions, shutdown: watch::Receiver<bool>) -> Result<(), String> {
     let config = &options.config.broker;
     let metrics = tailstream_admin::install_metrics()?;
@@ -45,6 +49,9 @@ pub async fn run(options: BrokerOptions, shutdown: watch::Receiver<bool>) -> Res
     let rpc_listener = TcpListener::bind(config.rpc_addr)
         .await
         .map_err(|e| format!("binding broker rpc {}: {e}", config.rpc_addr))?;
+    let peer_listener = TcpListener::bind(config.peer_addr)
+        .await
+        .map_err(|e| format!("binding broker peer {}: {e}", config.peer_addr))?;
     let admin_listener = TcpListener::bind(config.admin_addr)
         .await
         .map_err(|e| format!("binding broker admin {}: {e}", config.admin_addr))?;
@@ -54,6 +61,7 @@ pub async fn run(options: BrokerOptions, shutdown: watch::Receiver<bool>) -> Res
         .map_err(|e| format!("binding backup nic {}: {e}", backup_config.nic_addr))?;
     let addrs = BrokerAddrs {
         rpc: rpc_listener.local_addr().map_err(|e| e.to_string())?,
+        peer: peer_listener.local_addr().map_err(|e| e.to_string())?,
         admin: admin_listener.local_addr().map_err(|e| e.to_string())?,
     };
     let nic_addr = nic_listener.local_addr().map_err(|e| e.to_string())?;
@@ -81,6 +89,7 @@ pub async fn run(options: BrokerOptions, shutdown: watch::Receiver<bool>) -> Res
         backups: Arc::new(Backups::new(
             write_path,
             Duration::from_millis(replication.control_timeout_ms),
+            options.config.listeners.idle_timeout(),
         )),
         config: replication.clone(),
         selector: Mutex::new(BackupSelector::new(Duration::from_millis(
@@ -91,20 +100,31 @@ pub async fn run(options: BrokerOptions, shutdown: watch::Receiver<bool>) -> Res
     let backup_service = BackupService::new(backup_store.clone(), nic_addr.to_string());
     let service = Arc::new(BrokerService::new(
         store.clone(),
-        cluster.clone(),
         config.clone(),
-        backup_service,
         Duration::from_millis(replication.ack_timeout_ms),
     ));
-    let limits = ServerLimits {
-        connections_max: config.connections_max as usize,
+    let peer_service = Arc::new(PeerService::new(cluster.clone(), backup_service));
+    let listeners = &options.config.listeners;
+    let limits = |connections_max: u32, budget: &'static str| ServerLimits {
+        connections: ConnectionLimits {
+            connections_max: connections_max as usize,
+            connections_per_address_max: listeners.connections_per_address_max as usize,
+        },
         requests_in_flight_per_connection_max: config.requests_in_flight_per_connection_max
             as usize,
         frame_body_bytes_max: config.frame_body_bytes_max,
+        idle_timeout: listeners.idle_timeout(),
+        request_read_timeout: listeners.request_read_timeout(),
+        // Members and anonymous clients never share a budget.
+        body_budget: BodyBudget::new(budget, config.request_body_bytes_max),
     };
     let nic_limits = NicLimits {
-        connections_max: backup_config.nic_connections_max as usize,
+        connections: ConnectionLimits {
+            connections_max: backup_config.nic_connections_max as usize,
+            connections_per_address_max: listeners.connections_per_address_max as usize,
+        },
         write_timeout: Duration::from_millis(backup_config.write_timeout_ms),
+        idle_timeout: listeners.idle_timeout(),
     };
     let nic = tokio::spawn(serve_nic(
         nic_listener,
@@ -112,16 +132,30 @@ pub async fn run(options: BrokerOptions, shutdown: watch::Receiver<bool>) -> Res
         nic_limits,
         shutdown.clone(),
     ));
-    let rpc = tokio::spawn(serve(rpc_listener, service, limits, shutdown.clone()));
+    let rpc = tokio::spawn(serve(
+        rpc_listener,
+        "rpc",
+        service,
+        limits(config.connections_max, "clients"),
+        shutdown.clone(),
+    ));
+    let peer = tokio::spawn(serve(
+        peer_listener,
+        "peer",
+        peer_service,
+        limits(config.peer_connections_max, "members"),
+        shutdown.clone(),
+    ));
     let admin = tokio::spawn(tailstream_admin::serve(
         admin_listener,
         metrics,
         admin_routes(store.clone(), cluster.clone(), backup_store),
+        tailstream_admin::AdminLimits::from_config(listeners),
         shutdown.clone(),
     ));
     println!(
-        "tailstream broker ready rpc={} admin=http://{} nic={nic_addr} replication={write_path:?}",
-        addrs.rpc, addrs.admin
+        "tailstream broker ready rpc={} peer={} admin=http://{} nic={nic_addr} replication={write_path:?}",
+        addrs.rpc, addrs.peer, addrs.admin
     );
     tokio::spawn(retention_loop(
         store.clone(),
@@ -134,19 +168,21 @@ pub async fn run(options: BrokerOptions, shutdown: watch::Receiver<bool>) -> Res
         frame_body_bytes_max: client.frame_body_bytes_max,
         connect_timeout_ms: client.connect_timeout_ms,
         request_timeout_ms: options.config.coordinator.assign_timeout_ms.max(1000),
+        keepalive_ms: 0,
     };
     tokio::spawn(run_membership(
         cluster,
-        options.coordinator_addr.clone(),
+        options.coordinator_peer_addr.clone(),
         Advertised {
             rpc_addr: addrs.rpc.to_string(),
+            peer_addr: addrs.peer.to_string(),
             admin_addr: addrs.admin.to_string(),
         },
         Duration::from_millis(config.heartbeat_interval_ms.max(10)),
         client_config,
         shutdown.clone(),
     ));
-    run_until_shutdown(shutdown, vec![rpc, admin, nic]).await;
+    run_until_shutdown(shutdown, vec![rpc, peer, admin, nic]).await;
     Ok(())
 }
 

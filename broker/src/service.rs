@@ -1,12 +1,11 @@
-//! The broker's RPC service: produce, fetch, list groups, and the coordinator's assignments.
+//! The broker's client service (its `rpc_addr` listener): produce, fetch, list groups. What
+//! other brokers and the coordinator call is on the peer listener (`peer_service`).
 //!
 //! Every handler decodes its body with the wire crate (never trusting a field it has not
 //! bounded), answers a typed status on failure, and touches storage only through `Store`.
 //! Produce runs entirely in `dispatch`, on the connection's reader task, so batches pipelined
 //! on one connection are appended in the order they were sent.
 
-use crate::backup::BackupService;
-use crate::cluster::ClusterState;
 use crate::metrics as m;
 use crate::storage::{ReadOutcome, StorageError, Store, Streamlet};
 use bytes::Bytes;
@@ -16,17 +15,15 @@ use tailstream_config::BrokerConfig;
 use tailstream_net::{Reply, Request, Response, Service};
 use tailstream_wire::batch::{BatchError, validate_batch};
 use tailstream_wire::messages::{
-    AssignStreamletsRequest, FetchRequest, FetchResponse, ListGroupsRequest, ListGroupsResponse,
-    ProduceRequest, ProduceResponse,
+    FetchRequest, FetchResponse, ListGroupsRequest, ListGroupsResponse, ProduceRequest,
+    ProduceResponse,
 };
 use tailstream_wire::{Decode, Opcode, Status};
 
 #[derive(Debug)]
 pub struct BrokerService {
     store: Arc<Store>,
-    cluster: Arc<ClusterState>,
     config: BrokerConfig,
-    backup: BackupService,
     /// How long a produce on a replicated stream waits for its replicas.
     ack_timeout: Duration,
 }
@@ -43,18 +40,10 @@ fn malformed(what: &str, error: impl std::fmt::Display) -> Reply {
 }
 
 impl BrokerService {
-    pub fn new(
-        store: Arc<Store>,
-        cluster: Arc<ClusterState>,
-        config: BrokerConfig,
-        backup: BackupService,
-        ack_timeout: Duration,
-    ) -> Self {
+    pub fn new(store: Arc<Store>, config: BrokerConfig, ack_timeout: Duration) -> Self {
         Self {
             store,
-            cluster,
             config,
-            backup,
             ack_timeout,
         }
     }
@@ -197,17 +186,6 @@ impl BrokerService {
             Err(error) => refuse(error),
         }
     }
-
-    fn assign(&self, body: Bytes) -> Reply {
-        let request = match AssignStreamletsRequest::decode_exact(body) {
-            Ok(request) => request,
-            Err(error) => return malformed("assign streamlets request", error),
-        };
-        match self.cluster.apply_assignments(&request) {
-            Ok(()) => Reply::Ready(Response::empty()),
-            Err((status, message)) => Reply::Ready(Response::error(status, message)),
-        }
-    }
 }
 
 fn fetch_response(outcome: ReadOutcome) -> Response {
@@ -232,18 +210,14 @@ fn fetch_response(outcome: ReadOutcome) -> Response {
 
 impl Service for BrokerService {
     fn dispatch(&self, request: Request) -> Reply {
-        if let Some(reply) = self.backup.dispatch(request.opcode, request.body.clone()) {
-            return reply;
-        }
         match request.opcode {
             Opcode::Ping => Reply::Ready(Response::empty()),
             Opcode::Produce => self.produce(request.body),
             Opcode::Fetch => self.fetch(request.body),
             Opcode::ListGroups => self.list_groups(request.body),
-            Opcode::AssignStreamlets => self.assign(request.body),
             other => Reply::Ready(Response::error(
                 Status::UnknownOpcode,
-                format!("{other:?} is not a broker operation"),
+                format!("{other:?} is not a broker operation on its client listener"),
             )),
         }
     }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tailstream_broker::backup::nic::{NicLimits, serve_nic};
 use tailstream_broker::backup::{BackupLimits, BackupStore};
+use tailstream_net::ConnectionLimits;
 use tailstream_wire::messages::{ReplicaId, ReplicaOpenRequest};
 use tailstream_wire::nic::{COMPLETION_BYTES, Completion, Hello, WriteHeader};
 use tailstream_wire::{GroupId, LogId, SegmentId, ServerId, StreamId, StreamletId};
@@ -44,8 +45,12 @@ async fn start() -> Nic {
     let addr = listener.local_addr().unwrap().to_string();
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let nic_limits = NicLimits {
-        connections_max: 8,
+        connections: ConnectionLimits {
+            connections_max: 8,
+            connections_per_address_max: 6,
+        },
         write_timeout: Duration::from_millis(500),
+        idle_timeout: Duration::from_millis(400),
     };
     tokio::spawn(serve_nic(listener, store.clone(), nic_limits, stopped));
     Nic {
@@ -225,4 +230,78 @@ async fn a_payload_that_never_arrives_times_out_the_connection() {
     stalled.write_all(&header.encode()).await.unwrap();
     stalled.write_all(&[1u8; 10]).await.unwrap();
     assert_eq!(completion(&mut stalled).await, None);
+}
+
+#[tokio::test]
+async fn a_header_trickled_byte_by_byte_is_cut_off_at_the_write_timeout() {
+    // Slowloris: one byte every 100 ms never completes a 32-byte header within 500 ms.
+    let nic = start().await;
+    let key = open(&nic, 1).await;
+    let mut slow = connect(&nic, PRIMARY).await;
+    let header = WriteHeader {
+        key,
+        offset: 0,
+        len: 4,
+        write_id: 1,
+    }
+    .encode();
+    let started = std::time::Instant::now();
+    for byte in header {
+        if slow.write_all(&[byte]).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if started.elapsed() > Duration::from_secs(2) {
+            break;
+        }
+    }
+    assert_eq!(completion(&mut slow).await, None);
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "closed at the write timeout, not when the header finally came"
+    );
+}
+
+#[tokio::test]
+async fn silent_connections_are_closed_and_keepalives_keep_a_primary_connected() {
+    let nic = start().await;
+    let key = open(&nic, 1).await;
+    let mut silent = connect(&nic, PRIMARY).await;
+    let mut alive = connect(&nic, PRIMARY).await;
+    for write_id in 1..=8u64 {
+        let keepalive = WriteHeader::keepalive(write_id);
+        alive.write_all(&keepalive.encode()).await.unwrap();
+        assert_eq!(
+            completion(&mut alive).await,
+            Some(Completion {
+                write_id,
+                status: 0
+            })
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // 800 ms have passed: the silent one is gone, the one with keepalives still writes.
+    assert_eq!(completion(&mut silent).await, None);
+    write(&mut alive, key, 0, b"live", 9).await;
+    assert!(completion(&mut alive).await.is_some());
+    assert!(buffer_bytes(&nic, 1).await[4..].iter().all(|b| *b == 0));
+}
+
+#[tokio::test]
+async fn connections_beyond_the_per_address_cap_are_closed_at_once() {
+    let nic = start().await;
+    let mut held = Vec::new();
+    for _ in 0..6 {
+        held.push(connect(&nic, PRIMARY).await);
+    }
+    // Let the accept loop admit all six before the seventh arrives.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut seventh = TcpStream::connect(&nic.addr).await.unwrap();
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_secs(1), seventh.read(&mut byte)).await;
+    assert!(
+        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+        "refused at once, not left waiting: {read:?}"
+    );
+    drop(held);
 }

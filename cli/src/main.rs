@@ -40,7 +40,7 @@ enum Command {
     /// Run a coordinator process.
     Coordinator(servers::ServerArgs),
     /// Run a broker process.
-    Broker(servers::ServerArgs),
+    Broker(servers::BrokerArgs),
     /// Create, list and describe streams.
     #[command(subcommand)]
     Stream(commands::stream::StreamCommand),
@@ -100,7 +100,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Dev(args) => commands::dev::run(config, config_path, args).await,
             Command::Coordinator(args) => servers::run_coordinator(config, args).await,
-            Command::Broker(args) => servers::run_broker(config, coordinator, args).await,
+            Command::Broker(args) => servers::run_broker(config, args).await,
             Command::Stream(command) => commands::stream::run(config, &coordinator, command).await,
             Command::Produce(args) => commands::produce::run(config, &coordinator, args).await,
             Command::Consume(args) => commands::consume::run(config, &coordinator, args).await,

@@ -14,9 +14,12 @@ use tokio::sync::watch;
 
 #[derive(Args, Debug)]
 pub struct ServerArgs {
-    /// RPC listen address (port 0 picks a free port; the bound one is printed).
+    /// Client RPC listen address (port 0 picks a free port; the bound one is printed).
     #[arg(long)]
     rpc_addr: Option<SocketAddr>,
+    /// Peer RPC listen address, for the cluster's own members (port 0 picks a free port).
+    #[arg(long)]
+    peer_addr: Option<SocketAddr>,
     /// HTTP admin listen address.
     #[arg(long)]
     admin_addr: Option<SocketAddr>,
@@ -62,9 +65,21 @@ fn shutdown_signal(exit_on_stdin_eof: bool) -> watch::Receiver<bool> {
     rx
 }
 
+/// `tailstream broker`: the server arguments, and where the coordinator's peer listener is.
+#[derive(Args, Debug)]
+pub struct BrokerArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// The coordinator's peer address (where brokers register); defaults to
+    /// `coordinator.peer_addr` of the configuration.
+    #[arg(long)]
+    coordinator_peer: Option<String>,
+}
+
 pub async fn run_coordinator(mut config: Config, args: ServerArgs) -> Result<(), String> {
     let coordinator = &mut config.coordinator;
     coordinator.rpc_addr = args.rpc_addr.unwrap_or(coordinator.rpc_addr);
+    coordinator.peer_addr = args.peer_addr.unwrap_or(coordinator.peer_addr);
     coordinator.admin_addr = args.admin_addr.unwrap_or(coordinator.admin_addr);
     if let Some(dir) = args.data_dir {
         coordinator.data_dir = dir;
@@ -73,13 +88,14 @@ pub async fn run_coordinator(mut config: Config, args: ServerArgs) -> Result<(),
     tailstream_coordinator::server::run(config, shutdown).await
 }
 
-pub async fn run_broker(
-    mut config: Config,
-    coordinator_addr: String,
-    args: ServerArgs,
-) -> Result<(), String> {
+pub async fn run_broker(mut config: Config, args: BrokerArgs) -> Result<(), String> {
+    let coordinator_peer_addr = args
+        .coordinator_peer
+        .unwrap_or_else(|| config.coordinator.peer_addr.to_string());
+    let args = args.server;
     let broker = &mut config.broker;
     broker.rpc_addr = args.rpc_addr.unwrap_or(broker.rpc_addr);
+    broker.peer_addr = args.peer_addr.unwrap_or(broker.peer_addr);
     broker.admin_addr = args.admin_addr.unwrap_or(broker.admin_addr);
     if let Some(dir) = args.data_dir {
         broker.data_dir = dir;
@@ -88,7 +104,7 @@ pub async fn run_broker(
     tailstream_broker::server::run(
         BrokerOptions {
             config,
-            coordinator_addr,
+            coordinator_peer_addr,
         },
         shutdown,
     )

@@ -124,19 +124,42 @@ async fn bad_frames_and_requests_are_refused_without_harming_the_broker() {
             Status::Ok
         );
 
-        // Malformed bodies, for every opcode the broker serves.
-        for opcode in [
-            Opcode::Produce,
-            Opcode::Fetch,
-            Opcode::ListGroups,
-            Opcode::AssignStreamlets,
-        ] {
+        // Malformed bodies, for every opcode the broker serves to clients.
+        for opcode in [Opcode::Produce, Opcode::Fetch, Opcode::ListGroups] {
             let err = client
                 .call_parts(opcode, vec![Bytes::from_static(b"\x01\x02\x03")])
                 .await
                 .unwrap_err();
             assert_eq!(err.status(), Some(Status::Malformed), "{opcode:?}");
         }
+        // What members call is not served on the client listener at all...
+        for opcode in [
+            Opcode::AssignStreamlets,
+            Opcode::ReplicaOpen,
+            Opcode::ReplicaFree,
+            Opcode::ListReplicas,
+            Opcode::ReadReplica,
+        ] {
+            let err = client
+                .call_parts(opcode, vec![Bytes::from_static(b"\x01\x02\x03")])
+                .await
+                .unwrap_err();
+            assert_eq!(err.status(), Some(Status::UnknownOpcode), "{opcode:?}");
+        }
+        // ...but on the peer listener, where malformed bodies are refused the same way.
+        let peer_addr = test.cluster.broker(0).unwrap().peer_addr.to_string();
+        let peer = RpcClient::connect(&peer_addr, RpcClientConfig::default())
+            .await
+            .unwrap();
+        for opcode in [Opcode::AssignStreamlets, Opcode::ReplicaOpen] {
+            let err = peer
+                .call_parts(opcode, vec![Bytes::from_static(b"\x01\x02\x03")])
+                .await
+                .unwrap_err();
+            assert_eq!(err.status(), Some(Status::Malformed), "{opcode:?}");
+        }
+        let err = peer.call_parts(Opcode::Produce, vec![]).await.unwrap_err();
+        assert_eq!(err.status(), Some(Status::UnknownOpcode));
         // Coordinator-only operations are refused by a broker.
         let err = client
             .call_parts(Opcode::CreateStream, vec![])

@@ -176,7 +176,7 @@ impl Load {
 async fn complete_copies(test: &TestCluster) -> HashMap<(ServerId, ReplicaId), usize> {
     let mut copies = HashMap::new();
     for broker in test.cluster.brokers() {
-        for info in list_replicas(&broker.rpc_addr.to_string()).await {
+        for info in list_replicas(&broker.peer_addr.to_string()).await {
             if !info.filling && info.state != ReplicaState::Corrupt {
                 *copies.entry((info.primary, info.replica)).or_insert(0) += 1;
             }
@@ -211,7 +211,7 @@ async fn exactly_once_with_replicas(mode: &str) {
     // Every segment of every log with data lives on three backups.
     let mut held = 0;
     for broker in test.cluster.brokers() {
-        held += list_replicas(&broker.rpc_addr.to_string()).await.len();
+        held += list_replicas(&broker.peer_addr.to_string()).await.len();
     }
     assert!(held >= 3 * 3, "only {held} replicas in the cluster");
     test.stop().await;
@@ -249,7 +249,7 @@ async fn a_killed_backup_restarts_with_its_replicas_and_nothing_acked_is_lost() 
         let victim = backup_only_broker(&test, "survivor").await;
         let load = Load::start(&test, "survivor", 2);
         load.wait_for_acks(15_000).await;
-        let victim_addr = test.cluster.broker(victim).unwrap().rpc_addr.to_string();
+        let victim_addr = test.cluster.broker(victim).unwrap().peer_addr.to_string();
         let before = list_replicas(&victim_addr).await;
         assert!(
             before.len() >= 3,

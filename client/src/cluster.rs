@@ -36,6 +36,8 @@ impl Cluster {
             frame_body_bytes_max: config.frame_body_bytes_max,
             connect_timeout_ms: config.connect_timeout_ms,
             request_timeout_ms,
+            // Clients reconnect when a broker closes an idle connection (after its GoAway).
+            keepalive_ms: 0,
         };
         Arc::new(Self {
             coordinator_addr: coordinator_addr.to_string(),

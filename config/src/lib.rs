@@ -25,6 +25,8 @@ pub const LOGS_PER_STREAMLET_MAX: u32 = 256;
 pub const STREAMLETS_MAX: u32 = 4096;
 /// Most backups per segment.
 pub const REPLICAS_MAX: u32 = 7;
+/// Largest request body the coordinator accepts (its requests are small metadata).
+pub const COORDINATOR_FRAME_BODY_BYTES_MAX: u32 = 1 << 20;
 
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -48,6 +50,7 @@ pub struct Config {
     /// definition of a stream's settings).
     pub stream_defaults: StreamConfig,
     pub backup: BackupConfig,
+    pub listeners: ListenersConfig,
     pub replication: ReplicationConfig,
     pub producer: ProducerConfig,
     pub consumer: ConsumerConfig,
@@ -59,22 +62,28 @@ pub struct Config {
 #[serde(deny_unknown_fields)]
 pub struct CoordinatorConfig {
     pub rpc_addr: SocketAddr,
+    pub peer_addr: SocketAddr,
     pub admin_addr: SocketAddr,
     pub data_dir: PathBuf,
     pub broker_liveness_timeout_ms: u64,
     pub assign_timeout_ms: u64,
     pub connections_max: u32,
+    pub peer_connections_max: u32,
+    pub request_body_bytes_max: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BrokerConfig {
     pub rpc_addr: SocketAddr,
+    pub peer_addr: SocketAddr,
     pub admin_addr: SocketAddr,
     pub data_dir: PathBuf,
     pub heartbeat_interval_ms: u64,
     pub segment_memory_bytes_max: u64,
     pub connections_max: u32,
+    pub peer_connections_max: u32,
+    pub request_body_bytes_max: u32,
     pub requests_in_flight_per_connection_max: u32,
     pub frame_body_bytes_max: u32,
     pub fetch_wait_ms_max: u32,
@@ -91,6 +100,26 @@ pub struct BackupConfig {
     pub open_buffer_bytes_max: u64,
     pub write_timeout_ms: u64,
     pub nic_connections_max: u32,
+}
+
+/// What every listener of every process applies.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenersConfig {
+    pub idle_timeout_ms: u64,
+    pub request_read_timeout_ms: u64,
+    pub connections_per_address_max: u32,
+    pub admin_connections_max: u32,
+}
+
+impl ListenersConfig {
+    pub fn idle_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.idle_timeout_ms)
+    }
+
+    pub fn request_read_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.request_read_timeout_ms)
+    }
 }
 
 /// How a primary gets entries into its backups' buffers.
@@ -182,6 +211,7 @@ macro_rules! section_default {
 
 section_default!(
     CoordinatorConfig => coordinator, BrokerConfig => broker, BackupConfig => backup,
+    ListenersConfig => listeners,
     ReplicationConfig => replication,
     ProducerConfig => producer, ConsumerConfig => consumer, ClientConfig => client,
     DevConfig => dev
@@ -246,8 +276,33 @@ impl Config {
         if broker.fetch_bytes_max == 0 || broker.fetch_bytes_max > broker.frame_body_bytes_max {
             return invalid("broker.fetch_bytes_max must be in 1..=frame_body_bytes_max".into());
         }
-        if broker.connections_max == 0 || broker.requests_in_flight_per_connection_max == 0 {
+        if broker.connections_max == 0
+            || broker.peer_connections_max == 0
+            || broker.requests_in_flight_per_connection_max == 0
+        {
             return invalid("broker connection and request limits must be positive".into());
+        }
+        if broker.request_body_bytes_max < broker.frame_body_bytes_max {
+            return invalid(
+                "broker.request_body_bytes_max must be at least frame_body_bytes_max".into(),
+            );
+        }
+        let coordinator = &self.coordinator;
+        if coordinator.connections_max == 0 || coordinator.peer_connections_max == 0 {
+            return invalid("coordinator connection limits must be positive".into());
+        }
+        if coordinator.request_body_bytes_max < COORDINATOR_FRAME_BODY_BYTES_MAX {
+            return invalid(format!(
+                "coordinator.request_body_bytes_max must be at least {COORDINATOR_FRAME_BODY_BYTES_MAX}"
+            ));
+        }
+        let listeners = &self.listeners;
+        if listeners.idle_timeout_ms == 0
+            || listeners.request_read_timeout_ms == 0
+            || listeners.connections_per_address_max == 0
+            || listeners.admin_connections_max == 0
+        {
+            return invalid("listeners timeouts and limits must be positive".into());
         }
         let producer = &self.producer;
         if producer.batch_size_bytes < 128 {

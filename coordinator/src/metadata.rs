@@ -50,6 +50,10 @@ impl MetadataError {
 pub struct BrokerRecord {
     pub server_id: ServerId,
     pub rpc_addr: String,
+    /// Where the coordinator and other brokers call it (empty in metadata written before peer
+    /// listeners existed; the broker's next registration fills it in).
+    #[serde(default)]
+    pub peer_addr: String,
     pub admin_addr: String,
 }
 
@@ -96,12 +100,18 @@ impl Metadata {
     /// Registers a broker process. A process at an address we already know is a new
     /// incarnation of that server: same index, next generation, and it inherits the old
     /// incarnation's streamlets (whose old generation is fenced from now on).
-    pub fn register_broker(&mut self, rpc_addr: &str, admin_addr: &str) -> ServerId {
+    pub fn register_broker(
+        &mut self,
+        rpc_addr: &str,
+        peer_addr: &str,
+        admin_addr: &str,
+    ) -> ServerId {
         let existing = self.brokers.iter_mut().find(|b| b.rpc_addr == rpc_addr);
         let (old, new) = match existing {
             Some(record) => {
                 let old = record.server_id;
                 record.server_id = ServerId::new(old.index, old.generation + 1);
+                record.peer_addr = peer_addr.to_string();
                 record.admin_addr = admin_addr.to_string();
                 (Some(old), record.server_id)
             }
@@ -112,6 +122,7 @@ impl Metadata {
                 self.brokers.push(BrokerRecord {
                     server_id,
                     rpc_addr: rpc_addr.to_string(),
+                    peer_addr: peer_addr.to_string(),
                     admin_addr: admin_addr.to_string(),
                 });
                 (None, server_id)
@@ -275,6 +286,7 @@ impl Metadata {
             .map(|b| BrokerInfo {
                 server_id: b.server_id,
                 rpc_addr: b.rpc_addr.clone(),
+                peer_addr: b.peer_addr.clone(),
                 admin_addr: b.admin_addr.clone(),
                 alive: is_alive(b.server_id),
             })
@@ -308,9 +320,9 @@ mod tests {
     #[test]
     fn streamlets_are_placed_round_robin_over_live_brokers() {
         let mut m = Metadata::default();
-        let a = m.register_broker("127.0.0.1:1", "a");
-        let b = m.register_broker("127.0.0.1:2", "b");
-        let c = m.register_broker("127.0.0.1:3", "c");
+        let a = m.register_broker("127.0.0.1:1", "peer-127.0.0.1:1", "a");
+        let b = m.register_broker("127.0.0.1:2", "peer-127.0.0.1:2", "b");
+        let c = m.register_broker("127.0.0.1:3", "peer-127.0.0.1:3", "c");
         let stream = m
             .create_stream("s", 6, config(), &[c, a, b])
             .unwrap()
@@ -335,15 +347,15 @@ mod tests {
     #[test]
     fn replicas_need_as_many_other_live_brokers() {
         let mut m = Metadata::default();
-        let a = m.register_broker("x:1", "a");
-        let b = m.register_broker("x:2", "b");
+        let a = m.register_broker("x:1", "peer-x:1", "a");
+        let b = m.register_broker("x:2", "peer-x:2", "b");
         let mut replicated = config();
         replicated.replicas = 2;
         assert!(matches!(
             m.create_stream("s", 1, replicated.clone(), &[a, b]),
             Err(MetadataError::InvalidArgument(_))
         ));
-        let c = m.register_broker("x:3", "c");
+        let c = m.register_broker("x:3", "peer-x:3", "c");
         assert!(m.create_stream("s", 1, replicated, &[a, b, c]).is_ok());
     }
 
@@ -354,7 +366,7 @@ mod tests {
             m.create_stream("s", 1, config(), &[]),
             Err(MetadataError::NoBrokers)
         );
-        let a = m.register_broker("x:1", "a");
+        let a = m.register_broker("x:1", "peer-x:1", "a");
         assert!(matches!(
             m.create_stream("bad name", 1, config(), &[a]),
             Err(MetadataError::InvalidArgument(_))
@@ -377,9 +389,9 @@ mod tests {
     #[test]
     fn a_reregistered_broker_is_a_new_generation_that_keeps_its_streamlets() {
         let mut m = Metadata::default();
-        let old = m.register_broker("x:1", "a");
+        let old = m.register_broker("x:1", "peer-x:1", "a");
         m.create_stream("s", 2, config(), &[old]).unwrap();
-        let new = m.register_broker("x:1", "a2");
+        let new = m.register_broker("x:1", "peer-x:1", "a2");
         assert_eq!((new.index, new.generation), (old.index, old.generation + 1));
         assert_eq!(
             m.check_server(old),

@@ -64,7 +64,7 @@ mod tests {
         let file = MetadataFile::new(&dir.path().join("coordinator"));
         assert_eq!(file.load().unwrap(), Metadata::default());
         let mut metadata = Metadata::default();
-        metadata.register_broker("127.0.0.1:1", "127.0.0.1:2");
+        metadata.register_broker("127.0.0.1:1", "127.0.0.1:3", "127.0.0.1:2");
         file.save(&metadata).unwrap();
         assert_eq!(file.load().unwrap(), metadata);
         fs::write(file.path(), b"{ not json").unwrap();

@@ -1,18 +1,20 @@
 //! A coordinator process, assembled: load metadata, bind, serve RPC and admin HTTP.
 
 use crate::persist::MetadataFile;
-use crate::service::CoordinatorService;
+use crate::service::{ClientFacing, CoordinatorService, PeerFacing};
 use axum::Router;
 use axum::routing::get;
 use std::sync::Arc;
 use std::time::Duration;
+use tailstream_config::COORDINATOR_FRAME_BODY_BYTES_MAX;
 use tailstream_config::Config;
 use tailstream_net::server::{ServerLimits, run_until_shutdown, serve};
-use tailstream_net::{RpcClientConfig, RpcPool};
+use tailstream_net::{BodyBudget, ConnectionLimits, RpcClientConfig, RpcPool};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-/// Binds, prints `tailstream coordinator ready rpc=... admin=...`, serves until `shutdown`.
+/// Binds, prints `tailstream coordinator ready rpc=... peer=... admin=...`, serves until
+/// `shutdown`.
 pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), String> {
     let coordinator = &config.coordinator;
     let metrics = tailstream_admin::install_metrics()?;
@@ -21,10 +23,14 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
     let rpc_listener = TcpListener::bind(coordinator.rpc_addr)
         .await
         .map_err(|e| format!("binding coordinator rpc {}: {e}", coordinator.rpc_addr))?;
+    let peer_listener = TcpListener::bind(coordinator.peer_addr)
+        .await
+        .map_err(|e| format!("binding coordinator peer {}: {e}", coordinator.peer_addr))?;
     let admin_listener = TcpListener::bind(coordinator.admin_addr)
         .await
         .map_err(|e| format!("binding coordinator admin {}: {e}", coordinator.admin_addr))?;
     let rpc_addr = rpc_listener.local_addr().map_err(|e| e.to_string())?;
+    let peer_addr = peer_listener.local_addr().map_err(|e| e.to_string())?;
     let admin_addr = admin_listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!(
         streams = metadata.streams.len(),
@@ -32,39 +38,58 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
         "coordinator metadata loaded from {}",
         file.path().display()
     );
-    println!("tailstream coordinator ready rpc={rpc_addr} admin=http://{admin_addr}");
+    println!(
+        "tailstream coordinator ready rpc={rpc_addr} peer={peer_addr} admin=http://{admin_addr}"
+    );
 
     let pool = RpcPool::new(RpcClientConfig {
         requests_in_flight_max: 64,
         frame_body_bytes_max: config.client.frame_body_bytes_max,
         connect_timeout_ms: config.client.connect_timeout_ms,
         request_timeout_ms: coordinator.assign_timeout_ms,
+        keepalive_ms: 0,
     });
-    let service = Arc::new(CoordinatorService::new(
+    let service = CoordinatorService::new(
         metadata,
         file,
         pool,
         Duration::from_millis(coordinator.broker_liveness_timeout_ms),
         Duration::from_millis(coordinator.assign_timeout_ms),
-    ));
-    let limits = ServerLimits {
-        connections_max: coordinator.connections_max as usize,
+    );
+    let listeners = &config.listeners;
+    let limits = |connections_max: u32, budget: &'static str| ServerLimits {
+        connections: ConnectionLimits {
+            connections_max: connections_max as usize,
+            connections_per_address_max: listeners.connections_per_address_max as usize,
+        },
         requests_in_flight_per_connection_max: 64,
-        frame_body_bytes_max: 1 << 20,
+        frame_body_bytes_max: COORDINATOR_FRAME_BODY_BYTES_MAX,
+        idle_timeout: listeners.idle_timeout(),
+        request_read_timeout: listeners.request_read_timeout(),
+        body_budget: BodyBudget::new(budget, coordinator.request_body_bytes_max),
     };
     let rpc = tokio::spawn(serve(
         rpc_listener,
-        service.clone(),
-        limits,
+        "rpc",
+        Arc::new(ClientFacing(service.clone())),
+        limits(coordinator.connections_max, "clients"),
+        shutdown.clone(),
+    ));
+    let peer = tokio::spawn(serve(
+        peer_listener,
+        "peer",
+        Arc::new(PeerFacing(service.clone())),
+        limits(coordinator.peer_connections_max, "members"),
         shutdown.clone(),
     ));
     let admin = tokio::spawn(tailstream_admin::serve(
         admin_listener,
         metrics,
-        admin_routes(service),
+        admin_routes(Arc::new(service)),
+        tailstream_admin::AdminLimits::from_config(&config.listeners),
         shutdown.clone(),
     ));
-    run_until_shutdown(shutdown, vec![rpc, admin]).await;
+    run_until_shutdown(shutdown, vec![rpc, peer, admin]).await;
     Ok(())
 }
 
@@ -83,6 +108,7 @@ fn admin_routes(service: Arc<CoordinatorService>) -> Router {
                         serde_json::json!({
                             "server_id": b.server_id.to_string(),
                             "rpc_addr": b.rpc_addr,
+                            "peer_addr": b.peer_addr,
                             "admin_url": format!("http://{}", b.admin_addr),
                             "alive": b.alive,
                         })

@@ -115,7 +115,7 @@ impl CoordinatorService {
             .find(|b| b.rpc_addr == request.rpc_addr)
             .map(|b| b.server_id);
         let server_id = self.mutate(&mut state, |m| {
-            Ok(m.register_broker(&request.rpc_addr, &request.admin_addr))
+            Ok(m.register_broker(&request.rpc_addr, &request.peer_addr, &request.admin_addr))
         })?;
         if let Some(old) = old {
             state.liveness.forget(old);
@@ -191,7 +191,7 @@ impl CoordinatorService {
             .into_iter()
             .map(|owner| {
                 (
-                    owner.rpc_addr,
+                    owner.peer_addr,
                     state.metadata.assignments_for(owner.server_id),
                 )
             })
@@ -233,24 +233,65 @@ impl CoordinatorService {
     }
 }
 
-impl Service for CoordinatorService {
-    fn dispatch(&self, request: Request) -> Reply {
+impl CoordinatorService {
+    /// Answers `request` if `facing` serves its opcode.
+    fn dispatch_as(&self, facing: Facing, request: Request) -> Reply {
         let ready = |result: Result<Response, Response>| Reply::Ready(result.unwrap_or_else(|e| e));
-        match request.opcode {
-            Opcode::Ping => Reply::Ready(Response::empty()),
-            Opcode::RegisterBroker => ready(self.register(request.body)),
-            Opcode::BrokerHeartbeat => ready(self.heartbeat(request.body)),
-            Opcode::AllocateProducerId => ready(self.allocate_producer_id()),
-            Opcode::CreateStream => self
+        match (facing, request.opcode) {
+            (_, Opcode::Ping) => Reply::Ready(Response::empty()),
+            (Facing::Peers, Opcode::RegisterBroker) => ready(self.register(request.body)),
+            (Facing::Peers, Opcode::BrokerHeartbeat) => ready(self.heartbeat(request.body)),
+            (Facing::Clients, Opcode::AllocateProducerId) => ready(self.allocate_producer_id()),
+            (Facing::Clients, Opcode::CreateStream) => self
                 .create_stream(request.body)
                 .unwrap_or_else(Reply::Ready),
-            Opcode::DescribeStream => ready(self.describe_stream(request.body)),
-            Opcode::ListStreams => Reply::Ready(Response::ok(&self.snapshot().1)),
-            Opcode::ListBrokers => Reply::Ready(Response::ok(&self.snapshot().0)),
-            other => Reply::Ready(Response::error(
+            (Facing::Clients, Opcode::DescribeStream) => ready(self.describe_stream(request.body)),
+            (Facing::Clients, Opcode::ListStreams) => {
+                Reply::Ready(Response::ok(&self.snapshot().1))
+            }
+            (Facing::Clients, Opcode::ListBrokers) => {
+                Reply::Ready(Response::ok(&self.snapshot().0))
+            }
+            (Facing::Clients, Opcode::RegisterBroker | Opcode::BrokerHeartbeat) => {
+                Reply::Ready(Response::error(
+                    Status::UnknownOpcode,
+                    format!(
+                        "{:?} is served on the coordinator's peer listener (coordinator.peer_addr), not its client listener",
+                        request.opcode
+                    ),
+                ))
+            }
+            (_, other) => Reply::Ready(Response::error(
                 Status::UnknownOpcode,
-                format!("{other:?} is not a coordinator operation"),
+                format!("{other:?} is not a coordinator operation on this listener"),
             )),
         }
+    }
+}
+
+/// Which listener a request arrived on: each serves only its own operations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Facing {
+    Clients,
+    Peers,
+}
+
+/// The coordinator as clients see it (`coordinator.rpc_addr`): streams, brokers, producer ids.
+#[derive(Clone, Debug)]
+pub struct ClientFacing(pub CoordinatorService);
+
+/// The coordinator as brokers see it (`coordinator.peer_addr`): registration and heartbeats.
+#[derive(Clone, Debug)]
+pub struct PeerFacing(pub CoordinatorService);
+
+impl Service for ClientFacing {
+    fn dispatch(&self, request: Request) -> Reply {
+        self.0.dispatch_as(Facing::Clients, request)
+    }
+}
+
+impl Service for PeerFacing {
+    fn dispatch(&self, request: Request) -> Reply {
+        self.0.dispatch_as(Facing::Peers, request)
     }
 }

@@ -25,6 +25,7 @@ pub enum Ports {
     Ephemeral,
     Fixed {
         coordinator_rpc: u16,
+        coordinator_peer: u16,
         coordinator_admin: u16,
         broker_rpc_base: u16,
         broker_admin_base: u16,
@@ -49,6 +50,8 @@ pub struct ClusterSpec {
 pub struct Proc {
     pub name: String,
     pub rpc_addr: SocketAddr,
+    /// Where the cluster's own members call it.
+    pub peer_addr: SocketAddr,
     pub admin_addr: SocketAddr,
     pub log_file: PathBuf,
     child: Child,
@@ -160,6 +163,7 @@ async fn spawn(
     Ok(Proc {
         name,
         rpc_addr: field("rpc=")?,
+        peer_addr: field("peer=")?,
         admin_addr: field("admin=")?,
         log_file,
         child,
@@ -173,8 +177,8 @@ pub struct LocalCluster {
     spec: ClusterSpec,
     pub coordinator: Proc,
     brokers: Vec<Option<Proc>>,
-    /// Addresses each broker slot was first bound to, reused on restart.
-    broker_addrs: Vec<(SocketAddr, SocketAddr)>,
+    /// Addresses (rpc, peer, admin) each broker slot was first bound to, reused on restart.
+    broker_addrs: Vec<(SocketAddr, SocketAddr, SocketAddr)>,
 }
 
 fn loopback(port: u16) -> SocketAddr {
@@ -183,13 +187,18 @@ fn loopback(port: u16) -> SocketAddr {
 
 impl LocalCluster {
     pub async fn start(spec: ClusterSpec) -> Result<Self, String> {
-        let (coordinator_rpc, coordinator_admin) = match spec.ports {
-            Ports::Ephemeral => (loopback(0), loopback(0)),
+        let (coordinator_rpc, coordinator_peer, coordinator_admin) = match spec.ports {
+            Ports::Ephemeral => (loopback(0), loopback(0), loopback(0)),
             Ports::Fixed {
                 coordinator_rpc,
+                coordinator_peer,
                 coordinator_admin,
                 ..
-            } => (loopback(coordinator_rpc), loopback(coordinator_admin)),
+            } => (
+                loopback(coordinator_rpc),
+                loopback(coordinator_peer),
+                loopback(coordinator_admin),
+            ),
         };
         let coordinator = spawn(
             &spec,
@@ -198,7 +207,7 @@ impl LocalCluster {
             &spec.data_dir.join("coordinator"),
             coordinator_rpc,
             coordinator_admin,
-            &[],
+            &["--peer-addr".to_string(), coordinator_peer.to_string()],
         )
         .await?;
         let mut cluster = Self {
@@ -222,8 +231,12 @@ impl LocalCluster {
                     )
                 }
             };
-            let proc = cluster.spawn_broker(index as usize, rpc, admin).await?;
-            cluster.broker_addrs.push((proc.rpc_addr, proc.admin_addr));
+            let proc = cluster
+                .spawn_broker(index as usize, rpc, loopback(0), admin)
+                .await?;
+            cluster
+                .broker_addrs
+                .push((proc.rpc_addr, proc.peer_addr, proc.admin_addr));
             cluster.brokers.push(Some(proc));
         }
         Ok(cluster)
@@ -233,11 +246,14 @@ impl LocalCluster {
         &self,
         index: usize,
         rpc: SocketAddr,
+        peer: SocketAddr,
         admin: SocketAddr,
     ) -> Result<Proc, String> {
         let coordinator = [
-            "--coordinator".to_string(),
-            self.coordinator.rpc_addr.to_string(),
+            "--coordinator-peer".to_string(),
+            self.coordinator.peer_addr.to_string(),
+            "--peer-addr".to_string(),
+            peer.to_string(),
         ];
         let dir = self.spec.data_dir.join(format!("broker-{index}"));
         spawn(
@@ -278,8 +294,8 @@ impl LocalCluster {
     /// Starts broker `index` again at the addresses it had (a new generation of that server).
     pub async fn restart_broker(&mut self, index: usize) -> Result<(), String> {
         self.kill_broker(index).await;
-        let (rpc, admin) = *self.broker_addrs.get(index).ok_or("no such broker")?;
-        let proc = self.spawn_broker(index, rpc, admin).await?;
+        let (rpc, peer, admin) = *self.broker_addrs.get(index).ok_or("no such broker")?;
+        let proc = self.spawn_broker(index, rpc, peer, admin).await?;
         self.brokers[index] = Some(proc);
         Ok(())
     }
@@ -288,6 +304,10 @@ impl LocalCluster {
     pub async fn restart_coordinator(&mut self) -> Result<(), String> {
         self.coordinator.kill().await;
         let (rpc, admin) = (self.coordinator.rpc_addr, self.coordinator.admin_addr);
+        let peer = [
+            "--peer-addr".to_string(),
+            self.coordinator.peer_addr.to_string(),
+        ];
         let dir = self.spec.data_dir.join("coordinator");
         self.coordinator = spawn(
             &self.spec,
@@ -296,7 +316,7 @@ impl LocalCluster {
             &dir,
             rpc,
             admin,
-            &[],
+            &peer,
         )
         .await?;
         Ok(())

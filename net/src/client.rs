@@ -3,7 +3,10 @@
 //! A call registers a one-shot slot under a fresh request id, queues its frame to the writer
 //! task and waits. The reader task matches each response to its slot. When the connection
 //! dies (read error, bad frame, timeout) every waiting call fails with `RpcError::Connection`
-//! and the client reports `is_closed`, so its owner (usually an `RpcPool`) reconnects.
+//! and the client reports `is_closed`, so its owner (usually an `RpcPool`) reconnects. When the
+//! server says `GoAway` (it closes idle connections), the client takes no new call (it reports
+//! `is_closed`, and a call started now fails as never sent) but still receives the answers to
+//! the calls already sent.
 
 use crate::error::RpcError;
 use crate::write::{OutFrame, write_frames};
@@ -29,6 +32,10 @@ pub struct RpcClientConfig {
     pub connect_timeout_ms: u64,
     /// A call with no answer after this long fails and closes the connection.
     pub request_timeout_ms: u64,
+    /// When positive, a `Ping` goes out this often, so a server never closes the connection
+    /// as idle (for connections whose loss costs more than a reconnect, e.g. a primary's
+    /// RPC-mode replica writes). 0: none.
+    pub keepalive_ms: u64,
 }
 
 impl Default for RpcClientConfig {
@@ -38,6 +45,7 @@ impl Default for RpcClientConfig {
             frame_body_bytes_max: 64 << 20,
             connect_timeout_ms: 3000,
             request_timeout_ms: 10_000,
+            keepalive_ms: 0,
         }
     }
 }
@@ -49,6 +57,7 @@ type Answer = oneshot::Receiver<Result<Frame, RpcError>>;
 #[derive(Debug, Default)]
 struct Shared {
     pending: Mutex<HashMap<u64, Slot>>,
+    /// No new call may start: the connection died, or the server said `GoAway`.
     closed: AtomicBool,
 }
 
@@ -110,7 +119,12 @@ impl PendingCall {
         let timeout = Duration::from_millis(self.timeout_ms);
         let frame = match tokio::time::timeout(timeout, self.answer).await {
             Ok(Ok(result)) => result?,
-            Ok(Err(_)) => return Err(client.closed_error()),
+            Ok(Err(_)) => {
+                return Err(RpcError::Connection {
+                    addr: client.inner.addr.clone(),
+                    reason: "connection closed before the answer".into(),
+                });
+            }
             Err(_) => {
                 client.inner.shared.take(self.id);
                 // A server that does not answer within the deadline is treated as gone: the
@@ -181,7 +195,7 @@ impl RpcClient {
             shared.clone(),
             addr.to_string(),
         ));
-        Ok(Self {
+        let client = Self {
             inner: Arc::new(Inner {
                 addr: addr.to_string(),
                 config,
@@ -191,7 +205,14 @@ impl RpcClient {
                 in_flight: Arc::new(Semaphore::new(in_flight_max)),
                 tasks: [writer, reader],
             }),
-        })
+        };
+        if config.keepalive_ms > 0 {
+            tokio::spawn(keep_alive(
+                Arc::downgrade(&client.inner),
+                Duration::from_millis(config.keepalive_ms),
+            ));
+        }
+        Ok(client)
     }
 
     pub fn addr(&self) -> &str {
@@ -285,7 +306,7 @@ impl RpcClient {
     fn closed_error(&self) -> RpcError {
         RpcError::Connection {
             addr: self.inner.addr.clone(),
-            reason: "connection closed".into(),
+            reason: "connection closed (the request was not sent)".into(),
         }
     }
 
@@ -326,6 +347,27 @@ impl RpcClient {
     }
 }
 
+/// Pings through the connection every `period` while any clone of its client lives.
+async fn keep_alive(inner: std::sync::Weak<Inner>, period: Duration) {
+    let mut tick = tokio::time::interval(period);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let client = RpcClient { inner };
+        if client.is_closed() {
+            return;
+        }
+        let Ok(call) = client.try_start(Opcode::Ping, Vec::new()) else {
+            continue;
+        };
+        drop(client);
+        let _ = call.wait().await;
+    }
+}
+
 async fn read_responses(
     mut reader: OwnedReadHalf,
     decoder: FrameDecoder,
@@ -340,6 +382,14 @@ async fn read_responses(
                     if !frame.header.is_response {
                         break 'read "server sent a request frame".to_string();
                     }
+                    // Request ids start at 1: id 0 is the server speaking unasked.
+                    if frame.header.request_id.0 == 0
+                        && frame.header.opcode() == Some(Opcode::GoAway)
+                    {
+                        // Calls already sent are still answered; new ones go elsewhere.
+                        shared.closed.store(true, Ordering::Release);
+                        continue;
+                    }
                     // An unknown id belongs to a call that timed out: drop the late answer.
                     if let Some(slot) = shared.take(frame.header.request_id.0) {
                         let _ = slot.send(Ok(frame));
@@ -349,7 +399,14 @@ async fn read_responses(
                 Err(error) => break 'read format!("bad frame from server: {error}"),
             }
         }
-        if buf.capacity() - buf.len() < 16 * 1024 {
+        // Room for a large answer (bounded by `frame_body_bytes_max`), else for the next read.
+        let needed = match decoder.peek(&buf) {
+            Ok(Some(header)) => header.frame_bytes().saturating_sub(buf.len()),
+            _ => 0,
+        };
+        if needed > buf.capacity() - buf.len() {
+            buf.reserve(needed);
+        } else if buf.capacity() - buf.len() < 16 * 1024 {
             buf.reserve(64 * 1024);
         }
         match reader.read_buf(&mut buf).await {

@@ -1,20 +1,29 @@
 //! tailstream-net: frames over TCP, both directions. It knows frames, not what they mean.
 //!
-//! - [`server`]: the accept loop (bounded connections), one reader and one writer task per
-//!   connection, requests dispatched *in arrival order* to a [`server::Service`], whose reply is
-//!   either ready or a future; bounded requests in flight per connection; clean shutdown.
+//! - [`listener`]: the accept loop every listener shares (native RPC, peer RPC, software NIC,
+//!   admin HTTP): connections bounded in total and per remote address, closed at once beyond.
+//! - [`server`]: one reader and one writer task per connection, requests dispatched *in
+//!   arrival order* to a [`server::Service`], whose reply is either ready or a future; bounded
+//!   requests in flight, frame read deadline, idle close with `GoAway`.
+//! - [`budget`]: the memory budget for request bodies being received.
 //! - [`client`]: [`client::RpcClient`], a pipelined connection: many requests in flight,
 //!   answers matched by request id, every pending call failed when the connection dies.
 //! - [`pool`]: one `RpcClient` per address, reconnecting on demand.
 //! - [`error`]: [`RpcError`], what a caller of a remote operation can get back.
+//! - [`metrics`]: the listener metrics' names.
 
+pub mod budget;
 pub mod client;
 pub mod error;
+pub mod listener;
+pub mod metrics;
 pub mod pool;
 pub mod server;
 mod write;
 
+pub use budget::BodyBudget;
 pub use client::{PendingCall, RpcClient, RpcClientConfig};
 pub use error::RpcError;
+pub use listener::{Closed, ConnectionLimits, accept_loop};
 pub use pool::RpcPool;
 pub use server::{Reply, Request, Response, ServerLimits, Service};

@@ -1,4 +1,5 @@
-//! The server half: accept loop, per-connection reader and writer, ordered dispatch.
+//! The server half: per-connection reader and writer, ordered dispatch, and every bound a
+//! peer could otherwise push against.
 //!
 //! Requests on one connection are handed to the [`Service`] *in arrival order*, on the
 //! connection's reader task. A service does its ordering-sensitive work there (the broker
@@ -6,25 +7,43 @@
 //! the part that waits (replication, a long-poll fetch). Pipelined produce requests of one
 //! producer are therefore appended in the order they were sent, with no extra sequencing.
 //!
-//! Bounds: `connections_max` accepted connections (the next waits in the kernel's backlog),
-//! `requests_in_flight_per_connection_max` unanswered requests per connection (the reader stops
-//! reading until one is answered, which pushes back on the client through TCP), and
-//! `frame_body_bytes_max` per frame, checked before the body is buffered.
+//! Bounds, all in [`ServerLimits`]:
+//! - connections in total and per remote address (the shared accept loop, `listener`);
+//! - `requests_in_flight_per_connection_max` unanswered requests per connection (the reader
+//!   stops reading until one is answered, which pushes back on the client through TCP);
+//! - `frame_body_bytes_max` per frame, checked before the body is buffered;
+//! - a frame must arrive whole within `request_read_timeout` of its first byte (slowloris);
+//! - a body larger than the standing read buffer is given room only after its bytes were
+//!   taken from the listener's [`BodyBudget`] (stalled partial bodies cannot pile up memory);
+//! - a connection with nothing in flight and nothing received for `idle_timeout` is sent a
+//!   `GoAway` and closed once requests that crossed it are answered, so no request is lost to
+//!   an idle close.
 
+use crate::budget::{BodyBudget, BodyPermit};
+use crate::listener::{Closed, ConnectionLimits, accept_loop};
 use crate::write::{OutFrame, write_frames};
 use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use tailstream_wire::frame::{FrameDecoder, FrameHeader};
 use tailstream_wire::messages::ErrorBody;
 use tailstream_wire::{Encode, Opcode, RequestId, Status};
 use tokio::io::AsyncReadExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::time::Instant;
 
-/// Bytes the reader keeps free for the next socket read.
+pub use crate::listener::shutdown_signalled;
+
+/// Bytes the reader keeps free for the next socket read; a frame up to this size is read into
+/// this standing buffer without touching the body budget.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// After a `GoAway`, how long requests that crossed it still get answered.
+const GO_AWAY_GRACE: Duration = Duration::from_secs(1);
+/// How long a closing connection waits for its queued answers to be written.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One decoded request with a known opcode.
 #[derive(Debug)]
@@ -102,20 +121,17 @@ pub trait Service: Send + Sync + 'static {
     fn dispatch(&self, request: Request) -> Reply;
 }
 
-#[derive(Clone, Copy, Debug)]
+/// Everything a listener bounds. Cheap to clone (the budget is shared).
+#[derive(Clone, Debug)]
 pub struct ServerLimits {
-    pub connections_max: usize,
+    pub connections: ConnectionLimits,
     pub requests_in_flight_per_connection_max: usize,
     pub frame_body_bytes_max: u32,
-}
-
-/// Resolves once `shutdown` holds `true` (or its sender is gone).
-pub async fn shutdown_signalled(shutdown: &mut watch::Receiver<bool>) {
-    while !*shutdown.borrow_and_update() {
-        if shutdown.changed().await.is_err() {
-            return;
-        }
-    }
+    /// A connection with no request in flight that sends nothing for this long is closed.
+    pub idle_timeout: Duration,
+    /// Once a frame's first byte arrived, the whole frame must arrive within this long.
+    pub request_read_timeout: Duration,
+    pub body_budget: BodyBudget,
 }
 
 /// Waits for `shutdown`, then gives `tasks` (listeners winding down) a bounded time to end.
@@ -125,100 +141,181 @@ pub async fn run_until_shutdown(
 ) {
     shutdown_signalled(&mut shutdown).await;
     let drain = futures::future::join_all(tasks);
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), drain).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
 }
 
-/// Serves `listener` until `shutdown` turns true. Each connection runs in its own task and is
-/// closed at shutdown.
+/// Serves `listener` (named `name` in metrics and logs) until `shutdown` turns true.
 pub async fn serve<S: Service>(
-    listener: TcpListener,
+    listener: tokio::net::TcpListener,
+    name: &'static str,
     service: Arc<S>,
     limits: ServerLimits,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    let connections = Arc::new(Semaphore::new(limits.connections_max));
-    loop {
-        let permit = tokio::select! {
-            permit = connections.clone().acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break,
-            },
-            _ = shutdown_signalled(&mut shutdown) => break,
-        };
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = shutdown_signalled(&mut shutdown) => break,
-        };
-        let service = service.clone();
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            if let Err(reason) = serve_connection(stream, peer, service, limits, shutdown).await {
-                tracing::debug!(%peer, %reason, "connection closed");
-            }
-        });
-    }
+    let connections = limits.connections;
+    let limits = Arc::new(limits);
+    accept_loop(
+        listener,
+        name,
+        connections,
+        shutdown,
+        move |stream, peer| serve_connection(stream, peer, service.clone(), limits.clone()),
+    )
+    .await;
 }
 
 async fn serve_connection<S: Service>(
     stream: TcpStream,
     peer: SocketAddr,
     service: Arc<S>,
-    limits: ServerLimits,
-    mut shutdown: watch::Receiver<bool>,
-) -> Result<(), String> {
+    limits: Arc<ServerLimits>,
+) -> Closed {
     // Small responses (produce acks) must not wait for Nagle.
     let _ = stream.set_nodelay(true);
-    let (mut reader, writer) = stream.into_split();
+    let (reader, writer) = stream.into_split();
     let in_flight_max = limits.requests_in_flight_per_connection_max.max(1);
-    let (out_tx, out_rx) = mpsc::channel::<OutFrame>(in_flight_max);
+    // One slot more than requests in flight: room for a GoAway.
+    let (out_tx, out_rx) = mpsc::channel::<OutFrame>(in_flight_max + 1);
     let writer = tokio::spawn(write_frames(writer, out_rx));
-    let in_flight = Arc::new(Semaphore::new(in_flight_max));
-    let decoder = FrameDecoder::new(limits.frame_body_bytes_max);
-    let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
-    let outcome = 'connection: loop {
+    let mut connection = Connection {
+        reader,
+        out_tx,
+        in_flight: Arc::new(Semaphore::new(in_flight_max)),
+        in_flight_max,
+        decoder: FrameDecoder::new(limits.frame_body_bytes_max),
+        buf: BytesMut::with_capacity(READ_CHUNK_BYTES),
+        body: None,
+        peer,
+        limits: limits.clone(),
+    };
+    let closed = connection.run(&*service).await;
+    drop(connection);
+    // Lets already-queued answers go out; the writer ends when every sender is gone.
+    let mut writer = writer;
+    if tokio::time::timeout(DRAIN_TIMEOUT, &mut writer)
+        .await
+        .is_err()
+    {
+        writer.abort();
+    }
+    closed
+}
+
+/// One connection's reader side.
+struct Connection {
+    reader: tokio::net::tcp::OwnedReadHalf,
+    out_tx: mpsc::Sender<OutFrame>,
+    in_flight: Arc<Semaphore>,
+    in_flight_max: usize,
+    decoder: FrameDecoder,
+    buf: BytesMut,
+    /// Budget held for the large frame being received into `buf`.
+    body: Option<BodyPermit>,
+    peer: SocketAddr,
+    limits: Arc<ServerLimits>,
+}
+
+impl Connection {
+    fn busy(&self) -> bool {
+        self.in_flight.available_permits() < self.in_flight_max
+    }
+
+    async fn run<S: Service>(&mut self, service: &S) -> Closed {
+        let limits = self.limits.clone();
+        let mut idle_deadline = Instant::now() + limits.idle_timeout;
+        // Deadline of the partial frame at the front of `buf`, set when its first byte came.
+        let mut frame_deadline: Option<Instant> = None;
+        // Set once a GoAway was sent: when the connection may close.
+        let mut going_away: Option<Instant> = None;
         loop {
-            let frame = match decoder.decode(&mut buf) {
+            match self.dispatch_whole_frames(service).await {
+                Ok(0) => {}
+                Ok(_) => idle_deadline = Instant::now() + limits.idle_timeout,
+                Err(closed) => return closed,
+            }
+            if self.buf.is_empty() {
+                frame_deadline = None;
+            } else if frame_deadline.is_none() {
+                frame_deadline = Some(Instant::now() + limits.request_read_timeout);
+            }
+            if let Err(closed) = self.make_room(frame_deadline).await {
+                return closed;
+            }
+            let deadline = frame_deadline.or(going_away).unwrap_or(idle_deadline);
+            let read = tokio::select! {
+                read = self.reader.read_buf(&mut self.buf) => Some(read),
+                _ = tokio::time::sleep_until(deadline) => None,
+            };
+            match read {
+                Some(Ok(0)) => return Closed::ByPeer,
+                Some(Ok(_)) => idle_deadline = Instant::now() + limits.idle_timeout,
+                Some(Err(error)) => return Closed::Io(format!("read: {error}")),
+                None if frame_deadline.is_some() => return Closed::RequestTimeout,
+                None if self.busy() => {
+                    // Requests are still being answered: not idle (a long-poll, a produce
+                    // waiting for its replicas). Look again later.
+                    idle_deadline = Instant::now() + limits.idle_timeout;
+                    if going_away.is_some() {
+                        going_away = Some(Instant::now() + GO_AWAY_GRACE);
+                    }
+                }
+                None if going_away.is_some() => return Closed::Idle,
+                None => {
+                    // Idle: tell the client to use a new connection for what comes next, and
+                    // answer whatever it sent before it read this.
+                    let go_away = OutFrame::response(
+                        Opcode::GoAway as u16,
+                        RequestId(0),
+                        Response::empty(),
+                        None,
+                    );
+                    if self.out_tx.try_send(go_away).is_err() {
+                        return Closed::Idle;
+                    }
+                    going_away = Some(Instant::now() + GO_AWAY_GRACE);
+                }
+            }
+        }
+    }
+
+    /// Dispatches every whole frame at the front of `buf`; returns how many.
+    async fn dispatch_whole_frames<S: Service>(&mut self, service: &S) -> Result<usize, Closed> {
+        let mut dispatched = 0;
+        loop {
+            let frame = match self.decoder.decode(&mut self.buf) {
                 Ok(Some(frame)) => frame,
-                Ok(None) => break,
+                Ok(None) => return Ok(dispatched),
                 Err(error) => {
                     // After a bad frame the stream cannot be resynchronised: answer if we can
                     // name the request, then close this connection (and only this one).
                     if let Some((request_id, opcode_raw, status)) = error.reply_to() {
                         let response = Response::error(status, error.to_string());
                         let frame = OutFrame::response(opcode_raw, request_id, response, None);
-                        let _ = out_tx.send(frame).await;
+                        let _ = self.out_tx.try_send(frame);
                     }
-                    break 'connection Err(format!("bad frame: {error}"));
+                    return Err(Closed::BadInput(format!("bad frame: {error}")));
                 }
             };
+            // The body is now the frame's: its bytes leave the budget once it is dispatched.
+            let _body = self.body.take();
+            dispatched += 1;
             let header = frame.header;
             if header.is_response {
-                break 'connection Err("peer sent a response frame to a server".to_string());
+                return Err(Closed::BadInput(
+                    "peer sent a response frame to a server".into(),
+                ));
             }
-            let permit = tokio::select! {
-                permit = in_flight.clone().acquire_owned() => match permit {
-                    Ok(permit) => permit,
-                    Err(_) => break 'connection Ok(()),
-                },
-                _ = shutdown_signalled(&mut shutdown) => break 'connection Ok(()),
+            let Ok(permit) = self.in_flight.clone().acquire_owned().await else {
+                return Err(Closed::Shutdown);
             };
             let Some(opcode) = header.opcode() else {
                 let response = Response::error(
                     Status::UnknownOpcode,
                     format!("unknown opcode {}", header.opcode_raw),
                 );
-                let out = OutFrame::response(header.opcode_raw, header.request_id, response, None);
-                if out_tx.send(out).await.is_err() {
-                    break 'connection Ok(());
+                let out = respond(header, response, permit);
+                if self.out_tx.send(out).await.is_err() {
+                    return Err(Closed::Io("writer gone".into()));
                 }
                 continue;
             };
@@ -226,17 +323,21 @@ async fn serve_connection<S: Service>(
                 opcode,
                 request_id: header.request_id,
                 body: frame.body,
-                peer,
+                peer: self.peer,
             };
             match service.dispatch(request) {
                 Reply::Ready(response) => {
-                    let out = respond(header, response, permit);
-                    if out_tx.send(out).await.is_err() {
-                        break 'connection Ok(());
+                    if self
+                        .out_tx
+                        .send(respond(header, response, permit))
+                        .await
+                        .is_err()
+                    {
+                        return Err(Closed::Io("writer gone".into()));
                     }
                 }
                 Reply::Later(future) => {
-                    let out_tx = out_tx.clone();
+                    let out_tx = self.out_tx.clone();
                     tokio::spawn(async move {
                         let response = future.await;
                         let _ = out_tx.send(respond(header, response, permit)).await;
@@ -244,23 +345,39 @@ async fn serve_connection<S: Service>(
                 }
             }
         }
-        if buf.capacity() - buf.len() < READ_CHUNK_BYTES / 4 {
-            buf.reserve(READ_CHUNK_BYTES);
-        }
-        let read = tokio::select! {
-            read = reader.read_buf(&mut buf) => read,
-            _ = shutdown_signalled(&mut shutdown) => break Ok(()),
+    }
+
+    /// Makes room in `buf` for what comes next. A frame larger than the standing buffer gets
+    /// its own allocation of exactly its size, and only after its body bytes were taken from
+    /// the budget (waiting at most until the frame's deadline).
+    async fn make_room(&mut self, frame_deadline: Option<Instant>) -> Result<(), Closed> {
+        // `decode` just ran on this buffer, so a header here was already verified.
+        let header = self.decoder.peek(&self.buf).ok().flatten();
+        let Some(header) = header.filter(|h| h.frame_bytes() > self.buf.capacity()) else {
+            if self.buf.capacity() - self.buf.len() < READ_CHUNK_BYTES / 4 {
+                self.buf.reserve(READ_CHUNK_BYTES);
+            }
+            return Ok(());
         };
-        match read {
-            Ok(0) => break Ok(()),
-            Ok(_) => {}
-            Err(error) => break Err(format!("read: {error}")),
+        if header.frame_bytes() > READ_CHUNK_BYTES && self.body.is_none() {
+            let deadline = frame_deadline.unwrap_or_else(Instant::now);
+            let taken = tokio::select! {
+                taken = self.limits.body_budget.take(header.body_len) => taken,
+                _ = tokio::time::sleep_until(deadline) => return Err(Closed::RequestTimeout),
+            };
+            let Some(taken) = taken else {
+                return Err(Closed::BadInput(format!(
+                    "a {}-byte body exceeds the whole body budget",
+                    header.body_len
+                )));
+            };
+            self.body = Some(taken);
         }
-    };
-    drop(out_tx);
-    // Lets already-queued answers go out; the writer ends when every sender is gone.
-    let _ = writer.await;
-    outcome
+        let mut frame = BytesMut::with_capacity(header.frame_bytes());
+        frame.extend_from_slice(&self.buf);
+        self.buf = frame;
+        Ok(())
+    }
 }
 
 fn respond(

@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tailstream_net::server::{ServerLimits, serve};
-use tailstream_net::{Reply, Request, Response, RpcClient, RpcClientConfig, RpcError, Service};
+use tailstream_net::{
+    BodyBudget, ConnectionLimits, Reply, Request, Response, RpcClient, RpcClientConfig, RpcError,
+    Service,
+};
 use tailstream_wire::frame::{FrameDecoder, FrameHeader};
 use tailstream_wire::{Opcode, RequestId, Status};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -48,11 +51,23 @@ async fn start(frame_body_bytes_max: u32) -> (String, watch::Sender<bool>) {
     let addr = listener.local_addr().unwrap().to_string();
     let (stop, stopped) = watch::channel(false);
     let limits = ServerLimits {
-        connections_max: 16,
+        connections: ConnectionLimits {
+            connections_max: 16,
+            connections_per_address_max: 16,
+        },
         requests_in_flight_per_connection_max: 8,
         frame_body_bytes_max,
+        idle_timeout: Duration::from_secs(60),
+        request_read_timeout: Duration::from_secs(10),
+        body_budget: BodyBudget::new("test", 1 << 20),
     };
-    tokio::spawn(serve(listener, Arc::new(Toy::default()), limits, stopped));
+    tokio::spawn(serve(
+        listener,
+        "test",
+        Arc::new(Toy::default()),
+        limits,
+        stopped,
+    ));
     (addr, stop)
 }
 

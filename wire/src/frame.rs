@@ -52,6 +52,10 @@ macro_rules! opcodes {
 opcodes! {
     /// Liveness probe; empty body both ways.
     Ping = 1,
+    /// Server → client, unsolicited, as a response frame with request id 0 and an empty body:
+    /// the server closes this connection (it was idle, or the server is going away) once the
+    /// requests it already received are answered. Send new requests on a new connection.
+    GoAway = 2,
     /// Broker → coordinator: join the cluster, get a server id and assignments.
     RegisterBroker = 10,
     /// Broker → coordinator: still alive.
@@ -127,6 +131,11 @@ impl FrameHeader {
 
     pub fn opcode(&self) -> Option<Opcode> {
         Opcode::from_u16(self.opcode_raw)
+    }
+
+    /// Header and body together.
+    pub fn frame_bytes(&self) -> usize {
+        FRAME_HEADER_BYTES + self.body_len as usize
     }
 
     /// Unknown status values from a newer peer are treated as internal errors.
@@ -256,9 +265,9 @@ impl FrameDecoder {
         self.body_bytes_max
     }
 
-    /// Takes one whole frame off the front of `buf`, or returns `Ok(None)` when more bytes are
-    /// needed (having reserved room for them, within the maximum).
-    pub fn decode(&self, buf: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
+    /// The verified header at the front of `buf`, once its 32 bytes are there; refuses a body
+    /// longer than the maximum before anyone allocates room for it.
+    pub fn peek(&self, buf: &[u8]) -> Result<Option<FrameHeader>, FrameError> {
         let Some(raw) = buf.first_chunk::<FRAME_HEADER_BYTES>() else {
             return Ok(None);
         };
@@ -271,9 +280,17 @@ impl FrameDecoder {
                 opcode_raw: header.opcode_raw,
             });
         }
-        let total = FRAME_HEADER_BYTES + header.body_len as usize;
-        if buf.len() < total {
-            buf.reserve(total - buf.len());
+        Ok(Some(header))
+    }
+
+    /// Takes one whole frame off the front of `buf`, or returns `Ok(None)` when more bytes are
+    /// needed. Allocates nothing: the caller decides when to make room for a large body
+    /// (`frame_bytes` of the `peek`ed header), so a server can bound that memory.
+    pub fn decode(&self, buf: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
+        let Some(header) = self.peek(buf)? else {
+            return Ok(None);
+        };
+        if buf.len() < header.frame_bytes() {
             return Ok(None);
         }
         buf.advance(FRAME_HEADER_BYTES);
@@ -317,6 +334,12 @@ mod tests {
             let mut partial = BytesMut::from(&full[..cut]);
             assert_eq!(decoder.decode(&mut partial), Ok(None), "cut at {cut}");
         }
+        let mut partial = BytesMut::from(&full[..full.len() - 1]);
+        let capacity = partial.capacity();
+        assert_eq!(decoder.decode(&mut partial), Ok(None));
+        assert_eq!(partial.capacity(), capacity, "decoding reserves nothing");
+        let header = decoder.peek(&partial).unwrap().unwrap();
+        assert_eq!(header.frame_bytes(), full.len());
         let mut whole = full.clone();
         let frame = decoder.decode(&mut whole).unwrap().unwrap();
         assert_eq!(&frame.body[..], b"hello");
@@ -329,6 +352,7 @@ mod tests {
     fn oversized_bodies_are_refused_before_allocating() {
         let decoder = FrameDecoder::new(4);
         let mut buf = frame_bytes(b"too long");
+        assert_eq!(decoder.peek(&buf[..FRAME_HEADER_BYTES]), decoder.peek(&buf));
         let err = decoder.decode(&mut buf).unwrap_err();
         assert!(matches!(err, FrameError::TooLarge { len: 8, max: 4, .. }));
         assert_eq!(err.reply_to().map(|r| r.2), Some(Status::FrameTooLarge));

@@ -25,6 +25,8 @@ pub const NIC_MAGIC: [u8; 4] = *b"TSN1";
 pub const HELLO_BYTES: usize = 24;
 pub const WRITE_HEADER_BYTES: usize = 32;
 pub const COMPLETION_BYTES: usize = 16;
+/// The key no buffer ever has (backups never hand it out): keepalive writes use it.
+pub const KEEPALIVE_KEY: u64 = 0;
 
 const _: () = assert!(HELLO_BYTES == 4 + 4 + 4 + 4 + 4 + 4);
 const _: () = assert!(WRITE_HEADER_BYTES == 8 + 4 + 4 + 8 + 4 + 4);
@@ -90,7 +92,8 @@ impl Hello {
     }
 }
 
-/// One one-sided write: `len` bytes at `offset` of the buffer named by `key`.
+/// One one-sided write: `len` bytes at `offset` of the buffer named by `key`. Key 0 names no
+/// buffer: a write with key 0 and no payload is a keepalive, completed like any write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WriteHeader {
     pub key: u64,
@@ -118,6 +121,20 @@ impl WriteHeader {
             len: le32(raw, 12),
             write_id: le64(raw, 16),
         })
+    }
+
+    /// A write that carries nothing and keeps an idle connection open.
+    pub fn keepalive(write_id: u64) -> Self {
+        Self {
+            key: KEEPALIVE_KEY,
+            offset: 0,
+            len: 0,
+            write_id,
+        }
+    }
+
+    pub fn is_keepalive(&self) -> bool {
+        self.key == KEEPALIVE_KEY && self.len == 0
     }
 
     /// The write's end, if it fits in a buffer of `capacity` bytes.

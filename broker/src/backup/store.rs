@@ -183,7 +183,13 @@ impl BackupStore {
     }
 
     fn new_key(&self) -> u64 {
-        self.next_key.fetch_add(1, Ordering::Relaxed)
+        loop {
+            let key = self.next_key.fetch_add(1, Ordering::Relaxed);
+            // Key 0 is the one-sided protocol's keepalive, never a buffer.
+            if key != tailstream_wire::nic::KEEPALIVE_KEY {
+                return key;
+            }
+        }
     }
 
     fn insert(&self, replica: Replica) -> Arc<Replica> {

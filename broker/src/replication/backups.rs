@@ -41,21 +41,29 @@ pub struct Backups {
     path: WritePath,
     pool: RpcPool,
     control_timeout: Duration,
+    /// How often an otherwise silent one-sided connection sends a keepalive.
+    keepalive: Duration,
     writers: Mutex<HashMap<ServerId, Arc<dyn ReplicaWriter>>>,
 }
 
 impl Backups {
-    pub fn new(path: WritePath, control_timeout: Duration) -> Self {
+    /// `idle_timeout` is the backups' listener idle timeout: connections to them are kept alive
+    /// well within it.
+    pub fn new(path: WritePath, control_timeout: Duration, idle_timeout: Duration) -> Self {
+        let keepalive = idle_timeout / 4;
+        // Kept alive: a broken RPC-mode writer would count its backup's replicas as lost.
         let pool = RpcPool::new(RpcClientConfig {
             requests_in_flight_max: 4096,
             frame_body_bytes_max: 64 << 20,
             connect_timeout_ms: control_timeout.as_millis() as u64,
             request_timeout_ms: control_timeout.as_millis() as u64,
+            keepalive_ms: keepalive.as_millis() as u64,
         });
         Self {
             path,
             pool,
             control_timeout,
+            keepalive,
             writers: Mutex::new(HashMap::new()),
         }
     }
@@ -108,7 +116,13 @@ impl Backups {
         }
         let writer: Arc<dyn ReplicaWriter> = match self.path {
             WritePath::Tcp => Arc::new(
-                NicWriter::connect(&descriptor.nic_addr, primary, self.control_timeout).await?,
+                NicWriter::connect(
+                    &descriptor.nic_addr,
+                    primary,
+                    self.control_timeout,
+                    self.keepalive,
+                )
+                .await?,
             ),
             WritePath::Rpc => {
                 let client = self

@@ -356,9 +356,10 @@ pub(super) fn record_of(seg: &ReplicatedSegment) -> ClosedRecord {
     }
 }
 
-pub(super) fn rpc_addr(membership: &[BrokerInfo], backup: ServerId) -> Option<String> {
+/// Where `backup` serves replica RPCs (its peer listener).
+pub(super) fn peer_addr(membership: &[BrokerInfo], backup: ServerId) -> Option<String> {
     membership
         .iter()
         .find(|b| b.server_id == backup)
-        .map(|b| b.rpc_addr.clone())
+        .map(|b| b.peer_addr.clone())
 }

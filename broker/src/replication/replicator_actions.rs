@@ -3,7 +3,7 @@
 //! RPCs. Part of the per-log replicator (see `replicator`).
 
 use super::backups::Backups;
-use super::replicator::{Done, Replicator, rpc_addr};
+use super::replicator::{Done, Replicator, peer_addr};
 use super::segment::Action;
 use super::transport::WriteTarget;
 use crate::metrics as m;
@@ -175,7 +175,7 @@ impl Replicator {
         };
         let backups = self.ctx.backups.clone();
         self.ops.push(Box::pin(async move {
-            let result = backups.open(backup, &broker.rpc_addr, &request).await;
+            let result = backups.open(backup, &broker.peer_addr, &request).await;
             Done::Opened {
                 segment,
                 slot,
@@ -233,7 +233,7 @@ impl Replicator {
         call: impl FnOnce(Arc<Backups>, String) -> BoxFuture<'static, Done>,
         gone: impl FnOnce(Result<(), String>) -> Done,
     ) {
-        match rpc_addr(membership, backup) {
+        match peer_addr(membership, backup) {
             Some(addr) => self.ops.push(call(self.ctx.backups.clone(), addr)),
             None => {
                 let done = gone(Err(format!("{backup} left the cluster")));

@@ -3,7 +3,7 @@
 //! background), and the replicas of segments retention freed are released. Part of the
 //! per-log replicator (see `replicator`).
 
-use super::replicator::{ClosedRecord, Done, Replicator, Tracked, record_of, rpc_addr};
+use super::replicator::{ClosedRecord, Done, Replicator, Tracked, peer_addr, record_of};
 use super::segment::ReplicatedSegment;
 use std::time::Instant;
 use tailstream_wire::ServerId;
@@ -18,7 +18,7 @@ impl Replicator {
     /// `backup` is gone: every replica this log has there is re-created elsewhere.
     pub(super) fn backup_lost(&mut self, backup: ServerId) {
         self.quarantine(backup);
-        let addr = rpc_addr(&self.membership.borrow(), backup);
+        let addr = peer_addr(&self.membership.borrow(), backup);
         self.ctx.backups.forget(backup, addr.as_deref());
         for tracked in self.active.iter_mut().chain(self.repairs.iter_mut()) {
             if tracked.seg.backup_lost(backup) {
@@ -100,7 +100,7 @@ impl Replicator {
         let Some(me) = self.me() else { return };
         let membership = self.membership.borrow().clone();
         for backup in record.backups {
-            let Some(addr) = rpc_addr(&membership, backup) else {
+            let Some(addr) = peer_addr(&membership, backup) else {
                 continue;
             };
             let request = ReplicaFreeRequest {

@@ -57,6 +57,7 @@ mod tests {
         BrokerInfo {
             server_id: ServerId::new(index, generation),
             rpc_addr: format!("127.0.0.1:{index}"),
+            peer_addr: format!("127.0.0.1:{}", 10_000 + index),
             admin_addr: String::new(),
             alive,
         }

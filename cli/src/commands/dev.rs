@@ -34,6 +34,7 @@ pub async fn run(
     } else {
         Ports::Fixed {
             coordinator_rpc: config.coordinator.rpc_addr.port(),
+            coordinator_peer: config.coordinator.peer_addr.port(),
             coordinator_admin: config.coordinator.admin_addr.port(),
             broker_rpc_base: config.dev.broker_rpc_port_base,
             broker_admin_base: config.dev.broker_admin_port_base,
@@ -51,15 +52,18 @@ pub async fn run(
     let mut cluster = LocalCluster::start(spec).await?;
     let coordinator = cluster.coordinator_addr();
     wait_for_brokers(&config, &coordinator.to_string(), brokers).await?;
-    println!("tailstream dev: coordinator {coordinator}");
+    println!(
+        "tailstream dev: coordinator {coordinator} (brokers register at {})",
+        cluster.coordinator.peer_addr
+    );
     println!(
         "tailstream dev: coordinator admin http://{}",
         cluster.coordinator.admin_addr
     );
     for broker in cluster.brokers() {
         println!(
-            "tailstream dev: {} rpc {} admin http://{}",
-            broker.name, broker.rpc_addr, broker.admin_addr
+            "tailstream dev: {} rpc {} peer {} admin http://{}",
+            broker.name, broker.rpc_addr, broker.peer_addr, broker.admin_addr
         );
     }
     println!("tailstream dev: logs in {}/*/*.log", data_dir.display());

@@ -60,7 +60,10 @@ wire_message! {
 
 wire_message! {
     pub struct RegisterBrokerRequest {
+        /// Where clients reach the broker (produce, fetch).
         pub rpc_addr: String,
+        /// Where other brokers and the coordinator reach it (replica RPCs, assignments).
+        pub peer_addr: String,
         pub admin_addr: String,
     }
 }
@@ -121,7 +124,10 @@ wire_message! {
     /// A registered broker as the coordinator sees it.
     pub struct BrokerInfo {
         pub server_id: ServerId,
+        /// Where clients reach the broker.
         pub rpc_addr: String,
+        /// Where other brokers and the coordinator reach it.
+        pub peer_addr: String,
         pub admin_addr: String,
         /// A heartbeat arrived within the coordinator's liveness timeout.
         pub alive: bool,

@@ -23,9 +23,10 @@ struct Queued {
     done: Done,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Shared {
     broken: AtomicBool,
+    next_write_id: AtomicU64,
     /// Writes sent and not yet completed, in send order.
     awaiting: Mutex<VecDeque<(u64, Done)>>,
 }
@@ -48,7 +49,6 @@ impl Shared {
 pub struct NicWriter {
     queue: mpsc::UnboundedSender<Queued>,
     shared: Arc<Shared>,
-    next_write_id: AtomicU64,
     tasks: [JoinHandle<()>; 2],
 }
 
@@ -61,11 +61,14 @@ impl Drop for NicWriter {
 }
 
 impl NicWriter {
-    /// Connects to the NIC endpoint at `addr` as `primary`.
+    /// Connects to the NIC endpoint at `addr` as `primary`. When nothing was sent for
+    /// `keepalive`, a keepalive write goes out, so the backup never closes the connection as
+    /// idle (which would make this primary treat its replicas there as lost).
     pub async fn connect(
         addr: &str,
         primary: ServerId,
         timeout: Duration,
+        keepalive: Duration,
     ) -> Result<Self, TransportError> {
         let broken = |e: String| TransportError::Broken(format!("{addr}: {e}"));
         let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
@@ -79,7 +82,11 @@ impl NicWriter {
             .write_all(&Hello { primary }.encode())
             .await
             .map_err(|e| broken(e.to_string()))?;
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            broken: AtomicBool::new(false),
+            next_write_id: AtomicU64::new(1),
+            awaiting: Mutex::new(VecDeque::new()),
+        });
         // Unbounded, but bounded in practice: every queued write belongs to a replica slot
         // with at most `writes_in_flight_per_replica_max` writes outstanding.
         let (queue, mut queued) = mpsc::unbounded_channel::<Queued>();
@@ -87,7 +94,21 @@ impl NicWriter {
         let sender = tokio::spawn(async move {
             let outcome: std::io::Result<()> = async {
                 let mut batch = Vec::new();
-                while let Some(write) = queued.recv().await {
+                loop {
+                    let write = match tokio::time::timeout(keepalive, queued.recv()).await {
+                        Ok(Some(write)) => write,
+                        Ok(None) => break,
+                        Err(_) => {
+                            // Nobody waits for a keepalive's completion; it only has to come.
+                            let write_id =
+                                send_shared.next_write_id.fetch_add(1, Ordering::Relaxed);
+                            Queued {
+                                header: WriteHeader::keepalive(write_id),
+                                parts: Vec::new(),
+                                done: oneshot::channel().0,
+                            }
+                        }
+                    };
                     batch.push(write);
                     while batch.len() < WRITES_PER_SEND_MAX
                         && let Ok(write) = queued.try_recv()
@@ -139,7 +160,6 @@ impl NicWriter {
         Ok(Self {
             queue,
             shared,
-            next_write_id: AtomicU64::new(1),
             tasks: [sender, receiver],
         })
     }
@@ -232,7 +252,7 @@ impl ReplicaWriter for NicWriter {
         let Ok(len) = u32::try_from(len) else {
             return failed("write larger than 4 GiB");
         };
-        let write_id = self.next_write_id.fetch_add(1, Ordering::Relaxed);
+        let write_id = self.shared.next_write_id.fetch_add(1, Ordering::Relaxed);
         let header = WriteHeader {
             key: target.key,
             offset,

@@ -1,0 +1,59 @@
+//! The broker's peer service (its `peer_addr` listener): what the cluster's own members call.
+//! The coordinator pushes streamlet assignments; primaries open, close, free and re-epoch
+//! replicas on this broker's backup, write to them in RPC mode, list and read them.
+//!
+//! It runs on a listener of its own, with its own connection limits and body budget, so a
+//! flood of anonymous connections on the client listener never starves replication, and
+//! these operations are not reachable from the client listener at all.
+
+use crate::backup::BackupService;
+use crate::cluster::ClusterState;
+use bytes::Bytes;
+use std::sync::Arc;
+use tailstream_net::{Reply, Request, Response, Service};
+use tailstream_wire::messages::AssignStreamletsRequest;
+use tailstream_wire::{Decode, Opcode, Status};
+
+#[derive(Debug)]
+pub struct PeerService {
+    cluster: Arc<ClusterState>,
+    backup: BackupService,
+}
+
+impl PeerService {
+    pub fn new(cluster: Arc<ClusterState>, backup: BackupService) -> Self {
+        Self { cluster, backup }
+    }
+
+    fn assign(&self, body: Bytes) -> Reply {
+        let request = match AssignStreamletsRequest::decode_exact(body) {
+            Ok(request) => request,
+            Err(error) => {
+                return Reply::Ready(Response::error(
+                    Status::Malformed,
+                    format!("assign streamlets request: {error}"),
+                ));
+            }
+        };
+        match self.cluster.apply_assignments(&request) {
+            Ok(()) => Reply::Ready(Response::empty()),
+            Err((status, message)) => Reply::Ready(Response::error(status, message)),
+        }
+    }
+}
+
+impl Service for PeerService {
+    fn dispatch(&self, request: Request) -> Reply {
+        if let Some(reply) = self.backup.dispatch(request.opcode, request.body.clone()) {
+            return reply;
+        }
+        match request.opcode {
+            Opcode::Ping => Reply::Ready(Response::empty()),
+            Opcode::AssignStreamlets => self.assign(request.body),
+            other => Reply::Ready(Response::error(
+                Status::UnknownOpcode,
+                format!("{other:?} is not a broker operation on its peer listener"),
+            )),
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! The accept loop every Tailstream listener shares: native RPC, peer RPC, the software NIC,
+//! admin HTTP (and later Kafka).
+//!
+//! A connection is admitted only while its listener holds fewer than `connections_max`
+//! connections and fewer than `connections_per_address_max` from the same remote IP address;
+//! otherwise it is accepted and closed at once. Closing instead of leaving it in the kernel's
+//! backlog means a flood can never fill the accept queue: a legitimate client from another
+//! address still gets in, and a refused one learns it at once instead of timing out.
+//! Each admitted connection runs in its own task, ends at shutdown, and its way of ending is
+//! counted (`connections_closed_total{listener, reason}`).
+
+use crate::metrics as m;
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// How many connections one listener admits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    pub connections_max: usize,
+    pub connections_per_address_max: usize,
+}
+
+/// How a connection ended; the label of `connections_closed_total`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Closed {
+    /// The peer closed it.
+    ByPeer,
+    /// Nothing in flight and nothing received for the idle timeout.
+    Idle,
+    /// A request (frame, write, HTTP request) started and did not arrive whole in time.
+    RequestTimeout,
+    /// The peer sent something we refuse (bad frame, bad header, fenced primary, ...).
+    BadInput(String),
+    /// A socket error.
+    Io(String),
+    /// The process is shutting down.
+    Shutdown,
+}
+
+impl Closed {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Closed::ByPeer => "peer",
+            Closed::Idle => "idle",
+            Closed::RequestTimeout => "request_timeout",
+            Closed::BadInput(_) => "bad_input",
+            Closed::Io(_) => "io",
+            Closed::Shutdown => "shutdown",
+        }
+    }
+}
+
+impl fmt::Display for Closed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Closed::BadInput(why) => write!(f, "bad input: {why}"),
+            Closed::Io(why) => write!(f, "i/o error: {why}"),
+            other => f.write_str(other.label()),
+        }
+    }
+}
+
+/// Counts open connections, in total and per remote address.
+#[derive(Debug)]
+struct Gate {
+    listener: &'static str,
+    limits: ConnectionLimits,
+    state: Mutex<GateState>,
+}
+
+#[derive(Debug, Default)]
+struct GateState {
+    open: usize,
+    per_address: HashMap<IpAddr, usize>,
+}
+
+/// Why a connection was not admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    ConnectionsMax,
+    PerAddress,
+}
+
+impl Refused {
+    fn label(self) -> &'static str {
+        match self {
+            Refused::ConnectionsMax => "connections_max",
+            Refused::PerAddress => "per_address",
+        }
+    }
+}
+
+/// An admitted connection's place; released when dropped.
+#[derive(Debug)]
+struct Admitted {
+    gate: Arc<Gate>,
+    address: IpAddr,
+}
+
+impl Gate {
+    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn admit(self: &Arc<Self>, address: IpAddr) -> Result<Admitted, Refused> {
+        let mut state = self.lock();
+        if state.open >= self.limits.connections_max {
+            return Err(Refused::ConnectionsMax);
+        }
+        let from_address = state.per_address.entry(address).or_insert(0);
+        if *from_address >= self.limits.connections_per_address_max {
+            return Err(Refused::PerAddress);
+        }
+        *from_address += 1;
+        state.open += 1;
+        metrics::gauge!(m::CONNECTIONS_OPEN, "listener" => self.listener).set(state.open as f64);
+        Ok(Admitted {
+            gate: self.clone(),
+            address,
+        })
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut state = self.gate.lock();
+        state.open = state.open.saturating_sub(1);
+        if let Some(count) = state.per_address.get_mut(&self.address) {
+            *count -= 1;
+            if *count == 0 {
+                state.per_address.remove(&self.address);
+            }
+        }
+        metrics::gauge!(m::CONNECTIONS_OPEN, "listener" => self.gate.listener)
+            .set(state.open as f64);
+    }
+}
+
+/// Resolves once `shutdown` holds `true` (or its sender is gone).
+pub async fn shutdown_signalled(shutdown: &mut watch::Receiver<bool>) {
+    while !*shutdown.borrow_and_update() {
+        if shutdown.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Accepts on `listener` until `shutdown`, admitting connections within `limits` and running
+/// `handle` for each in its own task. `name` labels the listener's metrics and log lines.
+pub async fn accept_loop<H, F>(
+    listener: TcpListener,
+    name: &'static str,
+    limits: ConnectionLimits,
+    mut shutdown: watch::Receiver<bool>,
+    handle: H,
+) where
+    H: Fn(TcpStream, SocketAddr) -> F + Send + Sync + 'static,
+    F: Future<Output = Closed> + Send + 'static,
+{
+    let gate = Arc::new(Gate {
+        listener: name,
+        limits,
+        state: Mutex::new(GateState::default()),
+    });
+    metrics::gauge!(m::CONNECTIONS_OPEN, "listener" => name).set(0.0);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(listener = name, %error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = shutdown_signalled(&mut shutdown) => return,
+        };
+        let admitted = match gate.admit(peer.ip()) {
+            Ok(admitted) => admitted,
+            Err(refused) => {
+                metrics::counter!(m::CONNECTIONS_REFUSED, "listener" => name, "reason" => refused.label())
+                    .increment(1);
+                tracing::debug!(listener = name, %peer, reason = refused.label(), "connection refused");
+                // Dropping the stream closes it: the peer sees a clean end at once.
+                drop(stream);
+                continue;
+            }
+        };
+        let connection = handle(stream, peer);
+        let mut shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let _admitted = admitted;
+            let closed = tokio::select! {
+                closed = connection => closed,
+                _ = shutdown_signalled(&mut shutdown) => Closed::Shutdown,
+            };
+            metrics::counter!(m::CONNECTIONS_CLOSED, "listener" => name, "reason" => closed.label())
+                .increment(1);
+            match &closed {
+                Closed::BadInput(_) | Closed::RequestTimeout => {
+                    tracing::info!(listener = name, %peer, %closed, "connection closed")
+                }
+                _ => tracing::debug!(listener = name, %peer, %closed, "connection closed"),
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gate_bounds_connections_in_total_and_per_address() {
+        let gate = Arc::new(Gate {
+            listener: "test",
+            limits: ConnectionLimits {
+                connections_max: 3,
+                connections_per_address_max: 2,
+            },
+            state: Mutex::new(GateState::default()),
+        });
+        let a: IpAddr = [127, 0, 0, 2].into();
+        let b: IpAddr = [127, 0, 0, 3].into();
+        let first = gate.admit(a).unwrap();
+        let _second = gate.admit(a).unwrap();
+        assert_eq!(gate.admit(a).unwrap_err(), Refused::PerAddress);
+        let _third = gate.admit(b).unwrap();
+        assert_eq!(gate.admit(b).unwrap_err(), Refused::ConnectionsMax);
+        drop(first);
+        let _again = gate.admit(a).unwrap();
+        assert_eq!(gate.lock().per_address[&a], 2);
+    }
+}
