@@ -22,6 +22,8 @@ pub const REPLICATED_BYTES: &str = "tailstream_replicated_bytes_total";
 pub const REPLICATION_WRITE_LATENCY: &str = "tailstream_replication_write_latency_seconds";
 pub const REPLICATION_WRITES_IN_FLIGHT: &str = "tailstream_replication_writes_in_flight";
 pub const REPLICA_RECREATIONS: &str = "tailstream_replica_recreations_total";
+pub const BACKUP_CLAIMS_REJECTED: &str = "tailstream_backup_claims_rejected_total";
+pub const INVARIANT_VIOLATIONS: &str = "tailstream_invariant_violations_total";
 
 const COUNTERS: &[(&str, Unit, &str)] = &[
     (
@@ -38,7 +40,17 @@ const COUNTERS: &[(&str, Unit, &str)] = &[
     (
         INVALID_BATCHES,
         Unit::Count,
-        "Batches refused by validation (magic, length, CRC-32C, count).",
+        "Batches refused by validation (magic, length, CRC-32C, count, every record).",
+    ),
+    (
+        BACKUP_CLAIMS_REJECTED,
+        Unit::Count,
+        "Replica buffer claims found corrupt at start-up (logged; the buffer is zeroed, never trusted).",
+    ),
+    (
+        INVARIANT_VIOLATIONS,
+        Unit::Count,
+        "Impossible states met (a bug): answered with Internal, never retried by clients.",
     ),
     (
         PRODUCE_BACKPRESSURE,

@@ -102,15 +102,25 @@ impl Cluster {
             config,
         };
         let metadata: StreamMetadata = self.control(Opcode::CreateStream, &request).await?;
-        Ok(self.cache(metadata))
+        self.cache(metadata)
     }
 
-    fn cache(&self, metadata: StreamMetadata) -> Arc<StreamMetadata> {
+    /// Checks metadata from the coordinator (its settings size our allocations and index
+    /// arithmetic) and caches it.
+    fn cache(&self, metadata: StreamMetadata) -> Result<Arc<StreamMetadata>, ClientError> {
+        let invalid = |why: String| {
+            ClientError::InvalidAnswer(format!("metadata of stream {:?}: {why}", metadata.name))
+        };
+        tailstream_config::validate_stream_config(&metadata.config).map_err(invalid)?;
+        let streamlets = metadata.streamlets.len();
+        if streamlets == 0 || streamlets > tailstream_config::STREAMLETS_MAX as usize {
+            return Err(invalid(format!("{streamlets} streamlets")));
+        }
         let metadata = Arc::new(metadata);
         if let Ok(mut streams) = self.streams.lock() {
             streams.insert(metadata.name.clone(), metadata.clone());
         }
-        metadata
+        Ok(metadata)
     }
 
     /// The stream's metadata, from the cache when present.
@@ -131,7 +141,7 @@ impl Cluster {
             .control::<_, StreamMetadata>(Opcode::DescribeStream, &request)
             .await
         {
-            Ok(metadata) => Ok(self.cache(metadata)),
+            Ok(metadata) => self.cache(metadata),
             Err(error) if error.status() == Some(Status::UnknownStream) => {
                 Err(ClientError::UnknownStream(name.to_string()))
             }

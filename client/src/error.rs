@@ -22,6 +22,9 @@ pub enum ClientError {
     Refused { status: Status, message: String },
     #[error("fetched data is corrupt: {0}")]
     Corrupt(String),
+    /// A server answered something no correct server sends (out-of-range metadata, offsets).
+    #[error("invalid answer from the cluster: {0}")]
+    InvalidAnswer(String),
     #[error("invalid client configuration: {0}")]
     Config(String),
 }

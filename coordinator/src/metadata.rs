@@ -31,6 +31,10 @@ pub enum MetadataError {
     UnknownServer(ServerId),
     #[error("{0} is an old incarnation; register again")]
     StaleGeneration(ServerId),
+    /// A counter reached its end: refused rather than wrapped (a wrapped generation would
+    /// un-fence old incarnations).
+    #[error("{0} is exhausted")]
+    Exhausted(&'static str),
 }
 
 impl MetadataError {
@@ -42,6 +46,7 @@ impl MetadataError {
             MetadataError::NoBrokers => Status::NoBrokers,
             MetadataError::UnknownServer(_) => Status::UnknownServer,
             MetadataError::StaleGeneration(_) => Status::StaleGeneration,
+            MetadataError::Exhausted(_) => Status::Internal,
         }
     }
 }
@@ -105,12 +110,16 @@ impl Metadata {
         rpc_addr: &str,
         peer_addr: &str,
         admin_addr: &str,
-    ) -> ServerId {
+    ) -> Result<ServerId, MetadataError> {
         let existing = self.brokers.iter_mut().find(|b| b.rpc_addr == rpc_addr);
         let (old, new) = match existing {
             Some(record) => {
                 let old = record.server_id;
-                record.server_id = ServerId::new(old.index, old.generation + 1);
+                let generation = old
+                    .generation
+                    .checked_add(1)
+                    .ok_or(MetadataError::Exhausted("the broker's generation"))?;
+                record.server_id = ServerId::new(old.index, generation);
                 record.peer_addr = peer_addr.to_string();
                 record.admin_addr = admin_addr.to_string();
                 (Some(old), record.server_id)
@@ -136,7 +145,41 @@ impl Metadata {
             }
         }
         self.version += 1;
-        new
+        Ok(new)
+    }
+
+    /// Checks metadata read from disk before it is trusted: counters far from their end (so
+    /// the increments of a running coordinator cannot overflow), brokers at their own index,
+    /// valid stream settings, owners that exist.
+    pub fn validate(&self) -> Result<(), String> {
+        const HEADROOM: u64 = u64::MAX / 2;
+        let counters = [
+            ("version", self.version),
+            ("next_stream_id", self.next_stream_id),
+            ("producer_id_ceiling", self.producer_id_ceiling),
+        ];
+        for (name, value) in counters {
+            if value > HEADROOM {
+                return Err(format!("{name} {value} is implausibly large"));
+            }
+        }
+        for (i, broker) in self.brokers.iter().enumerate() {
+            if broker.server_id.index as usize != i || broker.server_id.generation == 0 {
+                return Err(format!("broker {i} has server id {}", broker.server_id));
+            }
+        }
+        for (name, stream) in &self.streams {
+            tailstream_config::validate_stream_config(&stream.config)
+                .map_err(|why| format!("stream {name:?}: {why}"))?;
+            if let Some(owner) = stream
+                .owners
+                .iter()
+                .find(|o| self.brokers.get(o.index as usize).is_none())
+            {
+                return Err(format!("stream {name:?} is owned by unknown {owner}"));
+            }
+        }
+        Ok(())
     }
 
     /// The current incarnation of `server`'s slot, or why `server` is not it.
@@ -320,9 +363,15 @@ mod tests {
     #[test]
     fn streamlets_are_placed_round_robin_over_live_brokers() {
         let mut m = Metadata::default();
-        let a = m.register_broker("127.0.0.1:1", "peer-127.0.0.1:1", "a");
-        let b = m.register_broker("127.0.0.1:2", "peer-127.0.0.1:2", "b");
-        let c = m.register_broker("127.0.0.1:3", "peer-127.0.0.1:3", "c");
+        let a = m
+            .register_broker("127.0.0.1:1", "peer-127.0.0.1:1", "a")
+            .unwrap();
+        let b = m
+            .register_broker("127.0.0.1:2", "peer-127.0.0.1:2", "b")
+            .unwrap();
+        let c = m
+            .register_broker("127.0.0.1:3", "peer-127.0.0.1:3", "c")
+            .unwrap();
         let stream = m
             .create_stream("s", 6, config(), &[c, a, b])
             .unwrap()
@@ -347,15 +396,15 @@ mod tests {
     #[test]
     fn replicas_need_as_many_other_live_brokers() {
         let mut m = Metadata::default();
-        let a = m.register_broker("x:1", "peer-x:1", "a");
-        let b = m.register_broker("x:2", "peer-x:2", "b");
+        let a = m.register_broker("x:1", "peer-x:1", "a").unwrap();
+        let b = m.register_broker("x:2", "peer-x:2", "b").unwrap();
         let mut replicated = config();
         replicated.replicas = 2;
         assert!(matches!(
             m.create_stream("s", 1, replicated.clone(), &[a, b]),
             Err(MetadataError::InvalidArgument(_))
         ));
-        let c = m.register_broker("x:3", "peer-x:3", "c");
+        let c = m.register_broker("x:3", "peer-x:3", "c").unwrap();
         assert!(m.create_stream("s", 1, replicated, &[a, b, c]).is_ok());
     }
 
@@ -366,7 +415,7 @@ mod tests {
             m.create_stream("s", 1, config(), &[]),
             Err(MetadataError::NoBrokers)
         );
-        let a = m.register_broker("x:1", "peer-x:1", "a");
+        let a = m.register_broker("x:1", "peer-x:1", "a").unwrap();
         assert!(matches!(
             m.create_stream("bad name", 1, config(), &[a]),
             Err(MetadataError::InvalidArgument(_))
@@ -389,9 +438,9 @@ mod tests {
     #[test]
     fn a_reregistered_broker_is_a_new_generation_that_keeps_its_streamlets() {
         let mut m = Metadata::default();
-        let old = m.register_broker("x:1", "peer-x:1", "a");
+        let old = m.register_broker("x:1", "peer-x:1", "a").unwrap();
         m.create_stream("s", 2, config(), &[old]).unwrap();
-        let new = m.register_broker("x:1", "peer-x:1", "a2");
+        let new = m.register_broker("x:1", "peer-x:1", "a2").unwrap();
         assert_eq!((new.index, new.generation), (old.index, old.generation + 1));
         assert_eq!(
             m.check_server(old),
@@ -418,5 +467,30 @@ mod tests {
         let mut restarted: Metadata = serde_json::from_str(&json).unwrap();
         let (third, _) = restarted.allocate_producer_id();
         assert!(third > second);
+    }
+
+    #[test]
+    fn counters_refuse_to_wrap_and_implausible_files_are_refused() {
+        let mut m = Metadata::default();
+        let id = m.register_broker("x:1", "peer-x:1", "a").unwrap();
+        m.brokers[id.index as usize].server_id = ServerId::new(id.index, u32::MAX);
+        assert_eq!(
+            m.register_broker("x:1", "peer-x:1", "a"),
+            Err(MetadataError::Exhausted("the broker's generation"))
+        );
+        assert_eq!(m.brokers[0].server_id.generation, u32::MAX, "unchanged");
+        assert!(m.validate().is_ok());
+        let mut bad = m.clone();
+        bad.version = u64::MAX;
+        assert!(bad.validate().unwrap_err().contains("version"));
+        let mut bad = m.clone();
+        bad.brokers[0].server_id = ServerId::new(5, 1);
+        assert!(bad.validate().is_err());
+        let mut bad = m.clone();
+        m.create_stream("s", 1, config(), &[m.brokers[0].server_id])
+            .unwrap();
+        bad.streams = m.streams.clone();
+        bad.streams.get_mut("s").unwrap().config.logs_per_streamlet = u32::MAX;
+        assert!(bad.validate().unwrap_err().contains("logs per streamlet"));
     }
 }

@@ -30,8 +30,15 @@ impl MetadataFile {
     pub fn load(&self) -> Result<Metadata, String> {
         let path = self.path();
         match fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|e| format!("{} is not valid coordinator metadata: {e}", path.display())),
+            Ok(bytes) => {
+                let invalid = |e: String| {
+                    format!("{} is not valid coordinator metadata: {e}", path.display())
+                };
+                let metadata: Metadata =
+                    serde_json::from_slice(&bytes).map_err(|e| invalid(e.to_string()))?;
+                metadata.validate().map_err(invalid)?;
+                Ok(metadata)
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Metadata::default()),
             Err(e) => Err(format!("reading {}: {e}", path.display())),
         }
@@ -64,7 +71,9 @@ mod tests {
         let file = MetadataFile::new(&dir.path().join("coordinator"));
         assert_eq!(file.load().unwrap(), Metadata::default());
         let mut metadata = Metadata::default();
-        metadata.register_broker("127.0.0.1:1", "127.0.0.1:3", "127.0.0.1:2");
+        metadata
+            .register_broker("127.0.0.1:1", "127.0.0.1:3", "127.0.0.1:2")
+            .unwrap();
         file.save(&metadata).unwrap();
         assert_eq!(file.load().unwrap(), metadata);
         fs::write(file.path(), b"{ not json").unwrap();

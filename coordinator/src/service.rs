@@ -115,7 +115,7 @@ impl CoordinatorService {
             .find(|b| b.rpc_addr == request.rpc_addr)
             .map(|b| b.server_id);
         let server_id = self.mutate(&mut state, |m| {
-            Ok(m.register_broker(&request.rpc_addr, &request.peer_addr, &request.admin_addr))
+            m.register_broker(&request.rpc_addr, &request.peer_addr, &request.admin_addr)
         })?;
         if let Some(old) = old {
             state.liveness.forget(old);

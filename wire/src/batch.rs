@@ -68,6 +68,8 @@ pub enum BatchError {
     UnsupportedAttributes(u16),
     #[error("record batch producer id {0} is negative")]
     BadProducerId(i64),
+    #[error("record batch base sequence {0} is negative")]
+    BadSequence(i32),
     #[error("record {index} of the batch is malformed: {reason}")]
     BadRecord { index: u32, reason: &'static str },
     #[error("record batch max timestamp {stored} is not its largest record timestamp {computed}")]
@@ -149,10 +151,14 @@ pub fn read_batch_header(bytes: &[u8]) -> Result<BatchInfo, BatchError> {
     if producer_id < 0 {
         return Err(BatchError::BadProducerId(producer_id));
     }
+    let base_sequence = be_i32(bytes, 53);
+    let Ok(base_sequence) = u32::try_from(base_sequence) else {
+        return Err(BatchError::BadSequence(base_sequence));
+    };
     Ok(BatchInfo {
         producer_id: ProducerId(producer_id as u64),
         producer_epoch: be_i16(bytes, 51),
-        base_sequence: BatchSequence(be_i32(bytes, 53) as u32),
+        base_sequence: BatchSequence(base_sequence),
         record_count: count as u32,
         base_timestamp_ms: be_i64(bytes, 27),
         max_timestamp_ms: be_i64(bytes, 35),

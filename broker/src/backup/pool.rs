@@ -11,7 +11,9 @@
 //! record (length, CRC32, JSON of the `ReplicaMeta`) overwritten in place, never re-created.
 //! It is not fsynced: like the buffer's bytes, it lives in the page cache, which survives the
 //! crash of the backup process (the durability model does not promise more for open
-//! segments). A claim that fails its checksum is no claim.
+//! segments). A claim is trusted only whole: its checksum matches, its JSON parses, and the
+//! capacity it names is the mapped buffer's real length. Anything else is logged, counted
+//! (`backup_claims_rejected_total`) and treated as no claim: the buffer is zeroed and freed.
 
 use super::mapped::MappedBuffer;
 use super::replica::ReplicaMeta;
@@ -57,17 +59,36 @@ impl PoolBuffer {
         self.claim_file.write_all_at(&record, 0)
     }
 
-    /// The replica the claim names, if the claim is intact.
-    fn read_claim(claim_file: &File) -> Option<ReplicaMeta> {
-        let mut record = vec![0u8; CLAIM_BYTES];
-        claim_file.read_exact_at(&mut record, 0).ok()?;
-        let len = u32::from_le_bytes(record[0..4].try_into().ok()?) as usize;
-        let crc = u32::from_le_bytes(record[4..8].try_into().ok()?);
-        let json = record.get(8..8 + len).filter(|_| len > 0)?;
-        if crc32fast::hash(json) != crc {
-            return None;
+    /// What the claim file says, checked against the buffer it sits beside.
+    fn read_claim(claim_file: &File, buffer_len: usize) -> Claim {
+        let mut record = [0u8; CLAIM_BYTES];
+        if let Err(error) = claim_file.read_exact_at(&mut record, 0) {
+            return Claim::Rejected(format!("unreadable: {error}"));
         }
-        serde_json::from_slice(json).ok()
+        let [l0, l1, l2, l3, c0, c1, c2, c3, ..] = record;
+        let len = u32::from_le_bytes([l0, l1, l2, l3]) as usize;
+        let crc = u32::from_le_bytes([c0, c1, c2, c3]);
+        if len == 0 && crc == 0 {
+            // Cleared (or never written): the buffer holds no replica.
+            return Claim::Free;
+        }
+        let Some(json) = record.get(8..).and_then(|rest| rest.get(..len)) else {
+            return Claim::Rejected(format!("length {len} exceeds the record"));
+        };
+        if crc32fast::hash(json) != crc {
+            return Claim::Rejected("checksum mismatch".into());
+        }
+        let meta: ReplicaMeta = match serde_json::from_slice(json) {
+            Ok(meta) => meta,
+            Err(error) => return Claim::Rejected(format!("unparsable: {error}")),
+        };
+        if meta.capacity_bytes as usize != buffer_len {
+            return Claim::Rejected(format!(
+                "names a {}-byte replica, the buffer has {buffer_len} bytes",
+                meta.capacity_bytes
+            ));
+        }
+        Claim::Replica(meta)
     }
 
     /// Zeroes what was written, so the buffer reads as unwritten again.
@@ -76,6 +97,15 @@ impl PoolBuffer {
         self.map.bytes_mut()[..end].fill(0);
         self.high_water = 0;
     }
+}
+
+/// A claim file's verdict.
+#[derive(Debug)]
+enum Claim {
+    Free,
+    Replica(ReplicaMeta),
+    /// Present but not to be trusted, and why.
+    Rejected(String),
 }
 
 #[derive(Debug, Default)]
@@ -124,10 +154,34 @@ impl BufferPool {
             else {
                 continue;
             };
-            highest = highest.max(id.parse().unwrap_or(0));
+            let Ok(id) = id.parse::<u64>() else {
+                tracing::warn!(file = %name, "ignoring a pool file whose name is not buf-<id>.buf");
+                continue;
+            };
+            if id == u64::MAX {
+                tracing::warn!(file = %name, "ignoring a pool file with an impossible id");
+                continue;
+            }
             let map = MappedBuffer::open(&path)?;
+            if u32::try_from(map.len()).is_err() {
+                tracing::warn!(file = %name, bytes = map.len(), "ignoring a pool buffer over 4 GiB");
+                continue;
+            }
+            highest = highest.max(id);
             let claim_file = open_claim_file(&path.with_extension("claim"))?;
-            let meta = PoolBuffer::read_claim(&claim_file);
+            let meta = match PoolBuffer::read_claim(&claim_file, map.len()) {
+                Claim::Free => None,
+                Claim::Replica(meta) => Some(meta),
+                Claim::Rejected(reason) => {
+                    metrics::counter!(crate::metrics::BACKUP_CLAIMS_REJECTED).increment(1);
+                    tracing::warn!(
+                        buffer = %name,
+                        %reason,
+                        "rejecting a corrupt replica claim: the buffer is zeroed and reused"
+                    );
+                    None
+                }
+            };
             let mut buffer = PoolBuffer {
                 file_name: name,
                 high_water: map.len(),
@@ -307,5 +361,63 @@ mod tests {
         let (pool, _) = BufferPool::load(dir.path(), 2, 1 << 20).unwrap();
         let reused = pool.acquire(4096).unwrap();
         assert!(reused.map.bytes().iter().all(|byte| *byte == 0));
+    }
+
+    #[test]
+    fn a_claim_is_trusted_only_whole() {
+        use tailstream_wire::messages::ReplicaId;
+        use tailstream_wire::{GroupId, LogId, SegmentId, ServerId, StreamId, StreamletId};
+        let meta = |capacity_bytes| ReplicaMeta {
+            primary: ServerId::new(1, 1),
+            replica: ReplicaId {
+                stream: StreamId(1),
+                streamlet: StreamletId(0),
+                log: LogId(0),
+                group: GroupId(0),
+                segment: SegmentId(0),
+            },
+            epoch: 1,
+            filling: false,
+            capacity_bytes,
+            closed_bytes: None,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let (pool, _) = BufferPool::load(dir.path(), 4, 1 << 20).unwrap();
+        let mut buffers = Vec::new();
+        for _ in 0..4 {
+            buffers.push(pool.acquire(4096).unwrap());
+        }
+        // 0: a good claim; 1: a flipped byte; 2: a claim naming a larger buffer than exists;
+        // 3: a length past the record.
+        buffers[0].claim(Some(&meta(4096))).unwrap();
+        buffers[1].claim(Some(&meta(4096))).unwrap();
+        buffers[2].claim(Some(&meta(1 << 20))).unwrap();
+        for buffer in &mut buffers {
+            buffer.map.bytes_mut()[..4].copy_from_slice(b"data");
+        }
+        let claim = |i: usize| {
+            dir.path()
+                .join(&buffers[i].file_name)
+                .with_extension("claim")
+        };
+        let mut raw = std::fs::read(claim(1)).unwrap();
+        raw[20] ^= 0x01;
+        std::fs::write(claim(1), raw).unwrap();
+        let mut raw = std::fs::read(claim(3)).unwrap();
+        raw[0..4].copy_from_slice(&(CLAIM_BYTES as u32).to_le_bytes());
+        raw[4] = 1;
+        std::fs::write(claim(3), raw).unwrap();
+        let good = buffers[0].file_name.clone();
+        drop(buffers);
+        drop(pool);
+        let (pool, claimed) = BufferPool::load(dir.path(), 4, 1 << 20).unwrap();
+        let names: Vec<_> = claimed.iter().map(|(_, b)| b.file_name.clone()).collect();
+        assert_eq!(names, vec![good], "only the intact claim comes back");
+        // The others are free again, and zeroed.
+        assert_eq!(pool.usage(), (1, 4096, 3));
+        for _ in 0..3 {
+            let free = pool.acquire(4096).unwrap();
+            assert!(free.map.bytes().iter().all(|byte| *byte == 0));
+        }
     }
 }

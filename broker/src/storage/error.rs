@@ -37,9 +37,22 @@ pub enum StorageError {
     DigestTooLarge { live_segments: usize },
     #[error("{bytes} appended bytes are still being replicated; retry shortly")]
     ReplicationBacklog { bytes: u64 },
+    /// A state the code rules out was met: a bug, never the caller's fault and never fixed by
+    /// retrying. Made only through `StorageError::invariant`, which makes it loud.
+    #[error("internal error (a broker bug): {0}")]
+    Invariant(&'static str),
 }
 
 impl StorageError {
+    /// An impossible state: trips a debug assertion, is logged and counted, and answers
+    /// `Internal` (which clients do not retry), never a status that means something else.
+    pub fn invariant(what: &'static str) -> Self {
+        metrics::counter!(crate::metrics::INVARIANT_VIOLATIONS).increment(1);
+        tracing::error!(invariant = what, "storage invariant broken");
+        debug_assert!(false, "storage invariant broken: {what}");
+        StorageError::Invariant(what)
+    }
+
     pub fn status(&self) -> Status {
         match self {
             StorageError::NotOwner => Status::NotOwner,
@@ -53,7 +66,7 @@ impl StorageError {
             StorageError::OutOfOrderSequence { .. } => Status::OutOfOrderSequence,
             StorageError::DuplicateSequence(_) => Status::DuplicateSequence,
             StorageError::ReplicationBacklog { .. } => Status::Busy,
-            StorageError::DigestTooLarge { .. } => Status::Internal,
+            StorageError::DigestTooLarge { .. } | StorageError::Invariant(_) => Status::Internal,
         }
     }
 }

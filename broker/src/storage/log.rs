@@ -223,9 +223,15 @@ impl Log {
             self.roll(&mut state, shared, now)?;
         }
         let offset = state.next_offset;
-        let group = state.groups.back_mut().ok_or(StorageError::NotOwner)?;
+        // The roll above left a group with a head segment that fits the batch.
+        let group = state
+            .groups
+            .back_mut()
+            .ok_or_else(|| StorageError::invariant("no group after a roll"))?;
         let group_id = group.id();
-        let head = group.head_mut().ok_or(StorageError::NotOwner)?;
+        let head = group
+            .head_mut()
+            .ok_or_else(|| StorageError::invariant("no head segment after a roll"))?;
         let appended = head
             .append(EntryType::Batch, batch.len(), |slot| {
                 slot.copy_from_slice(batch);
@@ -233,10 +239,7 @@ impl Log {
             })
             // The size check above and the roll guarantee room; refusing is still safer
             // than writing anywhere else.
-            .map_err(|_| StorageError::BatchTooLarge {
-                batch_bytes: batch.len(),
-                segment_bytes,
-            })?;
+            .map_err(|_| StorageError::invariant("a fresh head segment has no room for a batch"))?;
         let location = AppendLocation {
             log: self.id,
             group: group_id,
@@ -342,7 +345,11 @@ impl Log {
         if shared.config.replicas == 0 {
             segment.commit_to(appended.end);
         }
-        let group = state.groups.back_mut().ok_or(StorageError::NotOwner)?;
+        // A group was pushed above when the last one was not `group_id`.
+        let group = state
+            .groups
+            .back_mut()
+            .ok_or_else(|| StorageError::invariant("no group to hold a new segment"))?;
         group.push_segment(segment);
         // Reserve the next segment's ids now, so its replicas can be opened before this one
         // fills.

@@ -202,7 +202,8 @@ impl Cursor {
     pub fn on_group_retired(&mut self, groups: &LogGroups) {
         if let Some(oldest) = groups.groups.first() {
             let lost = oldest.first_offset.0.saturating_sub(self.next_offset.0);
-            self.records_lost_to_retention += lost;
+            // A statistic, from the broker's answer: saturate rather than wrap.
+            self.records_lost_to_retention = self.records_lost_to_retention.saturating_add(lost);
         }
         self.state = State::Discover {
             after: None,

@@ -91,8 +91,9 @@ impl Consumer {
         let mut cursors = Vec::new();
         for streamlet in 0..metadata.streamlets.len() as u32 {
             for log in 0..logs {
-                let slot = streamlet * logs + log;
-                if slot % membership.members != membership.member {
+                // Bounded by validated metadata (4096 streamlets x 256 logs), in u64 anyway.
+                let slot = u64::from(streamlet) * u64::from(logs) + u64::from(log);
+                if slot % u64::from(membership.members) != u64::from(membership.member) {
                     continue;
                 }
                 let (streamlet, log) = (StreamletId(streamlet), LogId(log));
@@ -124,10 +125,9 @@ impl Consumer {
 
     /// Records skipped because retention freed them before they were read.
     pub fn records_lost_to_retention(&self) -> u64 {
-        self.cursors
-            .iter()
-            .map(|c| c.records_lost_to_retention)
-            .sum()
+        self.cursors.iter().fold(0u64, |sum, c| {
+            sum.saturating_add(c.records_lost_to_retention)
+        })
     }
 
     /// Waits up to `timeout` for records and returns those that arrived (possibly none).

@@ -87,14 +87,26 @@ fn record_ack(
     index: u32,
 ) -> Result<RecordAck, ClientError> {
     match outcome {
-        Ok(batch) => Ok(RecordAck {
-            streamlet: batch.streamlet,
-            location: batch.location.map(|l| RecordLocation {
-                offset: l.offset.advance(index),
-                ..l
-            }),
-            acked_at: batch.acked_at,
-        }),
+        Ok(batch) => {
+            let location = match batch.location {
+                // The offset comes from the broker: checked, never wrapped.
+                Some(l) => Some(RecordLocation {
+                    offset: l.offset.checked_advance(index).ok_or_else(|| {
+                        ClientError::InvalidAnswer(format!(
+                            "base offset {} leaves no room for record {index}",
+                            l.offset.0
+                        ))
+                    })?,
+                    ..l
+                }),
+                None => None,
+            };
+            Ok(RecordAck {
+                streamlet: batch.streamlet,
+                location,
+                acked_at: batch.acked_at,
+            })
+        }
         Err(error) => Err(error.clone()),
     }
 }
