@@ -123,7 +123,7 @@ pub async fn run(options: BrokerOptions, shutdown: watch::Receiver<bool>) -> Res
             connections_max: backup_config.nic_connections_max as usize,
             connections_per_address_max: listeners.connections_per_address_max as usize,
         },
-        write_timeout: Duration::from_millis(backup_config.write_timeout_ms),
+        write_timeout: listeners.request_read_timeout(),
         idle_timeout: listeners.idle_timeout(),
     };
     let nic = tokio::spawn(serve_nic(

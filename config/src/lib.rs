@@ -98,7 +98,6 @@ pub struct BackupConfig {
     pub nic_addr: SocketAddr,
     pub open_buffers_max: u32,
     pub open_buffer_bytes_max: u64,
-    pub write_timeout_ms: u64,
     pub nic_connections_max: u32,
 }
 

@@ -53,6 +53,8 @@ pub struct Proc {
     /// Where the cluster's own members call it.
     pub peer_addr: SocketAddr,
     pub admin_addr: SocketAddr,
+    /// A broker's software NIC (one-sided writes); `None` for the coordinator.
+    pub nic_addr: Option<SocketAddr>,
     pub log_file: PathBuf,
     child: Child,
     stdin: Option<ChildStdin>,
@@ -165,6 +167,7 @@ async fn spawn(
         rpc_addr: field("rpc=")?,
         peer_addr: field("peer=")?,
         admin_addr: field("admin=")?,
+        nic_addr: field("nic=").ok(),
         log_file,
         child,
         stdin,

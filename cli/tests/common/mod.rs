@@ -3,6 +3,7 @@
 
 #![allow(dead_code, clippy::unwrap_used)] // each test binary uses a subset; tests may unwrap
 
+pub mod hostile;
 pub mod ledger;
 
 use std::path::PathBuf;
