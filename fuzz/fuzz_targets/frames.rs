@@ -1,5 +1,6 @@
-//! Fuzz target: `tailstream_wire::fuzzing::frames` must never panic, over-allocate or read out of
-//! bounds, whatever the bytes.
+//! Fuzz target: `tailstream_wire::fuzzing::frames`: the input as a raw frame stream, then as a
+//! recipe for checksummed frames whose bodies reach every message decoder. Never a panic, an
+//! over-allocation or a read out of bounds; intact frames decode to what was encoded.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {

@@ -1,4 +1,5 @@
-//! Fuzz target: `tailstream_wire::fuzzing::nic` must never panic, whatever the bytes.
+//! Fuzz target: `tailstream_wire::fuzzing::nic`: the one-sided protocol's messages raw, then
+//! sealed from the input; sealed ones decode to themselves, a flipped bit never decodes.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {

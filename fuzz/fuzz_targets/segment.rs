@@ -1,5 +1,6 @@
-//! Fuzz target: `tailstream_wire::fuzzing::segment` must never panic, over-allocate or read out of
-//! bounds, whatever the bytes.
+//! Fuzz target: `tailstream_wire::fuzzing::segment`: the input as a raw segment buffer, then as
+//! a recipe for appended segments that are torn or bit-flipped; Algorithm 1 must find exactly
+//! the appends that end before the damage.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {

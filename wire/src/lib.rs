@@ -19,7 +19,9 @@
 //! - [`record_scan`]: the one walk over a batch's records (validation without allocating, and
 //!   the cursor decoders share); [`records`]: the builder producers use and the record
 //!   iterator consumers use; [`varint`]: zigzag varints.
-//! - [`fuzzing`]: every decoder behind one entry point, for fuzz targets and property tests.
+//! - [`fuzzing`]: every decoder behind a few entry points, fed raw bytes and, through
+//!   [`fuzzing::Source`], recipes for checksum-repaired input; for fuzz targets and property
+//!   tests.
 
 pub mod batch;
 pub mod codec;
