@@ -38,8 +38,10 @@ use tokio::time::Instant;
 pub use crate::listener::shutdown_signalled;
 
 /// Bytes the reader keeps free for the next socket read; a frame up to this size is read into
-/// this standing buffer without touching the body budget.
-const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// this standing buffer (reused from frame to frame) without touching the body budget. Large
+/// enough for the producer's default 64 KiB batches, so the common produce frame costs no
+/// allocation; a larger frame gets one of its own, from the budget.
+const READ_CHUNK_BYTES: usize = 128 * 1024;
 /// After a `GoAway`, how long requests that crossed it still get answered.
 const GO_AWAY_GRACE: Duration = Duration::from_secs(1);
 /// How long a closing connection waits for its queued answers to be written.
@@ -227,6 +229,12 @@ impl Connection {
         let mut frame_deadline: Option<Instant> = None;
         // Set once a GoAway was sent: when the connection may close.
         let mut going_away: Option<Instant> = None;
+        // One timer for the connection's life. It is moved earlier when a deadline comes
+        // closer, and otherwise only re-armed when it fires: deadlines that move later with
+        // every read (the idle one) cost nothing per request.
+        let mut armed = idle_deadline;
+        let timer = tokio::time::sleep_until(armed);
+        tokio::pin!(timer);
         loop {
             match self.dispatch_whole_frames(service).await {
                 Ok(0) => {}
@@ -242,14 +250,23 @@ impl Connection {
                 return closed;
             }
             let deadline = frame_deadline.or(going_away).unwrap_or(idle_deadline);
+            if deadline < armed {
+                armed = deadline;
+                timer.as_mut().reset(armed);
+            }
             let read = tokio::select! {
                 read = self.reader.read_buf(&mut self.buf) => Some(read),
-                _ = tokio::time::sleep_until(deadline) => None,
+                _ = &mut timer => None,
             };
             match read {
                 Some(Ok(0)) => return Closed::ByPeer,
                 Some(Ok(_)) => idle_deadline = Instant::now() + limits.idle_timeout,
                 Some(Err(error)) => return Closed::Io(format!("read: {error}")),
+                None if Instant::now() < deadline => {
+                    // Fired for a deadline that has since moved later: wait for the new one.
+                    armed = deadline;
+                    timer.as_mut().reset(armed);
+                }
                 None if frame_deadline.is_some() => return Closed::RequestTimeout,
                 None if self.busy() => {
                     // Requests are still being answered: not idle (a long-poll, a produce
@@ -274,6 +291,11 @@ impl Connection {
                     }
                     going_away = Some(Instant::now() + GO_AWAY_GRACE);
                 }
+            }
+            if Instant::now() >= armed {
+                // The timer fired (or is due): arm it for whatever comes next.
+                armed = frame_deadline.or(going_away).unwrap_or(idle_deadline);
+                timer.as_mut().reset(armed);
             }
         }
     }

@@ -102,7 +102,12 @@ fn read_field(buf: &[u8], pos: usize, end: usize) -> Result<(Option<&[u8]>, usiz
         .checked_add(len)
         .filter(|stop| *stop <= end)
         .ok_or("field runs past the end of its record")?;
-    Ok((Some(&buf[pos..stop]), stop))
+    // `get`, not indexing: no panic path, so a walk that ignores the field (validation) costs
+    // nothing for it.
+    let field = buf
+        .get(pos..stop)
+        .ok_or("field runs past the end of the batch")?;
+    Ok((Some(field), stop))
 }
 
 /// `read_field` advancing a position in place (off the hot path).
@@ -211,9 +216,38 @@ impl RecordCursor {
             key,
             value,
             header_count: header_count as u32,
-            headers: &batch[headers_start..end],
+            headers: batch.get(headers_start..end).unwrap_or_default(),
         })
     }
+}
+
+/// The common record (no headers) checked with as few branches as possible: its end and
+/// timestamp, or `None` to leave it to the full walk. It only ever accepts what
+/// `RecordCursor::record` accepts: positions only move forward, and the record must end
+/// exactly at its header count of 0, so every field lies inside the record.
+#[inline(always)]
+fn plain_record(
+    batch: &[u8],
+    pos: usize,
+    index: u32,
+    base_timestamp_ms: i64,
+) -> Option<(usize, i64)> {
+    let (len, pos) = read_varlong(batch, pos)?;
+    let end = pos.checked_add(usize::try_from(len).ok()?)?;
+    if end > batch.len() {
+        return None;
+    }
+    let (timestamp_delta, pos) = read_varlong(batch, pos + 1)?;
+    let timestamp_ms = base_timestamp_ms.checked_add(timestamp_delta)?;
+    let (offset_delta, pos) = read_varlong(batch, pos)?;
+    if offset_delta != i64::from(index) {
+        return None;
+    }
+    let (key, pos) = read_nullable_len(batch, pos)?;
+    let (value, pos) = read_nullable_len(batch, pos.checked_add(key.unwrap_or(0))?)?;
+    let header_count_at = pos.checked_add(value.unwrap_or(0))?;
+    (header_count_at + 1 == end && batch.get(header_count_at) == Some(&0))
+        .then_some((end, timestamp_ms))
 }
 
 /// Walks every record of `batch` (whose header and CRC were checked into `info`) without
@@ -222,8 +256,17 @@ pub fn validate_records(batch: &[u8], info: &BatchInfo) -> Result<(), BatchError
     let mut cursor = RecordCursor::new(info);
     let mut max_timestamp_ms = i64::MIN;
     // The cursor's own loop, without `next_record`'s wrapping: only the timestamp leaves each
-    // step, so the walk stays in registers.
+    // step, so the walk stays in registers. The common record takes the short path; anything
+    // else (or anything wrong) takes the full walk, which also names the error.
     while cursor.index < cursor.count {
+        if let Some((end, timestamp_ms)) =
+            plain_record(batch, cursor.pos, cursor.index, cursor.base_timestamp_ms)
+        {
+            cursor.pos = end;
+            cursor.index += 1;
+            max_timestamp_ms = max_timestamp_ms.max(timestamp_ms);
+            continue;
+        }
         match cursor.record(batch) {
             Ok(record) => max_timestamp_ms = max_timestamp_ms.max(record.timestamp_ms),
             Err(reason) => {
