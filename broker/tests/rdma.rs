@@ -8,11 +8,14 @@
 
 use bytes::Bytes;
 use std::sync::Arc;
+use std::time::Duration;
 use tailstream_broker::backup::{BackupLimits, BackupService, BackupStore};
 use tailstream_broker::rdma::RdmaWriter;
 use tailstream_broker::replication::transport::{ReplicaWriter, WriteTarget};
 use tailstream_net::server::{ServerLimits, serve};
-use tailstream_net::{Reply, Request, Response, RpcClient, RpcClientConfig, Service};
+use tailstream_net::{
+    BodyBudget, ConnectionLimits, Reply, Request, Response, RpcClient, RpcClientConfig, Service,
+};
 use tailstream_wire::entry::EntryType;
 use tailstream_wire::messages::{
     BufferDescriptor, Empty, ListReplicasRequest, ListReplicasResponse, ReplicaCloseRequest,
@@ -77,12 +80,19 @@ async fn rdma_writes_land_in_the_registered_buffer_and_a_wrong_key_is_refused() 
     let addr = listener.local_addr().unwrap().to_string();
     let (_stop, stopped) = tokio::sync::watch::channel(false);
     let server_limits = ServerLimits {
-        connections_max: 8,
+        connections: ConnectionLimits {
+            connections_max: 8,
+            connections_per_address_max: 8,
+        },
         requests_in_flight_per_connection_max: 8,
         frame_body_bytes_max: 1 << 20,
+        idle_timeout: Duration::from_secs(60),
+        request_read_timeout: Duration::from_secs(10),
+        body_budget: BodyBudget::new("members", 4 << 20),
     };
     tokio::spawn(serve(
         listener,
+        "peer",
         Arc::new(BackupOnly(BackupService::new(store, "127.0.0.1:1".into()))),
         server_limits,
         stopped,
