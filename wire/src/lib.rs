@@ -19,6 +19,8 @@
 //! - [`record_scan`]: the one walk over a batch's records (validation without allocating, and
 //!   the cursor decoders share); [`records`]: the builder producers use and the record
 //!   iterator consumers use; [`varint`]: zigzag varints.
+//! - [`replica_files`]: a backup's on-disk formats (claim records, closed replicas' file
+//!   names), which recovery reads.
 //! - [`fuzzing`]: every decoder behind a few entry points, fed raw bytes and, through
 //!   [`fuzzing::Source`], recipes for checksum-repaired input; for fuzz targets and property
 //!   tests.
@@ -34,6 +36,7 @@ pub mod messages;
 pub mod nic;
 pub mod record_scan;
 pub mod records;
+pub mod replica_files;
 pub mod scan;
 pub mod segment;
 pub mod status;

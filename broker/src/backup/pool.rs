@@ -8,7 +8,8 @@
 //! bounded in count and bytes; an open beyond either bound is refused (`PoolFull`).
 //!
 //! Which replica a buffer holds is its *claim*: `buf-N.claim` beside `buf-N.buf`, a fixed-size
-//! record (length, CRC32, JSON of the `ReplicaMeta`) overwritten in place, never re-created.
+//! record (`tailstream_wire::replica_files`: length, CRC32, the encoded `ReplicaMeta`)
+//! overwritten in place, never re-created.
 //! It is not fsynced: like the buffer's bytes, it lives in the page cache, which survives the
 //! crash of the backup process (the durability model does not promise more for open
 //! segments). A claim is trusted only whole: its checksum matches, its JSON parses, and the
@@ -23,9 +24,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
-
-/// Size of a claim record; `ReplicaMeta` as JSON is far below it.
-const CLAIM_BYTES: usize = 1024;
+use tailstream_wire::replica_files::{
+    CLAIM_BYTES, Claim as ClaimRecord, decode_claim, encode_claim,
+};
 
 /// One pool buffer, owned by at most one open replica at a time.
 #[derive(Debug)]
@@ -44,19 +45,7 @@ impl PoolBuffer {
 
     /// Records which replica the buffer holds (`None`: none), in place.
     pub fn claim(&self, meta: Option<&ReplicaMeta>) -> std::io::Result<()> {
-        let mut record = vec![0u8; CLAIM_BYTES];
-        if let Some(meta) = meta {
-            let json = serde_json::to_vec(meta).map_err(std::io::Error::other)?;
-            if json.len() > CLAIM_BYTES - 8 {
-                return Err(std::io::Error::other(
-                    "replica metadata too large for a claim",
-                ));
-            }
-            record[0..4].copy_from_slice(&(json.len() as u32).to_le_bytes());
-            record[4..8].copy_from_slice(&crc32fast::hash(&json).to_le_bytes());
-            record[8..8 + json.len()].copy_from_slice(&json);
-        }
-        self.claim_file.write_all_at(&record, 0)
+        self.claim_file.write_all_at(&encode_claim(meta), 0)
     }
 
     /// What the claim file says, checked against the buffer it sits beside.
@@ -65,22 +54,10 @@ impl PoolBuffer {
         if let Err(error) = claim_file.read_exact_at(&mut record, 0) {
             return Claim::Rejected(format!("unreadable: {error}"));
         }
-        let [l0, l1, l2, l3, c0, c1, c2, c3, ..] = record;
-        let len = u32::from_le_bytes([l0, l1, l2, l3]) as usize;
-        let crc = u32::from_le_bytes([c0, c1, c2, c3]);
-        if len == 0 && crc == 0 {
-            // Cleared (or never written): the buffer holds no replica.
-            return Claim::Free;
-        }
-        let Some(json) = record.get(8..).and_then(|rest| rest.get(..len)) else {
-            return Claim::Rejected(format!("length {len} exceeds the record"));
-        };
-        if crc32fast::hash(json) != crc {
-            return Claim::Rejected("checksum mismatch".into());
-        }
-        let meta: ReplicaMeta = match serde_json::from_slice(json) {
-            Ok(meta) => meta,
-            Err(error) => return Claim::Rejected(format!("unparsable: {error}")),
+        let meta = match decode_claim(&record) {
+            Ok(ClaimRecord::Free) => return Claim::Free,
+            Ok(ClaimRecord::Replica(meta)) => meta,
+            Err(error) => return Claim::Rejected(error.to_string()),
         };
         if meta.capacity_bytes as usize != buffer_len {
             return Claim::Rejected(format!(

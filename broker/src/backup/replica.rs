@@ -6,70 +6,21 @@
 //! whose name carries its metadata:
 //! `<root>/<primary index>.<generation>/<stream>-<streamlet>-<log>-<group>-<segment>-e<epoch>[-filling].seg`
 //! (its length is the closed length). Creating files is what a backup would otherwise spend
-//! most of its time on, so a replica costs one file in its whole life.
+//! most of its time on, so a replica costs one file in its whole life. Both formats are
+//! defined in `tailstream_wire::replica_files`.
 
 use super::buffer::ReplicaBuffer;
-use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
+use tailstream_wire::ServerId;
 use tailstream_wire::messages::ReplicaId;
-use tailstream_wire::{GroupId, LogId, SegmentId, ServerId, StreamId, StreamletId};
-
-/// Everything a backup knows about a replica besides its bytes.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReplicaMeta {
-    pub primary: ServerId,
-    pub replica: ReplicaId,
-    pub epoch: u32,
-    /// A replacement still being filled: never to be used for recovery.
-    pub filling: bool,
-    pub capacity_bytes: u32,
-    /// Set when closed: the verified length of the segment file.
-    pub closed_bytes: Option<u32>,
-}
+pub use tailstream_wire::replica_files::{
+    ReplicaMeta, parse_segment_file, primary_dir_name, segment_file_name,
+};
 
 /// The directory of one primary incarnation's closed replicas.
 pub fn primary_dir(root: &Path, primary: ServerId) -> PathBuf {
-    root.join(format!("{}.{}", primary.index, primary.generation))
-}
-
-/// `<stream>-<streamlet>-<log>-<group>-<segment>-e<epoch>[-filling].seg`
-pub fn segment_file_name(meta: &ReplicaMeta) -> String {
-    let id = &meta.replica;
-    let filling = if meta.filling { "-filling" } else { "" };
-    format!(
-        "{}-{}-{}-{}-{}-e{}{filling}.seg",
-        id.stream.0, id.streamlet.0, id.log.0, id.group.0, id.segment.0, meta.epoch
-    )
-}
-
-/// The inverse of `segment_file_name` (and of `primary_dir`'s name): `None` for anything else.
-pub fn parse_segment_file(
-    dir_name: &str,
-    file_name: &str,
-) -> Option<(ServerId, ReplicaId, u32, bool)> {
-    let (index, generation) = dir_name.split_once('.')?;
-    let primary = ServerId::new(index.parse().ok()?, generation.parse().ok()?);
-    let stem = file_name.strip_suffix(".seg")?;
-    let (stem, filling) = match stem.strip_suffix("-filling") {
-        Some(stem) => (stem, true),
-        None => (stem, false),
-    };
-    let mut fields = stem.split('-');
-    let mut next = || fields.next()?.parse::<u64>().ok();
-    let (stream, streamlet, log, group, segment) = (next()?, next()?, next()?, next()?, next()?);
-    let epoch = fields.next()?.strip_prefix('e')?.parse().ok()?;
-    if fields.next().is_some() {
-        return None;
-    }
-    let replica = ReplicaId {
-        stream: StreamId(stream),
-        streamlet: StreamletId(u32::try_from(streamlet).ok()?),
-        log: LogId(u32::try_from(log).ok()?),
-        group: GroupId(group),
-        segment: SegmentId(segment),
-    };
-    Some((primary, replica, epoch, filling))
+    root.join(primary_dir_name(primary))
 }
 
 #[derive(Debug)]
@@ -114,36 +65,5 @@ impl Replica {
 
     pub fn dir(&self) -> &Path {
         &self.dir
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn segment_file_names_round_trip() {
-        for filling in [false, true] {
-            let meta = ReplicaMeta {
-                primary: ServerId::new(3, 7),
-                replica: ReplicaId {
-                    stream: StreamId(1),
-                    streamlet: StreamletId(2),
-                    log: LogId(3),
-                    group: GroupId(4),
-                    segment: SegmentId(5),
-                },
-                epoch: 6,
-                filling,
-                capacity_bytes: 100,
-                closed_bytes: Some(100),
-            };
-            let name = segment_file_name(&meta);
-            let parsed = parse_segment_file("3.7", &name).unwrap();
-            assert_eq!(parsed, (meta.primary, meta.replica, 6, filling));
-        }
-        assert!(parse_segment_file("3.7", "1-2-3-4-5-e6.seg.tmp").is_none());
-        assert!(parse_segment_file("x", "1-2-3-4-5-e6.seg").is_none());
-        assert!(parse_segment_file("3.7", "1-2-3-4-e6.seg").is_none());
     }
 }

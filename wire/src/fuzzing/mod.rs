@@ -77,6 +77,14 @@ pub fn messages(data: &[u8]) {
         RdmaConnectResponse,
         LogDigest
     );
+    // A backup's on-disk formats: a claim record (padded or cut to its size), file names.
+    let mut record = [0u8; crate::replica_files::CLAIM_BYTES];
+    let n = data.len().min(record.len());
+    record[..n].copy_from_slice(&data[..n]);
+    let _ = crate::replica_files::decode_claim(&record);
+    let text = String::from_utf8_lossy(data);
+    let (dir, file) = text.split_once('/').unwrap_or(("1.1", &text));
+    let _ = crate::replica_files::parse_segment_file(dir, file);
 }
 
 /// Decodes `data` as the one-sided protocol's fixed messages, then as sealed ones.
