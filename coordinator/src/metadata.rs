@@ -82,8 +82,6 @@ pub struct Metadata {
     /// Every producer id below this may have been handed out; a restarted coordinator starts
     /// allocating here, so ids are never reused.
     pub producer_id_ceiling: u64,
-    #[serde(skip)]
-    next_producer_id: Option<u64>,
 }
 
 fn validate_name(name: &str) -> Result<(), MetadataError> {
@@ -336,19 +334,30 @@ impl Metadata {
             .collect()
     }
 
-    /// A fresh producer id; `true` when the persisted ceiling moved (the caller must persist
-    /// before handing the id out).
-    pub fn allocate_producer_id(&mut self) -> (ProducerId, bool) {
-        let next = *self
-            .next_producer_id
-            .get_or_insert(self.producer_id_ceiling.max(1));
-        self.next_producer_id = Some(next + 1);
-        let mut moved = false;
-        if next >= self.producer_id_ceiling {
-            self.producer_id_ceiling = next + PRODUCER_ID_BLOCK;
-            moved = true;
+    /// Reserves the block of producer ids from `next` on: ids below the ceiling may be handed
+    /// out once this change is durable.
+    pub fn raise_producer_id_ceiling(&mut self, next: u64) {
+        self.producer_id_ceiling = self.producer_id_ceiling.max(next + PRODUCER_ID_BLOCK);
+    }
+}
+
+/// Hands out producer ids below the persisted ceiling, in memory; a restart starts at the
+/// ceiling, so an id is never handed out twice.
+#[derive(Debug, Default)]
+pub struct ProducerIds {
+    next: Option<u64>,
+}
+
+impl ProducerIds {
+    /// The next id, if it lies below `ceiling`; `Err(next)` when the ceiling must first be
+    /// raised (durably) past `next`.
+    pub fn take(&mut self, ceiling: u64) -> Result<ProducerId, u64> {
+        let next = *self.next.get_or_insert(ceiling.max(1));
+        if next >= ceiling {
+            return Err(next);
         }
-        (ProducerId(next), moved)
+        self.next = Some(next + 1);
+        Ok(ProducerId(next))
     }
 }
 
@@ -458,15 +467,18 @@ mod tests {
     #[test]
     fn producer_ids_are_never_reused_across_restarts() {
         let mut m = Metadata::default();
-        let (first, moved) = m.allocate_producer_id();
-        assert!(moved);
-        let (second, moved) = m.allocate_producer_id();
-        assert!(!moved && second > first);
+        let mut ids = ProducerIds::default();
+        let next = ids.take(m.producer_id_ceiling).unwrap_err();
+        m.raise_producer_id_ceiling(next);
+        let first = ids.take(m.producer_id_ceiling).unwrap();
+        let second = ids.take(m.producer_id_ceiling).unwrap();
+        assert!(second > first);
         // A restart loses everything not persisted: the ceiling is what counts.
         let json = serde_json::to_string(&m).unwrap();
-        let mut restarted: Metadata = serde_json::from_str(&json).unwrap();
-        let (third, _) = restarted.allocate_producer_id();
-        assert!(third > second);
+        let restarted: Metadata = serde_json::from_str(&json).unwrap();
+        let mut ids = ProducerIds::default();
+        let next = ids.take(restarted.producer_id_ceiling).unwrap_err();
+        assert!(next > second.0);
     }
 
     #[test]

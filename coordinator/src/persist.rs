@@ -1,7 +1,9 @@
-//! The coordinator's metadata on local disk: one JSON file, replaced atomically.
-//!
-//! A save writes a temporary file, fsyncs it, renames it over the old one and fsyncs the
-//! directory, so after a crash the file holds either the old or the new state, never a mix.
+//! Where the coordinator's metadata lives: the [`MetadataStore`] trait, so a replicated store
+//! can replace the local file later, and [`MetadataFile`], one JSON file on local disk,
+//! replaced atomically: a save writes a temporary file, fsyncs it, renames it over the old one
+//! and fsyncs the directory, so after a crash the file holds either the old or the new state,
+//! never a mix. Saves block; the service runs them on the blocking pool, never on a
+//! connection's reader task.
 
 use crate::metadata::Metadata;
 use std::fs::{self, File};
@@ -9,6 +11,16 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 const FILE_NAME: &str = "metadata.json";
+
+/// Durable storage of the whole metadata. `save` returns only once the state is durable.
+pub trait MetadataStore: Send + Sync + std::fmt::Debug + 'static {
+    /// The saved state (validated), or an empty one when nothing was saved yet.
+    fn load(&self) -> Result<Metadata, String>;
+    /// Makes `metadata` the saved state, durably. Blocking.
+    fn save(&self, metadata: &Metadata) -> Result<(), String>;
+    /// Where it lives, for log lines.
+    fn describe(&self) -> String;
+}
 
 #[derive(Debug)]
 pub struct MetadataFile {
@@ -25,9 +37,14 @@ impl MetadataFile {
     pub fn path(&self) -> PathBuf {
         self.dir.join(FILE_NAME)
     }
+}
 
-    /// The saved state, or an empty one when nothing was saved yet.
-    pub fn load(&self) -> Result<Metadata, String> {
+impl MetadataStore for MetadataFile {
+    fn describe(&self) -> String {
+        self.path().display().to_string()
+    }
+
+    fn load(&self) -> Result<Metadata, String> {
         let path = self.path();
         match fs::read(&path) {
             Ok(bytes) => {
@@ -44,7 +61,7 @@ impl MetadataFile {
         }
     }
 
-    pub fn save(&self, metadata: &Metadata) -> Result<(), String> {
+    fn save(&self, metadata: &Metadata) -> Result<(), String> {
         let io = |what: &str, e: std::io::Error| format!("{what} in {}: {e}", self.dir.display());
         fs::create_dir_all(&self.dir).map_err(|e| io("creating data dir", e))?;
         let json = serde_json::to_vec_pretty(metadata).map_err(|e| e.to_string())?;

@@ -1,6 +1,8 @@
 //! A coordinator process, assembled: load metadata, bind, serve RPC and admin HTTP.
 
-use crate::persist::MetadataFile;
+use crate::core::Coordinator;
+use crate::liveness::Liveness;
+use crate::persist::{MetadataFile, MetadataStore};
 use crate::service::{ClientFacing, CoordinatorService, PeerFacing};
 use axum::Router;
 use axum::routing::get;
@@ -18,8 +20,8 @@ use tokio::sync::watch;
 pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), String> {
     let coordinator = &config.coordinator;
     let metrics = tailstream_admin::install_metrics()?;
-    let file = MetadataFile::new(&coordinator.data_dir);
-    let metadata = file.load()?;
+    let store: Arc<dyn MetadataStore> = Arc::new(MetadataFile::new(&coordinator.data_dir));
+    let metadata = store.load()?;
     let rpc_listener = TcpListener::bind(coordinator.rpc_addr)
         .await
         .map_err(|e| format!("binding coordinator rpc {}: {e}", coordinator.rpc_addr))?;
@@ -36,7 +38,7 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
         streams = metadata.streams.len(),
         brokers = metadata.brokers.len(),
         "coordinator metadata loaded from {}",
-        file.path().display()
+        store.describe()
     );
     println!(
         "tailstream coordinator ready rpc={rpc_addr} peer={peer_addr} admin=http://{admin_addr}"
@@ -49,13 +51,16 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
         request_timeout_ms: coordinator.assign_timeout_ms,
         keepalive_ms: 0,
     });
-    let service = CoordinatorService::new(
+    let core = Coordinator::new(
         metadata,
-        file,
+        store,
         pool,
-        Duration::from_millis(coordinator.broker_liveness_timeout_ms),
+        Liveness::new(Duration::from_millis(
+            coordinator.broker_liveness_timeout_ms,
+        )),
         Duration::from_millis(coordinator.assign_timeout_ms),
     );
+    let service = CoordinatorService::new(core);
     let listeners = &config.listeners;
     let limits = |connections_max: u32, budget: &'static str| ServerLimits {
         connections: ConnectionLimits {

@@ -1,0 +1,150 @@
+//! The coordinator's live state and the one way to change it.
+//!
+//! Reads take a short lock on the in-memory state. A change is applied to a copy of the
+//! metadata, saved through the [`MetadataStore`] on the blocking pool, and only then installed
+//! and answered: a change anyone saw acknowledged survives a coordinator crash, a failed save
+//! changes nothing, and no connection's reader task ever waits for a disk. Changes run one at a
+//! time (an async lock held across the save), so each builds on the last.
+
+use crate::liveness::Liveness;
+use crate::metadata::{Metadata, MetadataError};
+use crate::persist::MetadataStore;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tailstream_net::{Response, RpcPool};
+use tailstream_wire::messages::Empty;
+use tailstream_wire::{Opcode, ServerId, Status};
+
+/// What the coordinator holds in memory.
+#[derive(Debug)]
+pub struct State {
+    pub metadata: Metadata,
+    pub liveness: Liveness,
+}
+
+/// Why a change did not happen.
+#[derive(Debug)]
+pub enum ChangeError {
+    Refused(MetadataError),
+    Persist(String),
+}
+
+impl ChangeError {
+    pub fn response(&self) -> Response {
+        match self {
+            ChangeError::Refused(error) => Response::error(error.status(), error.to_string()),
+            ChangeError::Persist(error) => {
+                Response::error(Status::Internal, format!("saving metadata: {error}"))
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    state: Mutex<State>,
+    changes: tokio::sync::Mutex<()>,
+    store: Arc<dyn MetadataStore>,
+    pool: RpcPool,
+    assign_timeout: Duration,
+}
+
+/// Cheap to clone; every task of the coordinator shares one.
+#[derive(Clone, Debug)]
+pub struct Coordinator {
+    inner: Arc<Inner>,
+}
+
+impl Coordinator {
+    pub fn new(
+        metadata: Metadata,
+        store: Arc<dyn MetadataStore>,
+        pool: RpcPool,
+        liveness: Liveness,
+        assign_timeout: Duration,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                state: Mutex::new(State { metadata, liveness }),
+                changes: tokio::sync::Mutex::new(()),
+                store,
+                pool,
+                assign_timeout,
+            }),
+        }
+    }
+
+    /// The in-memory state, briefly. Never held across an await.
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Applies `change` to a copy of the metadata, saves it durably, installs it and returns
+    /// what `change` returned.
+    pub async fn change<T: Send + 'static>(
+        &self,
+        change: impl FnOnce(&mut Metadata) -> Result<T, MetadataError>,
+    ) -> Result<T, ChangeError> {
+        let _one_at_a_time = self.inner.changes.lock().await;
+        let mut next = self.lock().metadata.clone();
+        let value = change(&mut next).map_err(ChangeError::Refused)?;
+        let store = self.inner.store.clone();
+        let saved = tokio::task::spawn_blocking(move || store.save(&next).map(|()| next))
+            .await
+            .map_err(|e| ChangeError::Persist(e.to_string()))
+            .and_then(|saved| saved.map_err(ChangeError::Persist));
+        let next = match saved {
+            Ok(next) => next,
+            Err(error) => {
+                tracing::error!(?error, "saving coordinator metadata failed");
+                return Err(error);
+            }
+        };
+        self.lock().metadata = next;
+        Ok(value)
+    }
+
+    /// Pushes each of `servers` its current assignment (bounded in time); a broker that
+    /// misses it catches up through its next heartbeat.
+    pub async fn push_assignments(&self, servers: Vec<ServerId>) {
+        let pushes: Vec<_> = {
+            let state = self.lock();
+            servers
+                .into_iter()
+                .filter_map(|server| {
+                    let record = state.metadata.check_server(server).ok()?;
+                    Some((
+                        record.peer_addr.clone(),
+                        state.metadata.assignments_for(server),
+                    ))
+                })
+                .collect()
+        };
+        let pushed = pushes.into_iter().map(|(addr, assignment)| {
+            let pool = &self.inner.pool;
+            async move {
+                let client = pool.get(&addr).await?;
+                client
+                    .call::<_, Empty>(Opcode::AssignStreamlets, &assignment)
+                    .await
+            }
+        });
+        let timeout = self.inner.assign_timeout;
+        match tokio::time::timeout(timeout, futures::future::join_all(pushed)).await {
+            Ok(results) => {
+                for error in results.into_iter().filter_map(Result::err) {
+                    tracing::warn!(%error, "assignment push failed; the broker's heartbeat will catch up");
+                }
+            }
+            Err(_) => tracing::warn!("assignment push timed out; heartbeats will catch up"),
+        }
+    }
+
+    pub fn pool(&self) -> &RpcPool {
+        &self.inner.pool
+    }
+
+    pub fn store_description(&self) -> String {
+        self.inner.store.describe()
+    }
+}
