@@ -1,29 +1,44 @@
-//! The broker's side of membership: register with the coordinator, heartbeat, and own exactly
-//! the streamlets the coordinator assigns.
+//! The broker's side of membership: register with the coordinator, heartbeat, hold a lease,
+//! and own exactly the streamlets the coordinator assigns.
 //!
-//! Assignments arrive two ways: pushed by the coordinator when a stream is created, and in a
-//! heartbeat answer whenever the broker's known version is behind. Both go through
-//! `apply_assignments`, which ignores anything older than what it already applied, so the
-//! two paths cannot undo each other. A coordinator that no longer knows this broker (its data
-//! was wiped, or it declared this incarnation dead) answers `UnknownServer` or
-//! `StaleGeneration`, and the broker registers again as a new generation.
+//! Assignments arrive two ways: pushed by the coordinator (stream creation, recovery), and in
+//! a heartbeat answer whenever the broker's known version is behind. Both go through
+//! `apply_assignments`, which ignores anything older than what it already applied, so the two
+//! paths cannot undo each other.
+//!
+//! Each answered heartbeat renews the broker's *lease*: it serves only until `lease_ms` after
+//! it sent the last heartbeat the coordinator answered. The coordinator hands a crashed
+//! broker's streamlets to new owners only once that broker's lease has surely run out, so a
+//! broker that was only paused (a "zombie") never serves a streamlet that moved. When the
+//! coordinator answers `StaleGeneration` (this incarnation was declared crashed) or
+//! `UnknownServer`, the broker drops every streamlet at once and registers again as a new,
+//! empty generation.
+//!
+//! Heartbeat answers also carry the membership: crashed generations are fenced on this
+//! broker's backup, and retired ones (crashed, every streamlet recovered) have what is left
+//! of them dropped. Heartbeats report each owned log's newest segment when it changes, so
+//! recovery can tell a whole log from one whose newest segments are lost.
 
 use crate::backup::BackupStore;
 use crate::storage::{Store, Streamlet};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tailstream_net::{RpcClient, RpcClientConfig, RpcError};
 use tailstream_wire::messages::{
-    AssignStreamletsRequest, BrokerHeartbeatRequest, BrokerHeartbeatResponse, BrokerInfo,
+    AssignStreamletsRequest, BrokerHeartbeatRequest, BrokerHeartbeatResponse, BrokerInfo, LogHead,
     RegisterBrokerRequest, RegisterBrokerResponse,
 };
-use tailstream_wire::{Opcode, ServerId, Status};
+use tailstream_wire::{LogId, Opcode, SegmentId, ServerId, Status, StreamId, StreamletId};
 use tokio::sync::{mpsc, watch};
 
 #[derive(Debug, Default)]
 struct Membership {
     server_id: Option<ServerId>,
     version: u64,
+    /// Log heads the coordinator has acknowledged.
+    reported_heads: HashMap<(StreamId, StreamletId, LogId), SegmentId>,
 }
 
 #[derive(Debug)]
@@ -35,6 +50,10 @@ pub struct ClusterState {
     brokers: watch::Sender<Vec<BrokerInfo>>,
     /// Streamlets created by an assignment, for the replication layer to start replicating.
     created: mpsc::UnboundedSender<Arc<Streamlet>>,
+    lease: Duration,
+    /// The lease's end, in nanoseconds since `clock_origin` (0: no lease).
+    lease_until_ns: AtomicU64,
+    clock_origin: Instant,
 }
 
 impl ClusterState {
@@ -42,6 +61,7 @@ impl ClusterState {
     pub fn new(
         store: Arc<Store>,
         backup: Arc<BackupStore>,
+        lease: Duration,
     ) -> (Self, mpsc::UnboundedReceiver<Arc<Streamlet>>) {
         let (created, created_rx) = mpsc::unbounded_channel();
         let state = Self {
@@ -50,8 +70,27 @@ impl ClusterState {
             membership: Mutex::new(Membership::default()),
             brokers: watch::Sender::new(Vec::new()),
             created,
+            lease,
+            lease_until_ns: AtomicU64::new(0),
+            clock_origin: Instant::now(),
         };
         (state, created_rx)
+    }
+
+    fn nanos(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.clock_origin).as_nanos())
+            .unwrap_or(u64::MAX)
+    }
+
+    /// The coordinator answered a heartbeat (or registration) this broker sent at `sent_at`.
+    fn renew_lease(&self, sent_at: Instant) {
+        let until = self.nanos(sent_at + self.lease);
+        self.lease_until_ns.fetch_max(until, Ordering::AcqRel);
+    }
+
+    /// Whether this broker may serve now.
+    pub fn lease_valid(&self) -> bool {
+        self.nanos(Instant::now()) < self.lease_until_ns.load(Ordering::Acquire)
     }
 
     /// The membership as of the latest heartbeat.
@@ -59,10 +98,21 @@ impl ClusterState {
         self.brokers.subscribe()
     }
 
-    /// Records the coordinator's membership; newer generations fence older ones here too.
-    fn update_brokers(&self, brokers: Vec<BrokerInfo>) {
+    /// Records the coordinator's membership: newer generations fence older ones, crashed
+    /// generations are fenced, retired ones are dropped from this broker's backup.
+    fn update_brokers(&self, brokers: Vec<BrokerInfo>, retired: &[ServerId]) {
         for broker in &brokers {
             self.backup.note_generation(broker.server_id);
+            if broker.crashed {
+                self.backup.fence(broker.server_id);
+            }
+        }
+        for gone in retired {
+            self.backup.fence(*gone);
+            let dropped = self.backup.drop_generation(*gone);
+            if dropped > 0 {
+                tracing::info!(server = %gone, dropped, "dropped the replicas left of a recovered crashed broker");
+            }
         }
         self.brokers.send_if_modified(|current| {
             let changed = *current != brokers;
@@ -90,6 +140,23 @@ impl ClusterState {
         membership.server_id = Some(server_id);
         // A new incarnation starts from the coordinator's full assignment.
         membership.version = 0;
+        membership.reported_heads.clear();
+    }
+
+    /// This incarnation was declared crashed: serve nothing more, hold nothing, and let the
+    /// membership loop register a new generation.
+    fn declared_crashed(&self, why: &str) {
+        self.lease_until_ns.store(0, Ordering::Release);
+        let dropped = self.store.clear();
+        let mut membership = self.lock();
+        let old = membership.server_id.take();
+        membership.reported_heads.clear();
+        tracing::warn!(
+            server = ?old,
+            dropped,
+            %why,
+            "this incarnation is no longer a member: dropped its streamlets; registering again"
+        );
     }
 
     /// Applies an assignment addressed to this incarnation, unless a newer one was applied.
@@ -123,7 +190,9 @@ impl ClusterState {
                 )
             })?;
         }
-        let (created, dropped) = self.store.apply_assignments(&request.assignments);
+        let (created, dropped) = self
+            .store
+            .apply_assignments(request.version, &request.assignments);
         membership.version = request.version;
         if !created.is_empty() || dropped > 0 {
             let created = created.len();
@@ -139,6 +208,38 @@ impl ClusterState {
             let _ = self.created.send(streamlet);
         }
         Ok(())
+    }
+
+    /// Log heads that changed since the coordinator last acknowledged them.
+    fn changed_heads(&self) -> Vec<LogHead> {
+        let reported = self.lock().reported_heads.clone();
+        let mut changed = Vec::new();
+        for streamlet in self.store.streamlets() {
+            for log in streamlet.logs() {
+                let Some(head) = log.head_segment() else {
+                    continue;
+                };
+                let key = (streamlet.stream(), streamlet.id(), log.id());
+                if reported.get(&key) != Some(&head) {
+                    changed.push(LogHead {
+                        stream: key.0,
+                        streamlet: key.1,
+                        log: key.2,
+                        segment: head,
+                    });
+                }
+            }
+        }
+        changed
+    }
+
+    fn heads_acknowledged(&self, heads: &[LogHead]) {
+        let mut membership = self.lock();
+        for head in heads {
+            membership
+                .reported_heads
+                .insert((head.stream, head.streamlet, head.log), head.segment);
+        }
     }
 }
 
@@ -159,7 +260,7 @@ pub async fn run_membership(
     client_config: RpcClientConfig,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let backoff = Duration::from_millis(200);
+    let backoff = Duration::from_millis(100);
     loop {
         let session = membership_session(
             &cluster,
@@ -200,12 +301,22 @@ async fn membership_session(
             peer_addr: advertised.peer_addr.clone(),
             admin_addr: advertised.admin_addr.clone(),
         };
+        let sent_at = Instant::now();
         let response: RegisterBrokerResponse =
             match client.call(Opcode::RegisterBroker, &request).await {
                 Ok(response) => response,
+                Err(RpcError::Status {
+                    status: Status::UnknownOpcode,
+                    message,
+                }) => {
+                    return format!(
+                        "{coordinator_addr} is not the coordinator's peer listener ({message})"
+                    );
+                }
                 Err(error) => return format!("register: {error}"),
             };
         cluster.registered(response.server_id);
+        cluster.renew_lease(sent_at);
         tracing::info!(server_id = %response.server_id, "registered with the coordinator");
         if let Err((_, message)) = cluster.apply_assignments(&response.assignments) {
             return format!("initial assignment: {message}");
@@ -218,15 +329,20 @@ async fn membership_session(
         let Some(server_id) = cluster.server_id() else {
             return "lost registration".into();
         };
+        let heads = cluster.changed_heads();
         let request = BrokerHeartbeatRequest {
             server_id,
             known_version: cluster.assignment_version(),
+            heads,
         };
+        let sent_at = Instant::now();
         let result: Result<BrokerHeartbeatResponse, RpcError> =
             client.call(Opcode::BrokerHeartbeat, &request).await;
         match result {
             Ok(response) => {
-                cluster.update_brokers(response.brokers);
+                cluster.renew_lease(sent_at);
+                cluster.heads_acknowledged(&request.heads);
+                cluster.update_brokers(response.brokers, &response.retired);
                 if let Some(assignments) = response.assignments
                     && let Err((_, message)) = cluster.apply_assignments(&assignments)
                 {
@@ -237,7 +353,7 @@ async fn membership_session(
                 status: status @ (Status::UnknownServer | Status::StaleGeneration),
                 ..
             }) => {
-                cluster.lock().server_id = None;
+                cluster.declared_crashed(&format!("the coordinator answered {status}"));
                 return format!("coordinator answered {status}: registering again");
             }
             Err(error) => return format!("heartbeat: {error}"),

@@ -2,15 +2,24 @@
 //!
 //! - [`storage`]: streamlets as MultiLogs in memory (store → streamlet → log → group →
 //!   segment), idempotence tables, the segment memory budget. No I/O, no async.
-//! - [`service`]: the client RPC service: decodes requests, validates record batches, appends
-//!   and reads through `storage`, answers with typed statuses. Produce is appended on the
-//!   connection's reader task (so pipelined batches keep their order); fetch may long-poll.
+//! - [`data_plane`]: produce, fetch (by position or record offset) and group listings,
+//!   neutral to front ends, addressed by (stream, streamlet, ownership epoch): it admits a
+//!   request only if this broker holds the streamlet at that epoch, handed over, under a live
+//!   lease; produce returns a commit waiter.
+//! - [`service`]: the native client RPC front end over the data plane. Produce is appended on
+//!   the connection's reader task (so pipelined batches keep their order); fetch may
+//!   long-poll.
 //! - [`peer_service`]: the peer RPC service, on a listener of its own: the coordinator's
 //!   assignments and the replica RPCs other brokers call.
 //! - [`backup`]: the backup every broker also is: replica buffers (memory-mapped files), the
 //!   replica RPCs, and the one-sided endpoint of the tcp backend.
 //! - [`cluster`]: the broker's side of membership: register with the coordinator, heartbeat,
 //!   apply streamlet assignments.
+//! - [`pinger`]: failure detection: ping a few random peers every interval, report the silent
+//!   ones to the coordinator (which checks them itself).
+//! - [`recovery`]: the new owner's side of recovery: read a crashed broker's segments from
+//!   its backups, rebuild the streamlet with every id, position and offset, adopt the closed
+//!   copies, replicate afresh what lost one.
 //! - [`replication`]: the primary side of replication: per-log replicators driving the
 //!   `ReplicatedSegment` state machine over a write path (tcp/rdma one-sided, or RPC).
 //! - `rdma` (cargo feature `rdma`): the one-sided RDMA backend, both sides.
@@ -19,10 +28,13 @@
 
 pub mod backup;
 pub mod cluster;
+pub mod data_plane;
 pub mod metrics;
 pub mod peer_service;
+pub mod pinger;
 #[cfg(feature = "rdma")]
 pub mod rdma;
+pub mod recovery;
 pub mod replication;
 pub mod server;
 pub mod service;

@@ -8,21 +8,51 @@
 
 use crate::backup::BackupService;
 use crate::cluster::ClusterState;
+use crate::recovery::Recovery;
 use bytes::Bytes;
 use std::sync::Arc;
 use tailstream_net::{Reply, Request, Response, Service};
-use tailstream_wire::messages::AssignStreamletsRequest;
+use tailstream_wire::messages::{AssignStreamletsRequest, RecoverStreamletRequest};
 use tailstream_wire::{Decode, Opcode, Status};
 
 #[derive(Debug)]
 pub struct PeerService {
     cluster: Arc<ClusterState>,
     backup: BackupService,
+    recovery: Arc<Recovery>,
 }
 
 impl PeerService {
-    pub fn new(cluster: Arc<ClusterState>, backup: BackupService) -> Self {
-        Self { cluster, backup }
+    pub fn new(cluster: Arc<ClusterState>, backup: BackupService, recovery: Arc<Recovery>) -> Self {
+        Self {
+            cluster,
+            backup,
+            recovery,
+        }
+    }
+
+    fn recover(&self, body: Bytes) -> Reply {
+        let request = match RecoverStreamletRequest::decode_exact(body) {
+            Ok(request) => request,
+            Err(error) => {
+                return Reply::Ready(Response::error(
+                    Status::Malformed,
+                    format!("recover streamlet request: {error}"),
+                ));
+            }
+        };
+        let recovery = self.recovery.clone();
+        Reply::Later(Box::pin(async move {
+            let stream = request.assignment.stream_name.clone();
+            let streamlet = request.assignment.streamlet;
+            match recovery.recover(request).await {
+                Ok(done) => Response::ok(&done),
+                Err(error) => {
+                    tracing::warn!(%stream, streamlet = streamlet.0, %error, "recovering a streamlet failed");
+                    Response::error(Status::Internal, error)
+                }
+            }
+        }))
     }
 
     fn assign(&self, body: Bytes) -> Reply {
@@ -50,6 +80,7 @@ impl Service for PeerService {
         match request.opcode {
             Opcode::Ping => Reply::Ready(Response::empty()),
             Opcode::AssignStreamlets => self.assign(request.body),
+            Opcode::RecoverStreamlet => self.recover(request.body),
             other => Reply::Ready(Response::error(
                 Status::UnknownOpcode,
                 format!("{other:?} is not a broker operation on its peer listener"),

@@ -4,8 +4,11 @@
 use crate::backup::nic::{NicLimits, serve_nic};
 use crate::backup::{BackupLimits, BackupService, BackupStore};
 use crate::cluster::{Advertised, ClusterState, run_membership};
+use crate::data_plane::DataPlane;
 use crate::metrics as m;
 use crate::peer_service::PeerService;
+use crate::pinger::{PingConfig, run_pinger};
+use crate::recovery::Recovery;
 use crate::replication::backups::{Backups, WritePath};
 use crate::replication::selector::BackupSelector;
 use crate::replication::{ReplicationContext, run_manager};
@@ -81,7 +84,11 @@ pub async fn run(options: BrokerOptions, shutdown: watch::Receiver<bool>) -> Res
         config.producers_per_log_max as usize,
         replication.uncommitted_bytes_per_log_max,
     ));
-    let (cluster, created) = ClusterState::new(store.clone(), backup_store.clone());
+    let (cluster, created) = ClusterState::new(
+        store.clone(),
+        backup_store.clone(),
+        Duration::from_millis(config.lease_ms),
+    );
     let cluster = Arc::new(cluster);
     let context = Arc::new(ReplicationContext {
         cluster: cluster.clone(),
@@ -96,14 +103,21 @@ pub async fn run(options: BrokerOptions, shutdown: watch::Receiver<bool>) -> Res
             replication.failed_backup_quarantine_ms,
         ))),
     });
-    tokio::spawn(run_manager(context, created));
+    tokio::spawn(run_manager(context.clone(), created));
     let backup_service = BackupService::new(backup_store.clone(), nic_addr.to_string());
-    let service = Arc::new(BrokerService::new(
+    let plane = Arc::new(DataPlane::new(
         store.clone(),
-        config.clone(),
+        cluster.clone(),
         Duration::from_millis(replication.ack_timeout_ms),
     ));
-    let peer_service = Arc::new(PeerService::new(cluster.clone(), backup_service));
+    let service = Arc::new(BrokerService::new(plane, config.clone()));
+    let recovery = Arc::new(Recovery {
+        ctx: context.clone(),
+        store: store.clone(),
+        cluster: cluster.clone(),
+        durable_timeout: Duration::from_millis(options.config.coordinator.recovery_timeout_ms),
+    });
+    let peer_service = Arc::new(PeerService::new(cluster.clone(), backup_service, recovery));
     let listeners = &options.config.listeners;
     let limits = |connections_max: u32, budget: &'static str| ServerLimits {
         connections: ConnectionLimits {
@@ -170,6 +184,16 @@ pub async fn run(options: BrokerOptions, shutdown: watch::Receiver<bool>) -> Res
         request_timeout_ms: options.config.coordinator.assign_timeout_ms.max(1000),
         keepalive_ms: 0,
     };
+    tokio::spawn(run_pinger(
+        cluster.clone(),
+        options.coordinator_peer_addr.clone(),
+        PingConfig {
+            interval: Duration::from_millis(config.ping_interval_ms),
+            timeout: Duration::from_millis(config.ping_timeout_ms),
+            peers: config.ping_peers as usize,
+        },
+        shutdown.clone(),
+    ));
     tokio::spawn(run_membership(
         cluster,
         options.coordinator_peer_addr.clone(),

@@ -52,7 +52,13 @@ fn replica() -> ReplicaId {
 
 async fn valid_bytes(client: &RpcClient) -> u32 {
     let listed: ListReplicasResponse = client
-        .call(Opcode::ListReplicas, &ListReplicasRequest { primary: None })
+        .call(
+            Opcode::ListReplicas,
+            &ListReplicasRequest {
+                primary: None,
+                fence: Vec::new(),
+            },
+        )
         .await
         .unwrap();
     assert_eq!(listed.replicas.len(), 1);

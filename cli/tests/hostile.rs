@@ -315,6 +315,7 @@ async fn poison_and_overflowing_batches_are_refused_and_consumers_keep_reading()
             let request = ProduceRequest {
                 stream: metadata.id,
                 streamlet: StreamletId(0),
+                epoch: metadata.streamlets[0].epoch,
                 batch,
             };
             let error = client

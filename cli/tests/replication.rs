@@ -35,7 +35,13 @@ async fn list_replicas(addr: &str) -> Vec<ReplicaInfo> {
         .await
         .unwrap();
     let response: ListReplicasResponse = client
-        .call(Opcode::ListReplicas, &ListReplicasRequest { primary: None })
+        .call(
+            Opcode::ListReplicas,
+            &ListReplicasRequest {
+                primary: None,
+                fence: Vec::new(),
+            },
+        )
         .await
         .unwrap();
     response.replicas
@@ -240,7 +246,9 @@ async fn a_killed_backup_restarts_with_its_replicas_and_nothing_acked_is_lost() 
     tokio::time::timeout(TEST_TIMEOUT, async {
         // Slow heartbeats widen the window in which the restarted backup is listed before
         // primaries learn of it and start re-filling its replicas.
-        let mut test = TestCluster::start(4, "[broker]\nheartbeat_interval_ms = 1000\n").await;
+        let mut test =
+            TestCluster::start(4, "[broker]\nheartbeat_interval_ms = 1000\nlease_ms = 3000\n")
+                .await;
         let cluster = test.client();
         cluster
             .create_stream("survivor", 3, replicated_stream(&test, 3))

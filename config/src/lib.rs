@@ -66,6 +66,9 @@ pub struct CoordinatorConfig {
     pub admin_addr: SocketAddr,
     pub data_dir: PathBuf,
     pub broker_liveness_timeout_ms: u64,
+    pub probe_timeout_ms: u64,
+    pub probe_attempts: u32,
+    pub recovery_timeout_ms: u64,
     pub assign_timeout_ms: u64,
     pub connections_max: u32,
     pub peer_connections_max: u32,
@@ -80,6 +83,10 @@ pub struct BrokerConfig {
     pub admin_addr: SocketAddr,
     pub data_dir: PathBuf,
     pub heartbeat_interval_ms: u64,
+    pub lease_ms: u64,
+    pub ping_interval_ms: u64,
+    pub ping_timeout_ms: u64,
+    pub ping_peers: u32,
     pub segment_memory_bytes_max: u64,
     pub connections_max: u32,
     pub peer_connections_max: u32,
@@ -286,7 +293,21 @@ impl Config {
                 "broker.request_body_bytes_max must be at least frame_body_bytes_max".into(),
             );
         }
+        if broker.heartbeat_interval_ms == 0
+            || broker.ping_interval_ms == 0
+            || broker.ping_timeout_ms == 0
+        {
+            return invalid("broker heartbeat and ping intervals must be positive".into());
+        }
+        if broker.lease_ms < 2 * broker.heartbeat_interval_ms {
+            return invalid(
+                "broker.lease_ms must be at least two heartbeat intervals (a late heartbeat must not end the lease)".into(),
+            );
+        }
         let coordinator = &self.coordinator;
+        if coordinator.probe_timeout_ms == 0 || coordinator.probe_attempts == 0 {
+            return invalid("coordinator probe timeout and attempts must be positive".into());
+        }
         if coordinator.connections_max == 0 || coordinator.peer_connections_max == 0 {
             return invalid("coordinator connection limits must be positive".into());
         }

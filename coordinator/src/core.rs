@@ -9,17 +9,33 @@
 use crate::liveness::Liveness;
 use crate::metadata::{Metadata, MetadataError};
 use crate::persist::MetadataStore;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tailstream_net::{Response, RpcPool};
 use tailstream_wire::messages::Empty;
-use tailstream_wire::{Opcode, ServerId, Status};
+use tailstream_wire::{LogId, Opcode, SegmentId, ServerId, Status, StreamId, StreamletId};
 
 /// What the coordinator holds in memory.
 #[derive(Debug)]
 pub struct State {
     pub metadata: Metadata,
     pub liveness: Liveness,
+    /// Each log's newest segment, as its owner last reported it (memory only: after a
+    /// coordinator restart, recovery cannot tell a lost newest segment from a missing one
+    /// until the owners report again).
+    pub heads: HashMap<(StreamId, StreamletId, LogId), SegmentId>,
+}
+
+impl State {
+    /// The reported heads of one streamlet's logs.
+    pub fn heads_of(&self, stream: StreamId, streamlet: StreamletId) -> BTreeMap<LogId, SegmentId> {
+        self.heads
+            .iter()
+            .filter(|((s, l, _), _)| *s == stream && *l == streamlet)
+            .map(|((_, _, log), segment)| (*log, *segment))
+            .collect()
+    }
 }
 
 /// Why a change did not happen.
@@ -65,7 +81,11 @@ impl Coordinator {
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                state: Mutex::new(State { metadata, liveness }),
+                state: Mutex::new(State {
+                    metadata,
+                    liveness,
+                    heads: HashMap::new(),
+                }),
                 changes: tokio::sync::Mutex::new(()),
                 store,
                 pool,
@@ -89,6 +109,7 @@ impl Coordinator {
         let mut next = self.lock().metadata.clone();
         let value = change(&mut next).map_err(ChangeError::Refused)?;
         let store = self.inner.store.clone();
+        let started = std::time::Instant::now();
         let saved = tokio::task::spawn_blocking(move || store.save(&next).map(|()| next))
             .await
             .map_err(|e| ChangeError::Persist(e.to_string()))
@@ -100,6 +121,8 @@ impl Coordinator {
                 return Err(error);
             }
         };
+        metrics::histogram!(crate::metrics::PERSIST_LATENCY)
+            .record(started.elapsed().as_secs_f64());
         self.lock().metadata = next;
         Ok(value)
     }
@@ -147,4 +170,11 @@ impl Coordinator {
     pub fn store_description(&self) -> String {
         self.inner.store.describe()
     }
+}
+
+/// Wall-clock milliseconds since the Unix epoch (for recovery records shown to people).
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

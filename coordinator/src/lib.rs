@@ -7,13 +7,23 @@
 //! - [`core`]: the live state and the one way to change it (saved off the reader tasks, one
 //!   change at a time), and assignment pushes.
 //! - [`liveness`]: when each broker last heartbeated (memory only).
+//! - [`detector`]: failure detection as a pure state machine (reports and probes in,
+//!   probe/declare out); [`watchdog`] is its async shell (probes, heartbeat backstop,
+//!   declarations).
+//! - [`recovery`]: the planner (pure) and the orchestrator that rebuilds a crashed broker's
+//!   streamlets on the survivors.
+//! - [`metrics`]: every exported metric's name.
 //! - [`service`]: the RPC handlers, split by listener: clients (streams, brokers, producer
 //!   ids) and peers (register, heartbeat).
 //! - [`server`]: wires it together: listeners, admin HTTP, shutdown.
 
 pub mod core;
+pub mod detector;
 pub mod liveness;
 pub mod metadata;
+pub mod metrics;
 pub mod persist;
+pub mod recovery;
 pub mod server;
 pub mod service;
+pub mod watchdog;

@@ -9,6 +9,8 @@ use tailstream_wire::ServerId;
 pub struct Liveness {
     timeout: Duration,
     last_heard: HashMap<ServerId, Instant>,
+    /// When this coordinator started: a broker never heard from counts as heard then.
+    started: Instant,
 }
 
 impl Liveness {
@@ -16,7 +18,21 @@ impl Liveness {
         Self {
             timeout,
             last_heard: HashMap::new(),
+            started: Instant::now(),
         }
+    }
+
+    /// When `server` was last heard from (or this coordinator started, if never since).
+    pub fn last_heard(&self, server: ServerId) -> Instant {
+        self.last_heard
+            .get(&server)
+            .copied()
+            .unwrap_or(self.started)
+            .max(self.started)
+    }
+
+    pub fn silent_for(&self, server: ServerId, now: Instant) -> Duration {
+        now.saturating_duration_since(self.last_heard(server))
     }
 
     pub fn heard(&mut self, server: ServerId, now: Instant) {

@@ -3,7 +3,9 @@
 use crate::core::Coordinator;
 use crate::liveness::Liveness;
 use crate::persist::{MetadataFile, MetadataStore};
+use crate::recovery::orchestrator::{Orchestrator, OrchestratorConfig};
 use crate::service::{ClientFacing, CoordinatorService, PeerFacing};
+use crate::watchdog::{self, WatchdogConfig};
 use axum::Router;
 use axum::routing::get;
 use std::sync::Arc;
@@ -60,7 +62,30 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
         )),
         Duration::from_millis(coordinator.assign_timeout_ms),
     );
-    let service = CoordinatorService::new(core);
+    crate::metrics::describe();
+    let orchestrator = Orchestrator::new(
+        core.clone(),
+        OrchestratorConfig {
+            lease: Duration::from_millis(config.broker.lease_ms),
+            list_timeout: Duration::from_millis(coordinator.assign_timeout_ms),
+            recovery_timeout: Duration::from_millis(coordinator.recovery_timeout_ms),
+            liveness_timeout: Duration::from_millis(coordinator.broker_liveness_timeout_ms),
+        },
+    );
+    tokio::spawn(orchestrator.clone().run(shutdown.clone()));
+    let watchdog = watchdog::spawn(
+        core.clone(),
+        orchestrator.clone(),
+        WatchdogConfig {
+            probe_timeout: Duration::from_millis(coordinator.probe_timeout_ms),
+            probe_attempts: coordinator.probe_attempts,
+            heartbeat_timeout: Duration::from_millis(coordinator.broker_liveness_timeout_ms),
+        },
+        shutdown.clone(),
+    );
+    // A restarted coordinator resumes whatever recovery was under way.
+    orchestrator.wake();
+    let service = CoordinatorService::new(core, watchdog, orchestrator);
     let listeners = &config.listeners;
     let limits = |connections_max: u32, budget: &'static str| ServerLimits {
         connections: ConnectionLimits {
@@ -98,10 +123,18 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
     Ok(())
 }
 
-/// `/brokers` and `/streams` as JSON.
+/// `/brokers`, `/streams` and `/recoveries` as JSON.
 fn admin_routes(service: Arc<CoordinatorService>) -> Router {
     let streams_service = service.clone();
+    let recoveries_service = service.clone();
     Router::new()
+        .route(
+            "/recoveries",
+            get(move || {
+                let recoveries = recoveries_service.core().lock().metadata.recoveries.clone();
+                std::future::ready(axum::Json(serde_json::json!({ "recoveries": recoveries })))
+            }),
+        )
         .route(
             "/brokers",
             get(move || {
@@ -116,6 +149,7 @@ fn admin_routes(service: Arc<CoordinatorService>) -> Router {
                             "peer_addr": b.peer_addr,
                             "admin_url": format!("http://{}", b.admin_addr),
                             "alive": b.alive,
+                            "crashed": b.crashed,
                         })
                     })
                     .collect();
@@ -138,6 +172,9 @@ fn admin_routes(service: Arc<CoordinatorService>) -> Router {
                                     "streamlet": p.streamlet.0,
                                     "owner": p.owner.to_string(),
                                     "owner_addr": p.owner_addr,
+                                    "epoch": p.epoch,
+                                    "state": format!("{:?}", p.state),
+                                    "detail": p.detail,
                                 })
                             })
                             .collect();

@@ -7,8 +7,10 @@
 //! (bounded) for them, so a client that produces right after `create stream` finds its
 //! streamlets in place; a broker it could not reach catches up through its next heartbeat.
 
-use crate::core::Coordinator;
+use crate::core::{Coordinator, unix_ms};
 use crate::metadata::ProducerIds;
+use crate::recovery::orchestrator::Orchestrator;
+use crate::watchdog::WatchdogHandle;
 use bytes::Bytes;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -16,7 +18,7 @@ use tailstream_net::{Reply, Request, Response, Service};
 use tailstream_wire::messages::{
     AllocateProducerIdResponse, BrokerHeartbeatRequest, BrokerHeartbeatResponse,
     CreateStreamRequest, DescribeStreamRequest, ListBrokersResponse, ListStreamsResponse,
-    RegisterBrokerRequest, RegisterBrokerResponse,
+    RegisterBrokerRequest, RegisterBrokerResponse, ReportSuspectRequest,
 };
 use tailstream_wire::{Decode, Opcode, ServerId, Status};
 
@@ -24,6 +26,8 @@ use tailstream_wire::{Decode, Opcode, ServerId, Status};
 pub struct CoordinatorService {
     core: Coordinator,
     producer_ids: Arc<Mutex<ProducerIds>>,
+    watchdog: WatchdogHandle,
+    orchestrator: Arc<Orchestrator>,
 }
 
 fn decode<T: Decode>(body: Bytes) -> Result<T, Response> {
@@ -35,10 +39,16 @@ fn later(answer: impl Future<Output = Response> + Send + 'static) -> Reply {
 }
 
 impl CoordinatorService {
-    pub fn new(core: Coordinator) -> Self {
+    pub fn new(
+        core: Coordinator,
+        watchdog: WatchdogHandle,
+        orchestrator: Arc<Orchestrator>,
+    ) -> Self {
         Self {
             core,
             producer_ids: Arc::new(Mutex::new(ProducerIds::default())),
+            watchdog,
+            orchestrator,
         }
     }
 
@@ -67,7 +77,9 @@ impl CoordinatorService {
             Err(response) => return Reply::Ready(response),
         };
         let core = self.core.clone();
+        let orchestrator = self.orchestrator.clone();
         later(async move {
+            let now_ms = unix_ms();
             let changed = core
                 .change(move |m| {
                     let old = m
@@ -75,18 +87,34 @@ impl CoordinatorService {
                         .iter()
                         .find(|b| b.rpc_addr == request.rpc_addr)
                         .map(|b| b.server_id);
-                    let new = m.register_broker(
+                    let registered = m.register_broker(
                         &request.rpc_addr,
                         &request.peer_addr,
                         &request.admin_addr,
                     )?;
-                    Ok((old, new, request.rpc_addr))
+                    // A process back at a known address lost its memory: its previous
+                    // incarnation crashed, and its streamlets are recovered elsewhere.
+                    if let Some(crashed) = registered.declared {
+                        m.open_recovery(crashed, registered.to_recover.clone(), now_ms, 0);
+                    }
+                    Ok((old, registered, request.rpc_addr))
                 })
                 .await;
-            let (old, server_id, rpc_addr) = match changed {
+            let (old, registered, rpc_addr) = match changed {
                 Ok(changed) => changed,
                 Err(error) => return error.response(),
             };
+            let server_id = registered.server_id;
+            if let Some(crashed) = registered.declared {
+                tracing::warn!(
+                    %crashed,
+                    streamlets = registered.to_recover.len(),
+                    "a broker came back as a new incarnation: the previous one is declared crashed"
+                );
+                metrics::counter!(crate::metrics::CRASHES_DECLARED).increment(1);
+            }
+            // New members (and the backups they bring) can make lost streamlets whole.
+            orchestrator.wake();
             let mut state = core.lock();
             if let Some(old) = old {
                 state.liveness.forget(old);
@@ -109,6 +137,11 @@ impl CoordinatorService {
             .check_server(request.server_id)
             .map_err(|e| Response::error(e.status(), e.to_string()))?;
         state.liveness.heard(request.server_id, Instant::now());
+        for head in &request.heads {
+            state
+                .heads
+                .insert((head.stream, head.streamlet, head.log), head.segment);
+        }
         let assignments = (request.known_version < state.metadata.version)
             .then(|| state.metadata.assignments_for(request.server_id));
         let now = Instant::now();
@@ -118,6 +151,7 @@ impl CoordinatorService {
         Ok(Response::ok(&BrokerHeartbeatResponse {
             assignments,
             brokers,
+            retired: state.metadata.retired(),
         }))
     }
 
@@ -191,16 +225,23 @@ impl CoordinatorService {
                 Err(error) => return error.response(),
             };
             tracing::info!(stream = %name, streamlets = metadata.streamlets.len(), "stream created");
-            let owners = core
-                .lock()
-                .metadata
-                .owners_of(&name)
-                .into_iter()
-                .map(|owner| owner.server_id)
-                .collect();
+            let owners = core.lock().metadata.owners_of(&name);
             core.push_assignments(owners).await;
             Response::ok(&metadata)
         })
+    }
+
+    /// A broker says a peer missed its pings: the watchdog checks it itself.
+    fn report_suspect(&self, body: Bytes) -> Result<Response, Response> {
+        let request: ReportSuspectRequest = decode(body)?;
+        self.core
+            .lock()
+            .metadata
+            .check_server(request.reporter)
+            .map_err(|e| Response::error(e.status(), e.to_string()))?;
+        tracing::info!(reporter = %request.reporter, suspect = %request.suspect, "broker reported silent");
+        self.watchdog.report(request.suspect);
+        Ok(Response::empty())
     }
 
     fn describe_stream(&self, body: Bytes) -> Result<Response, Response> {
@@ -215,11 +256,14 @@ impl CoordinatorService {
 
     /// Answers `request` if `facing` serves its opcode.
     fn dispatch_as(&self, facing: Facing, request: Request) -> Reply {
+        metrics::counter!(crate::metrics::RPCS, "opcode" => format!("{:?}", request.opcode))
+            .increment(1);
         let ready = |result: Result<Response, Response>| Reply::Ready(result.unwrap_or_else(|e| e));
         match (facing, request.opcode) {
             (_, Opcode::Ping) => Reply::Ready(Response::empty()),
             (Facing::Peers, Opcode::RegisterBroker) => self.register(request.body),
             (Facing::Peers, Opcode::BrokerHeartbeat) => ready(self.heartbeat(request.body)),
+            (Facing::Peers, Opcode::ReportSuspect) => ready(self.report_suspect(request.body)),
             (Facing::Clients, Opcode::AllocateProducerId) => self.allocate_producer_id(),
             (Facing::Clients, Opcode::CreateStream) => self.create_stream(request.body),
             (Facing::Clients, Opcode::DescribeStream) => ready(self.describe_stream(request.body)),

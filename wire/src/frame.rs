@@ -67,6 +67,9 @@ opcodes! {
     ListStreams = 22,
     /// Client → coordinator: the registered brokers and whether each is alive.
     ListBrokers = 23,
+    /// Broker → coordinator: a peer did not answer its pings (the coordinator checks it
+    /// itself before declaring it crashed).
+    ReportSuspect = 13,
     /// Client → broker: append one record batch to a streamlet.
     Produce = 30,
     /// Client → broker: read committed entries of one segment of a group.
@@ -75,6 +78,9 @@ opcodes! {
     ListGroups = 32,
     /// Coordinator → broker: own (and create) these streamlets.
     AssignStreamlets = 40,
+    /// Coordinator → broker: rebuild a crashed broker's streamlet from its backups, then
+    /// serve it.
+    RecoverStreamlet = 41,
     /// Primary → backup: reserve a pre-zeroed buffer for one segment replica.
     ReplicaOpen = 50,
     /// Primary → backup: the replica is complete; flush it to its segment file.
@@ -92,6 +98,9 @@ opcodes! {
     ReplicaSetEpoch = 56,
     /// Primary → backup, rdma backend: connect queue pairs (endpoints exchanged over RPC).
     RdmaConnect = 57,
+    /// New owner → backup: a closed replica of a crashed primary's segment now belongs to
+    /// the new owner, at a new epoch (recovery adopts copies instead of making new ones).
+    ReplicaAdopt = 58,
 }
 
 /// A frame's fixed header, decoded and checksum-verified.

@@ -47,6 +47,27 @@ impl SegmentAppender {
         }
     }
 
+    /// An appender for a segment whose valid prefix is `valid` (as Algorithm 1 finds it, e.g.
+    /// a segment rebuilt from a replica): its header chain is rebuilt, so appends continue as
+    /// if it had written them. `None` unless `valid` is exactly a valid prefix.
+    pub fn resume(capacity: usize, valid: &[u8]) -> Option<Self> {
+        if valid.len() > capacity || crate::scan::scan_segment(valid).valid_len != valid.len() {
+            return None;
+        }
+        let mut chain = HeaderChain::new();
+        for entry in crate::scan::EntryIter::new(valid, false) {
+            let entry = entry.ok()?;
+            if entry.header.entry_type != EntryType::Trailer {
+                chain.push(&entry.header.encode());
+            }
+        }
+        Some(Self {
+            chain,
+            written: valid.len(),
+            capacity,
+        })
+    }
+
     /// Bytes written so far (the position the next entry will have).
     pub fn written(&self) -> usize {
         self.written
@@ -165,6 +186,23 @@ mod tests {
             outcome.digest,
             Some(ENTRY_HEADER_BYTES..ENTRY_HEADER_BYTES + 6)
         );
+    }
+
+    #[test]
+    fn a_resumed_appender_continues_exactly_where_the_prefix_ends() {
+        let mut whole = SegmentImage::new(512);
+        whole.append(EntryType::LogDigest, b"digest").unwrap();
+        whole.append(EntryType::Batch, b"one").unwrap();
+        let prefix = whole.bytes[..whole.written()].to_vec();
+        whole.append(EntryType::Batch, b"two").unwrap();
+        let mut resumed = SegmentAppender::resume(512, &prefix).unwrap();
+        let mut bytes = vec![0u8; 512];
+        bytes[..prefix.len()].copy_from_slice(&prefix);
+        resumed
+            .append(&mut bytes[prefix.len()..], EntryType::Batch, b"two")
+            .unwrap();
+        assert_eq!(bytes, whole.bytes, "same bytes, trailer chain included");
+        assert!(SegmentAppender::resume(512, &prefix[..prefix.len() - 1]).is_none());
     }
 
     #[test]

@@ -54,6 +54,11 @@ statuses! {
     PositionOutOfRange = 16,
     /// The group was freed by retention; resume from the log's oldest group.
     GroupRetired = 17,
+    /// The request named an older ownership epoch than the broker holds: the streamlet moved
+    /// (or was rebuilt); refresh metadata and re-route.
+    StaleEpoch = 18,
+    /// The streamlet is being rebuilt after its owner crashed: retry shortly.
+    Recovering = 19,
 
     /// The broker's segment memory budget is full: retry later (backpressure).
     Backpressure = 20,
@@ -68,6 +73,9 @@ statuses! {
     /// The batch was appended long ago and the broker no longer remembers where: it is in the
     /// log, but no location can be given for it.
     DuplicateSequence = 25,
+    /// A segment the streamlet needs is on no live backup: it is not served (never with a
+    /// silent hole) until a backup that holds it comes back.
+    StreamletLost = 26,
 
     NoBrokers = 30,
     UnknownServer = 31,
@@ -108,6 +116,8 @@ impl Status {
                 | Status::OutOfOrderSequence
                 | Status::NoBrokers
                 | Status::BackupPoolFull
+                | Status::StaleEpoch
+                | Status::Recovering
         )
     }
 
@@ -115,7 +125,12 @@ impl Status {
     pub fn needs_metadata_refresh(self) -> bool {
         matches!(
             self,
-            Status::NotOwner | Status::ShuttingDown | Status::UnknownStream
+            Status::NotOwner
+                | Status::ShuttingDown
+                | Status::UnknownStream
+                | Status::StaleEpoch
+                | Status::Recovering
+                | Status::StreamletLost
         )
     }
 }

@@ -143,11 +143,13 @@ pub fn describe(replica: &Replica) -> ReplicaInfo {
     info
 }
 
+/// Bytes of one replica's valid prefix. No fencing check: recovery reads the replicas of a
+/// crashed primary, and reading changes nothing.
 pub fn read(
     store: &BackupStore,
     request: &ReadReplicaRequest,
 ) -> Result<ReadReplicaResponse, BackupError> {
-    let replica = store.find(request.primary, &request.replica)?;
+    let replica = store.find_epoch(request.primary, &request.replica, request.epoch)?;
     let (bytes, outcome) = valid_bytes(&replica)?;
     let valid = outcome.valid_len;
     let start = (request.offset as usize).min(valid);

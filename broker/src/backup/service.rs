@@ -11,8 +11,8 @@ use tailstream_net::{Reply, Response};
 use tailstream_wire::messages::RdmaConnectResponse;
 use tailstream_wire::messages::{
     BufferDescriptor, ListReplicasRequest, ListReplicasResponse, RdmaConnectRequest,
-    ReadReplicaRequest, ReplicaCloseRequest, ReplicaFreeRequest, ReplicaOpenRequest,
-    ReplicaSetEpochRequest, ReplicaWriteRequest,
+    ReadReplicaRequest, ReplicaAdoptRequest, ReplicaCloseRequest, ReplicaFreeRequest,
+    ReplicaOpenRequest, ReplicaSetEpochRequest, ReplicaWriteRequest,
 };
 use tailstream_wire::{Decode, Encode, Opcode, Status};
 
@@ -172,10 +172,26 @@ impl BackupService {
             },
             Opcode::ListReplicas => match ListReplicasRequest::decode_exact(body) {
                 Ok(request) => blocking(move || {
+                    for crashed in &request.fence {
+                        store.fence(*crashed);
+                    }
                     let replicas = store.replicas(request.primary);
                     Ok(ListReplicasResponse {
                         replicas: replicas.iter().map(|r| ops::describe(r)).collect(),
                     })
+                }),
+                Err(e) => malformed(e),
+            },
+            Opcode::ReplicaAdopt => match ReplicaAdoptRequest::decode_exact(body) {
+                Ok(request) => blocking(move || {
+                    store.adopt(
+                        request.from,
+                        request.new_primary,
+                        &request.replica,
+                        request.epoch,
+                        request.new_epoch,
+                    )?;
+                    Ok(tailstream_wire::messages::Empty {})
                 }),
                 Err(e) => malformed(e),
             },

@@ -340,6 +340,98 @@ impl BackupStore {
             .map(|(_, replica)| replica)
     }
 
+    /// `primary`'s replica of `id` at exactly `epoch`, fenced or not (for reads).
+    pub fn find_epoch(
+        &self,
+        primary: ServerId,
+        id: &ReplicaId,
+        epoch: u32,
+    ) -> Result<Arc<Replica>, BackupError> {
+        let index = self.lock();
+        index
+            .by_id
+            .get(&(primary.index, *id, epoch))
+            .filter(|r| r.primary == primary)
+            .cloned()
+            .ok_or(BackupError::UnknownReplica)
+    }
+
+    /// Fences `crashed` (declared crashed by the coordinator): from now on nothing of that
+    /// generation is accepted, whether or not its slot has a newer incarnation yet.
+    pub fn fence(&self, crashed: ServerId) {
+        let next = ServerId::new(crashed.index, crashed.generation.saturating_add(1));
+        Self::note_generation_locked(&mut self.lock(), next);
+    }
+
+    /// Recovery adopts a closed replica: `from`'s replica of `id` at `epoch` becomes
+    /// `new_primary`'s at `new_epoch`, its segment file moved into the new primary's
+    /// directory. Idempotent: adopting again what was adopted succeeds.
+    pub fn adopt(
+        &self,
+        from: ServerId,
+        new_primary: ServerId,
+        id: &ReplicaId,
+        epoch: u32,
+        new_epoch: u32,
+    ) -> Result<(), BackupError> {
+        self.check_primary(new_primary)?;
+        {
+            let index = self.lock();
+            if let Some(done) = index.by_id.get(&(new_primary.index, *id, new_epoch))
+                && done.primary == new_primary
+            {
+                return Ok(());
+            }
+        }
+        let old = self.find_epoch(from, id, epoch)?;
+        if !old.is_closed() {
+            return Err(BackupError::State(
+                "only a closed replica can be adopted".into(),
+            ));
+        }
+        let mut meta = old.meta().clone();
+        meta.primary = new_primary;
+        meta.epoch = new_epoch;
+        let adopted = Replica::new(self.new_key(), &self.root, meta, None);
+        std::fs::create_dir_all(adopted.dir()).map_err(io)?;
+        std::fs::rename(old.segment_path(), adopted.segment_path()).map_err(io)?;
+        std::fs::File::open(adopted.dir())
+            .and_then(|d| d.sync_all())
+            .map_err(io)?;
+        {
+            let mut index = self.lock();
+            index.by_id.remove(&(from.index, *id, epoch));
+            index.by_key.remove(&old.key);
+        }
+        self.insert(adopted);
+        Ok(())
+    }
+
+    /// Drops every replica of exactly this (crashed, recovered) generation: what recovery
+    /// adopted belongs to other primaries by now, the rest is garbage. Returns how many.
+    pub fn drop_generation(&self, retired: ServerId) -> usize {
+        let gone: Vec<Arc<Replica>> = {
+            let mut index = self.lock();
+            let keys: Vec<ReplicaKey> = index
+                .by_id
+                .iter()
+                .filter(|(_, r)| r.primary == retired)
+                .map(|(k, _)| *k)
+                .collect();
+            keys.into_iter()
+                .filter_map(|key| {
+                    let replica = index.by_id.remove(&key)?;
+                    index.by_key.remove(&replica.key);
+                    Some(replica)
+                })
+                .collect()
+        };
+        for replica in &gone {
+            self.discard(replica);
+        }
+        gone.len()
+    }
+
     /// The replica the key names, if it is `primary`'s replica of `id`.
     pub fn find_by_key(
         &self,

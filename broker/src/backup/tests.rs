@@ -111,6 +111,7 @@ fn replicas_survive_a_restart_open_ones_rescanned_closed_ones_verified() {
         &ReadReplicaRequest {
             primary: p,
             replica: id(1),
+            epoch: 1,
             offset: 0,
             max_bytes: 1 << 20,
         },
@@ -152,6 +153,7 @@ fn a_closed_replica_with_a_flipped_bit_is_reported_corrupt_and_never_served() {
             &ReadReplicaRequest {
                 primary: p,
                 replica: id(1),
+                epoch: 1,
                 offset: 0,
                 max_bytes: 100,
             },

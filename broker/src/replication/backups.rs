@@ -10,8 +10,8 @@ use std::time::Duration;
 use tailstream_config::{OneSidedTransport, ReplicationMode};
 use tailstream_net::{RpcClientConfig, RpcPool};
 use tailstream_wire::messages::{
-    BufferDescriptor, Empty, ReplicaCloseRequest, ReplicaFreeRequest, ReplicaOpenRequest,
-    ReplicaSetEpochRequest,
+    BufferDescriptor, Empty, ReadReplicaRequest, ReadReplicaResponse, ReplicaAdoptRequest,
+    ReplicaCloseRequest, ReplicaFreeRequest, ReplicaOpenRequest, ReplicaSetEpochRequest,
 };
 use tailstream_wire::{Encode, Opcode, ServerId};
 
@@ -178,6 +178,26 @@ impl Backups {
         request: &ReplicaSetEpochRequest,
     ) -> Result<(), String> {
         self.call(addr, Opcode::ReplicaSetEpoch, request)
+            .await
+            .map(|_| ())
+    }
+
+    /// Recovery: a slice of a replica's valid prefix.
+    pub async fn read(
+        &self,
+        addr: &str,
+        request: &ReadReplicaRequest,
+    ) -> Result<ReadReplicaResponse, String> {
+        let client = self.pool.get(addr).await.map_err(|e| e.to_string())?;
+        client
+            .call(Opcode::ReadReplica, request)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Recovery: a closed replica of a crashed primary becomes this broker's.
+    pub async fn adopt(&self, addr: &str, request: &ReplicaAdoptRequest) -> Result<(), String> {
+        self.call(addr, Opcode::ReplicaAdopt, request)
             .await
             .map(|_| ())
     }

@@ -20,7 +20,8 @@ pub mod selector;
 pub mod transport;
 
 use crate::storage::Streamlet;
-pub use replicator::ReplicationContext;
+pub use replicator::{ClosedRecord, RecoveredReplicas, ReplicationContext, spawn_recovered};
+pub use segment::ReplicatedSegment;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 

@@ -55,11 +55,11 @@ impl Tracked {
 
 /// A fully replicated, closed segment: where its replicas are.
 #[derive(Clone, Debug)]
-pub(super) struct ClosedRecord {
-    pub(super) id: ReplicaId,
-    pub(super) length: u32,
-    pub(super) epoch: u32,
-    pub(super) backups: Vec<ServerId>,
+pub struct ClosedRecord {
+    pub id: ReplicaId,
+    pub length: u32,
+    pub epoch: u32,
+    pub backups: Vec<ServerId>,
 }
 
 pub(super) enum Done {
@@ -104,25 +104,56 @@ pub(super) struct Replicator {
     pub(super) ops: FuturesUnordered<BoxFuture<'static, Done>>,
     pub(super) membership: watch::Receiver<Vec<BrokerInfo>>,
     pub(super) waiting_for_backup: bool,
+    /// Segments below this were rebuilt by recovery and are tracked as closed records and
+    /// repairs from the start, not as segments being written.
+    pub(super) floor: Option<SegmentId>,
+    /// True while every segment of the log has all its replicas (no repair pending).
+    pub(super) durable: watch::Sender<bool>,
 }
 
 /// Replicates one log of `streamlet` until the streamlet is no longer owned here.
 pub fn spawn(ctx: Arc<ReplicationContext>, streamlet: Arc<Streamlet>, log: LogId) {
+    spawn_recovered(ctx, streamlet, log, RecoveredReplicas::default());
+}
+
+/// What recovery knows of a rebuilt log's replicas: segments whose adopted copies are all
+/// there, segments with copies still to make (the recovered head among them), and the first
+/// segment id the log's own appends will have.
+#[derive(Debug, Default)]
+pub struct RecoveredReplicas {
+    pub complete: Vec<ClosedRecord>,
+    pub incomplete: Vec<ReplicatedSegment>,
+    pub floor: Option<SegmentId>,
+}
+
+/// Replicates a rebuilt log: its recovered segments are known closed (or repaired from the
+/// start), and only segments from `floor` on are written as the log appends. The returned
+/// watch turns true once no copy is missing.
+pub fn spawn_recovered(
+    ctx: Arc<ReplicationContext>,
+    streamlet: Arc<Streamlet>,
+    log: LogId,
+    recovered: RecoveredReplicas,
+) -> watch::Receiver<bool> {
     let membership = ctx.cluster.brokers();
     let replicas = streamlet.config().replicas as usize;
+    let (durable, durable_rx) = watch::channel(recovered.incomplete.is_empty());
     let replicator = Replicator {
         ctx,
         streamlet,
         log,
         replicas,
         active: VecDeque::new(),
-        repairs: Vec::new(),
-        closed: VecDeque::new(),
+        repairs: recovered.incomplete.into_iter().map(Tracked::new).collect(),
+        closed: recovered.complete.into(),
         ops: FuturesUnordered::new(),
         membership,
         waiting_for_backup: false,
+        floor: recovered.floor,
+        durable,
     };
     tokio::spawn(replicator.run());
+    durable_rx
 }
 
 fn replica_id(
@@ -158,6 +189,9 @@ impl Replicator {
             self.drive();
             self.commit();
             self.retire();
+            let durable = self.repairs.is_empty();
+            self.durable
+                .send_if_modified(|d| std::mem::replace(d, durable) != durable);
             let retry = self.waiting_for_backup;
             tokio::select! {
                 _ = wake.notified() => {}
@@ -185,7 +219,7 @@ impl Replicator {
 
     /// Tracks the log's new segments (and the reserved next one) and their written bytes.
     fn sync_with_log(&mut self) {
-        let from = self.active.front().map(|t| t.seg.id.segment);
+        let from = self.active.front().map(|t| t.seg.id.segment).or(self.floor);
         let views = self.log().segments_since(from);
         for view in views {
             let position = self

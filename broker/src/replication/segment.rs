@@ -162,6 +162,23 @@ impl ReplicatedSegment {
         self.epoch
     }
 
+    /// A segment rebuilt by recovery: `length` bytes, already closed on `holders` at `epoch`
+    /// (the copies recovery adopted), with `replicas - holders` copies still to make, as
+    /// replacements (filling, then counted at a higher epoch once complete).
+    pub fn recovered(
+        id: ReplicaId,
+        length: u32,
+        epoch: u32,
+        holders: &[ServerId],
+        replicas: usize,
+    ) -> Self {
+        let mut seg = Self::closed(id, length, epoch, holders);
+        while seg.slots.len() < replicas {
+            seg.slots.push(Slot::fresh(true));
+        }
+        seg
+    }
+
     pub fn slots(&self) -> &[Slot] {
         &self.slots
     }

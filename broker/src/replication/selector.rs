@@ -58,6 +58,7 @@ mod tests {
             server_id: ServerId::new(index, generation),
             rpc_addr: format!("127.0.0.1:{index}"),
             peer_addr: format!("127.0.0.1:{}", 10_000 + index),
+            crashed: false,
             admin_addr: String::new(),
             alive,
         }

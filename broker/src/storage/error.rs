@@ -41,6 +41,15 @@ pub enum StorageError {
     /// retrying. Made only through `StorageError::invariant`, which makes it loud.
     #[error("internal error (a broker bug): {0}")]
     Invariant(&'static str),
+    #[error("record offset {offset} is not in this log (live offsets {first}..={committed})")]
+    OffsetOutOfRange {
+        offset: tailstream_wire::RecordOffset,
+        first: tailstream_wire::RecordOffset,
+        committed: tailstream_wire::RecordOffset,
+    },
+    /// A replica read for recovery does not rebuild into a valid log.
+    #[error("recovered segment refused: {0}")]
+    Recovery(String),
 }
 
 impl StorageError {
@@ -60,13 +69,17 @@ impl StorageError {
             StorageError::UnknownGroup(_) => Status::UnknownGroup,
             StorageError::GroupRetired(_) => Status::GroupRetired,
             StorageError::UnknownSegment(_) => Status::UnknownSegment,
-            StorageError::PositionOutOfRange { .. } => Status::PositionOutOfRange,
+            StorageError::PositionOutOfRange { .. } | StorageError::OffsetOutOfRange { .. } => {
+                Status::PositionOutOfRange
+            }
             StorageError::Backpressure { .. } => Status::Backpressure,
             StorageError::BatchTooLarge { .. } => Status::BatchTooLarge,
             StorageError::OutOfOrderSequence { .. } => Status::OutOfOrderSequence,
             StorageError::DuplicateSequence(_) => Status::DuplicateSequence,
             StorageError::ReplicationBacklog { .. } => Status::Busy,
-            StorageError::DigestTooLarge { .. } | StorageError::Invariant(_) => Status::Internal,
+            StorageError::DigestTooLarge { .. }
+            | StorageError::Invariant(_)
+            | StorageError::Recovery(_) => Status::Internal,
         }
     }
 }

@@ -88,7 +88,7 @@ pub struct ReadOutcome {
 
 /// An append waiting for replication: where it ends, its size, and the offset after it.
 #[derive(Clone, Copy, Debug)]
-struct PendingCommit {
+pub(super) struct PendingCommit {
     point: CommitPoint,
     bytes: u64,
     next_offset: RecordOffset,
@@ -99,14 +99,14 @@ pub(super) struct LogState {
     pub(super) groups: VecDeque<Group>,
     pub(super) next_offset: RecordOffset,
     pub(super) committed_offset: RecordOffset,
-    producers: ProducerTable<AppendLocation>,
+    pub(super) producers: ProducerTable<AppendLocation>,
     /// Every live segment of the log, in order: the body of each new segment's digest.
     pub(super) live_segments: Vec<DigestSegment>,
     /// Ids reserved for the segment after the head (and whether it opens a new group).
-    upcoming: Option<(GroupId, SegmentId)>,
+    pub(super) upcoming: Option<(GroupId, SegmentId)>,
     /// Appends not yet committed (replicated logs only), oldest first.
-    pending: VecDeque<PendingCommit>,
-    pending_bytes: u64,
+    pub(super) pending: VecDeque<PendingCommit>,
+    pub(super) pending_bytes: u64,
 }
 
 #[derive(Debug)]
@@ -363,6 +363,12 @@ impl Log {
             self.replication_wake().notify_one();
         }
         Ok(())
+    }
+
+    /// A rebuilt log is committed through `point` (all of it): readers and waiting producers
+    /// see it.
+    pub(super) fn commit_rebuilt(&self, point: CommitPoint) {
+        self.commits.send_replace(point);
     }
 
     /// Replicated logs: every byte up to `point` is on every backup. Makes it readable,

@@ -85,6 +85,37 @@ impl Log {
         }
     }
 
+    /// Where the batch holding record `offset` starts (group, segment, position), or the end
+    /// of the committed data when `offset` is the next offset to be committed.
+    pub fn locate_offset(
+        &self,
+        offset: RecordOffset,
+    ) -> Result<(GroupId, SegmentId, SegmentPosition), StorageError> {
+        let state = self.lock();
+        let out_of_range = || StorageError::OffsetOutOfRange {
+            offset,
+            first: state
+                .groups
+                .front()
+                .map_or(state.next_offset, |g| g.summary().first_offset),
+            committed: state.committed_offset,
+        };
+        if offset > state.committed_offset {
+            return Err(out_of_range());
+        }
+        let segment = state
+            .groups
+            .iter()
+            .rev()
+            .flat_map(|g| g.segments().iter().rev().map(move |s| (g.id(), s)))
+            .find(|(_, s)| s.base_offset() <= offset);
+        let Some((group, segment)) = segment else {
+            return Err(out_of_range());
+        };
+        let position = segment.position_of_offset(offset);
+        Ok((group, segment.id(), to_position(position)))
+    }
+
     /// Runs `f` on one live segment (tests and diagnostics; holds the log's lock meanwhile).
     pub fn with_segment<T>(
         &self,
@@ -113,6 +144,12 @@ impl Log {
     pub fn offsets(&self) -> (RecordOffset, RecordOffset) {
         let state = self.lock();
         (state.next_offset, state.committed_offset)
+    }
+
+    /// The newest segment, if any.
+    pub fn head_segment(&self) -> Option<SegmentId> {
+        let state = self.lock();
+        state.groups.back()?.head().map(Segment::id)
     }
 
     /// Written bytes of all live groups.

@@ -3,7 +3,8 @@
 //! `store` (every streamlet this broker owns) → `streamlet` (a MultiLog of Q logs) → `log`
 //! (append lock, head segment, groups) → `group` → `segment` (pre-zeroed buffer of entries and
 //! trailers). `producers` keeps the idempotence state of each log, `memory` the broker-wide
-//! segment budget, `error` the reasons an operation is refused.
+//! segment budget, `error` the reasons an operation is refused, `rebuild` makes a log again
+//! from its recovered segments (recovery), keeping every id, position and offset.
 
 pub mod error;
 pub mod group;
@@ -11,6 +12,7 @@ pub mod log;
 mod log_read;
 pub mod memory;
 pub mod producers;
+mod rebuild;
 pub mod segment;
 pub mod store;
 pub mod streamlet;
@@ -18,6 +20,7 @@ pub mod streamlet;
 pub use error::StorageError;
 pub use log::{AppendLocation, Appended, CommitPoint, Log, ReadOutcome, SegmentView};
 pub use memory::SegmentMemory;
+pub use rebuild::{RebuildSummary, RecoveredSegment};
 pub use store::Store;
 pub use streamlet::Streamlet;
 

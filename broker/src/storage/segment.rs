@@ -63,6 +63,49 @@ impl Segment {
         }
     }
 
+    /// A sealed, fully committed segment rebuilt from `valid`, the valid prefix of one of its
+    /// replicas (recovery): the same bytes at the same positions, one chunk per append, so
+    /// every position a consumer holds is an entry boundary here too. `None` unless `valid`
+    /// is exactly a valid prefix that fits.
+    pub fn recovered(
+        id: SegmentId,
+        capacity_bytes: usize,
+        valid: &[u8],
+        base_offset: RecordOffset,
+        lease: MemoryLease,
+    ) -> Option<Self> {
+        let appender = SegmentAppender::resume(capacity_bytes, valid)?;
+        let mut tail = BytesMut::zeroed(capacity_bytes);
+        tail[..valid.len()].copy_from_slice(valid);
+        let mut chunks = Vec::new();
+        let mut position = 0usize;
+        for entry in tailstream_wire::scan::EntryIter::new(valid, false) {
+            let entry = entry.ok()?;
+            if entry.header.entry_type == EntryType::Trailer {
+                let end = entry.end();
+                let bytes = tail.split_to(end - position).freeze();
+                chunks.push(Chunk {
+                    position: u32::try_from(position).ok()?,
+                    bytes,
+                });
+                position = end;
+            }
+        }
+        if position != valid.len() {
+            return None;
+        }
+        Some(Self {
+            id,
+            base_offset,
+            chunks,
+            tail: BytesMut::new(),
+            appender,
+            committed_bytes: valid.len(),
+            sealed: true,
+            _lease: lease,
+        })
+    }
+
     pub fn id(&self) -> SegmentId {
         self.id
     }
@@ -179,6 +222,33 @@ impl Segment {
         Ok((parts, next))
     }
 
+    /// The position of the committed batch entry that holds record `offset`, or the end of
+    /// the committed bytes when `offset` lies past every committed batch here.
+    pub fn position_of_offset(&self, offset: RecordOffset) -> usize {
+        for chunk in &self.chunks {
+            if chunk.end() > self.committed_bytes {
+                break;
+            }
+            let Some(entry) = tailstream_wire::scan::entry_at(&chunk.bytes, 0).ok() else {
+                continue;
+            };
+            if entry.header.entry_type != EntryType::Batch {
+                continue;
+            }
+            let Ok(info) = tailstream_wire::batch::read_batch_header(entry.payload) else {
+                continue;
+            };
+            let Some(base) = tailstream_wire::batch::base_offset(entry.payload) else {
+                continue;
+            };
+            let end = base.checked_advance(info.record_count).unwrap_or(base);
+            if offset < end {
+                return chunk.position as usize;
+            }
+        }
+        self.committed_bytes
+    }
+
     /// The written bytes `from..to` as zero-copy slices of the chunks they lie in.
     pub fn slice(&self, from: usize, to: usize) -> Vec<Bytes> {
         let to = to.min(self.written_bytes());
@@ -287,6 +357,38 @@ mod tests {
                 assert_eq!(got, &whole[from..to], "{from}..{to}");
             }
         }
+    }
+
+    #[test]
+    fn a_recovered_segment_serves_the_same_entries_at_the_same_positions() {
+        let mut original = segment(1024);
+        append(&mut original, EntryType::LogDigest, b"digest");
+        let a = append(&mut original, EntryType::Batch, b"first");
+        let b = append(&mut original, EntryType::Batch, b"second");
+        original.commit_to(b.end);
+        let valid: Vec<u8> = original.written_chunks().flat_map(|c| c.to_vec()).collect();
+        let lease = SegmentMemory::new(1 << 30).try_reserve(1024).unwrap();
+        let recovered =
+            Segment::recovered(SegmentId(1), 1024, &valid, RecordOffset(0), lease).unwrap();
+        assert!(recovered.is_complete() && !recovered.fits(1));
+        assert_eq!(recovered.first_entry_position(), a.position);
+        assert_eq!(
+            recovered.read_committed(a.position, 1 << 20).unwrap(),
+            original.read_committed(a.position, 1 << 20).unwrap()
+        );
+        assert_eq!(recovered.written_bytes(), b.end);
+        let lease = SegmentMemory::new(1 << 30).try_reserve(1024).unwrap();
+        assert!(
+            Segment::recovered(
+                SegmentId(1),
+                1024,
+                &valid[..b.end - 1],
+                RecordOffset(0),
+                lease
+            )
+            .is_none(),
+            "not a valid prefix"
+        );
     }
 
     #[test]

@@ -52,10 +52,14 @@ impl Store {
             .ok_or(StorageError::NotOwner)
     }
 
-    /// Makes the owned set exactly `assignments`: creates the streamlets that are new and drops
-    /// those no longer assigned here. Returns (the created streamlets, how many were dropped).
+    /// Makes the owned set `assignments` (as of coordinator metadata `version`): creates the
+    /// streamlets that are new (not those being recovered: a `RecoverStreamlet` brings them),
+    /// gives every owned one its epoch and whether it serves, and drops those no longer
+    /// assigned here (unless created for a newer version than this assignment). Returns (the
+    /// created streamlets, how many were dropped).
     pub fn apply_assignments(
         &self,
+        version: u64,
         assignments: &[StreamletAssignment],
     ) -> (Vec<Arc<Streamlet>>, usize) {
         let mut streamlets = self.streamlets.write().unwrap_or_else(|p| p.into_inner());
@@ -64,24 +68,64 @@ impl Store {
             .map(|a| ((a.stream, a.streamlet), a))
             .collect();
         let before = streamlets.len();
-        streamlets.retain(|key, _| wanted.contains_key(key));
+        streamlets.retain(|key, streamlet| {
+            wanted.contains_key(key) || streamlet.created_version() > version
+        });
         let dropped = before - streamlets.len();
         let mut created = Vec::new();
         for (key, assignment) in wanted {
-            streamlets.entry(key).or_insert_with(|| {
-                let streamlet = Arc::new(Streamlet::new(
-                    assignment.stream,
-                    assignment.streamlet,
-                    assignment.config.clone(),
-                    self.memory.clone(),
-                    self.producers_per_log_max,
-                    self.replication_backlog_bytes_max,
-                ));
-                created.push(streamlet.clone());
-                streamlet
-            });
+            if let Some(existing) = streamlets.get(&key) {
+                existing.set_ownership(assignment.epoch, !assignment.recovering);
+                continue;
+            }
+            if assignment.recovering {
+                continue;
+            }
+            let streamlet = Arc::new(Streamlet::new(
+                assignment.stream,
+                assignment.streamlet,
+                assignment.config.clone(),
+                self.memory.clone(),
+                self.producers_per_log_max,
+                self.replication_backlog_bytes_max,
+            ));
+            streamlet.set_ownership(assignment.epoch, true);
+            created.push(streamlet.clone());
+            streamlets.insert(key, streamlet);
         }
         (created, dropped)
+    }
+
+    /// Adds a streamlet recovery rebuilt; an existing one at the same or a newer epoch stays
+    /// (a retried recovery finds its first rebuild). Returns the streamlet now held, and
+    /// whether it is the one given.
+    pub fn insert_recovered(&self, rebuilt: Arc<Streamlet>) -> (Arc<Streamlet>, bool) {
+        let mut streamlets = self.streamlets.write().unwrap_or_else(|p| p.into_inner());
+        let key = (rebuilt.stream(), rebuilt.id());
+        match streamlets.get(&key) {
+            Some(existing) if existing.epoch() >= rebuilt.epoch() => (existing.clone(), false),
+            _ => {
+                streamlets.insert(key, rebuilt.clone());
+                (rebuilt, true)
+            }
+        }
+    }
+
+    /// Drops every streamlet (this incarnation was declared crashed: it serves nothing more).
+    pub fn clear(&self) -> usize {
+        let mut streamlets = self.streamlets.write().unwrap_or_else(|p| p.into_inner());
+        let dropped = streamlets.len();
+        streamlets.clear();
+        dropped
+    }
+
+    /// The memory budget and limits a rebuilt streamlet is made with.
+    pub fn rebuild_limits(&self) -> (SegmentMemory, usize, u64) {
+        (
+            self.memory.clone(),
+            self.producers_per_log_max,
+            self.replication_backlog_bytes_max,
+        )
     }
 
     /// Whether `streamlet` is still owned here (not dropped by a newer assignment).

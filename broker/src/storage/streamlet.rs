@@ -3,12 +3,15 @@
 //! A producer's batches always go to the same log (`producer id mod Q`), so Q producers append
 //! in parallel, each under its own log's lock, and one producer's batches stay in order.
 //! Group and segment ids are drawn from counters shared by the streamlet's logs, so they are
-//! unique within the streamlet and only increase.
+//! unique within the streamlet and only increase (a rebuilt streamlet's counters start above
+//! every id its crashed owner used). A streamlet carries its ownership epoch and whether it
+//! serves yet (a rebuilt one waits for the coordinator's word).
 
 use super::error::StorageError;
 use super::log::{Appended, Log};
 use super::memory::SegmentMemory;
-use std::sync::atomic::{AtomicU64, Ordering};
+use super::rebuild::{RebuildSummary, RecoveredSegment};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tailstream_wire::batch::BatchInfo;
 use tailstream_wire::messages::{LogGroups, StreamConfig};
@@ -22,6 +25,14 @@ pub struct IdAllocator {
 }
 
 impl IdAllocator {
+    /// Counters that hand out `group` and `segment` next.
+    pub fn starting_at(group: GroupId, segment: SegmentId) -> Self {
+        Self {
+            next_group: AtomicU64::new(group.0),
+            next_segment: AtomicU64::new(segment.0),
+        }
+    }
+
     pub fn next_group(&self) -> GroupId {
         GroupId(self.next_group.fetch_add(1, Ordering::Relaxed))
     }
@@ -41,12 +52,35 @@ pub struct StreamletShared {
     pub ids: IdAllocator,
     /// Appended but not yet replicated bytes a log may hold (replicated streams only).
     pub replication_backlog_bytes_max: u64,
+    pub producers_per_log_max: usize,
+}
+
+/// Whether a request may be served here, and if not, why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    Serve,
+    /// The request named an older epoch: the client must refresh and re-route.
+    StaleEpoch {
+        ours: u32,
+    },
+    /// The request named a newer epoch than we hold (our assignment is behind, or we are a
+    /// zombie): not ours to serve.
+    NewerEpoch {
+        ours: u32,
+    },
+    /// Rebuilt (or being rebuilt) and not yet handed over.
+    Recovering,
 }
 
 #[derive(Debug)]
 pub struct Streamlet {
     shared: StreamletShared,
     logs: Vec<Log>,
+    epoch: AtomicU32,
+    serving: AtomicBool,
+    /// The coordinator metadata version this streamlet was created for: an assignment older
+    /// than that never drops it.
+    created_version: u64,
 }
 
 impl Streamlet {
@@ -69,9 +103,81 @@ impl Streamlet {
                 memory,
                 ids: IdAllocator::default(),
                 replication_backlog_bytes_max,
+                producers_per_log_max,
             },
             logs,
+            epoch: AtomicU32::new(1),
+            serving: AtomicBool::new(true),
+            created_version: 0,
         }
+    }
+
+    /// A streamlet rebuilt from recovered segments (per log, in log order), at `epoch`, not
+    /// serving until `set_ownership` says so; its id counters start at `next_ids`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rebuilt(
+        stream: StreamId,
+        streamlet: StreamletId,
+        config: StreamConfig,
+        memory: SegmentMemory,
+        producers_per_log_max: usize,
+        replication_backlog_bytes_max: u64,
+        epoch: u32,
+        created_version: u64,
+        next_ids: (GroupId, SegmentId),
+        logs: &[(LogId, Vec<RecoveredSegment>)],
+        now: Instant,
+    ) -> Result<(Self, Vec<RebuildSummary>), StorageError> {
+        let mut rebuilt = Self::new(
+            stream,
+            streamlet,
+            config,
+            memory,
+            producers_per_log_max,
+            replication_backlog_bytes_max,
+        );
+        rebuilt.shared.ids = IdAllocator::starting_at(next_ids.0, next_ids.1);
+        rebuilt.epoch = AtomicU32::new(epoch);
+        rebuilt.serving = AtomicBool::new(false);
+        rebuilt.created_version = created_version;
+        let mut summaries = Vec::new();
+        for (log, segments) in logs {
+            let target = rebuilt.log(*log)?;
+            summaries.push(target.rebuild(&rebuilt.shared, segments, now)?);
+        }
+        Ok((rebuilt, summaries))
+    }
+
+    /// Whether a request naming `epoch` may be served.
+    pub fn admit(&self, epoch: u32) -> Admission {
+        let ours = self.epoch.load(Ordering::Acquire);
+        if epoch < ours {
+            Admission::StaleEpoch { ours }
+        } else if epoch > ours {
+            Admission::NewerEpoch { ours }
+        } else if !self.serving.load(Ordering::Acquire) {
+            Admission::Recovering
+        } else {
+            Admission::Serve
+        }
+    }
+
+    pub fn epoch(&self) -> u32 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    pub fn is_serving(&self) -> bool {
+        self.serving.load(Ordering::Acquire)
+    }
+
+    /// The coordinator's word on this streamlet: its epoch, and whether it serves.
+    pub fn set_ownership(&self, epoch: u32, serving: bool) {
+        self.epoch.store(epoch, Ordering::Release);
+        self.serving.store(serving, Ordering::Release);
+    }
+
+    pub fn created_version(&self) -> u64 {
+        self.created_version
     }
 
     pub fn stream(&self) -> StreamId {

@@ -5,6 +5,12 @@
 //! Each pair has a [`cursor::Cursor`]; at most one fetch per cursor is in flight, fetches of
 //! different cursors run concurrently and long-poll at the head of their log.
 //!
+//! When a streamlet's owner crashes, its cursors keep their positions (recovery keeps every
+//! position and offset) and wait: they refresh the metadata until the streamlet serves again,
+//! on its new owner under a new epoch, and go on from where they were. While any of them waits,
+//! `unavailable` says which streamlet and why, so a caller never mistakes the wait for the end
+//! of the stream.
+//!
 //! - [`cursor`]: the position in one log and how it moves (pure).
 //! - [`decode`]: fetched entries to records, every checksum verified.
 
@@ -24,7 +30,8 @@ use std::time::{Duration, Instant};
 use tailstream_config::ConsumerConfig;
 use tailstream_net::RpcError;
 use tailstream_wire::messages::{
-    FetchRequest, FetchResponse, ListGroupsRequest, ListGroupsResponse, StreamMetadata,
+    FetchRequest, FetchResponse, ListGroupsRequest, ListGroupsResponse, PlacementState,
+    StreamMetadata,
 };
 use tailstream_wire::{LogId, Opcode, Status, StreamletId};
 
@@ -58,6 +65,10 @@ pub struct Consumer {
     /// When each idle cursor may issue its next request.
     not_before: Vec<Instant>,
     busy: Vec<bool>,
+    /// Why each cursor cannot read right now (its streamlet is recovering or lost, or its
+    /// owner does not answer), until it reads again.
+    blocked: Vec<Option<String>>,
+    last_refresh: Option<Instant>,
     in_flight: FuturesUnordered<BoxFuture<'static, (usize, Outcome)>>,
 }
 
@@ -113,6 +124,8 @@ impl Consumer {
             config,
             not_before: vec![now; cursors.len()],
             busy: vec![false; cursors.len()],
+            blocked: vec![None; cursors.len()],
+            last_refresh: None,
             cursors,
             in_flight: FuturesUnordered::new(),
         })
@@ -121,6 +134,20 @@ impl Consumer {
     /// Where this consumer is in each of its logs: pass these to `new` to resume.
     pub fn positions(&self) -> Vec<LogPosition> {
         self.cursors.iter().filter_map(Cursor::position).collect()
+    }
+
+    /// The streamlets this consumer waits for (recovering, lost, or not answering) and why.
+    /// Empty when every streamlet it reads is reachable.
+    pub fn unavailable(&self) -> Vec<(StreamletId, String)> {
+        let mut waiting: Vec<(StreamletId, String)> = self
+            .cursors
+            .iter()
+            .zip(&self.blocked)
+            .filter_map(|(cursor, why)| Some((cursor.streamlet, why.clone()?)))
+            .collect();
+        waiting.sort_by_key(|(streamlet, _)| *streamlet);
+        waiting.dedup_by_key(|(streamlet, _)| *streamlet);
+        waiting
     }
 
     /// Records skipped because retention freed them before they were read.
@@ -136,6 +163,7 @@ impl Consumer {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut records = Vec::new();
         loop {
+            self.refresh_if_waiting().await;
             self.launch();
             let next_launch = self.next_launch();
             let wake = match next_launch {
@@ -166,9 +194,30 @@ impl Consumer {
             .min()
     }
 
+    /// While a cursor waits for its streamlet, asks for fresh metadata (at most every
+    /// `group_refresh_ms`).
+    async fn refresh_if_waiting(&mut self) {
+        if self.blocked.iter().all(Option::is_none) {
+            return;
+        }
+        let every = Duration::from_millis(self.config.group_refresh_ms.max(1));
+        let now = Instant::now();
+        if self
+            .last_refresh
+            .is_some_and(|at| now.duration_since(at) < every)
+        {
+            return;
+        }
+        self.last_refresh = Some(now);
+        if let Ok(metadata) = self.cluster.refresh_stream(&self.metadata.name).await {
+            self.metadata = metadata;
+        }
+    }
+
     /// Starts the next request of every idle cursor whose wait is over.
     fn launch(&mut self) {
         let now = Instant::now();
+        let retry_later = Duration::from_millis(self.config.group_refresh_ms.max(1));
         for index in 0..self.cursors.len() {
             if self.busy[index] || now < self.not_before[index] {
                 continue;
@@ -177,13 +226,26 @@ impl Consumer {
             let Some(placement) = self.metadata.streamlets.get(cursor.streamlet.0 as usize) else {
                 continue;
             };
+            if placement.state != PlacementState::Serving {
+                self.blocked[index] = Some(format!(
+                    "{} is {:?}: {}",
+                    cursor.streamlet, placement.state, placement.detail
+                ));
+                self.not_before[index] = now + retry_later;
+                continue;
+            }
+            let epoch = placement.epoch;
             let addr = placement.owner_addr.clone();
             let cluster = self.cluster.clone();
             let stream = self.metadata.id;
             let streamlet = cursor.streamlet;
             let future: BoxFuture<'static, (usize, Outcome)> = match cursor.step() {
                 Step::ListGroups => async move {
-                    let request = ListGroupsRequest { stream, streamlet };
+                    let request = ListGroupsRequest {
+                        stream,
+                        streamlet,
+                        epoch,
+                    };
                     let result = match cluster.broker(&addr).await {
                         Ok(client) => client.call(Opcode::ListGroups, &request).await,
                         Err(error) => Err(error),
@@ -199,6 +261,7 @@ impl Consumer {
                     let request = FetchRequest {
                         stream,
                         streamlet,
+                        epoch,
                         log: cursor.log,
                         group,
                         segment,
@@ -233,6 +296,7 @@ impl Consumer {
         let log = cursor.log;
         let error = match outcome {
             Outcome::Groups(Ok(groups)) => {
+                self.blocked[index] = None;
                 let found = groups.logs.iter().find(|l| l.log == log);
                 let ready = found.is_some_and(|groups| cursor.on_groups(groups));
                 if !ready {
@@ -241,6 +305,7 @@ impl Consumer {
                 return Ok(());
             }
             Outcome::Fetched(Ok(response)) => {
+                self.blocked[index] = None;
                 let next = decode::decode_entries(
                     cursor.streamlet,
                     log,
@@ -265,10 +330,13 @@ impl Consumer {
             _ if error.is_retryable() => {
                 let stale = error.is_transport()
                     || error.status().is_some_and(|s| s.needs_metadata_refresh());
-                if stale
-                    && let Ok(metadata) = self.cluster.refresh_stream(&self.metadata.name).await
-                {
-                    self.metadata = metadata;
+                if stale {
+                    let streamlet = self.cursors[index].streamlet;
+                    self.blocked[index] = Some(format!("{streamlet}: {error}"));
+                    if let Ok(metadata) = self.cluster.refresh_stream(&self.metadata.name).await {
+                        self.metadata = metadata;
+                        self.last_refresh = Some(Instant::now());
+                    }
                 }
                 self.not_before[index] = Instant::now() + retry_later;
                 Ok(())
@@ -292,6 +360,7 @@ async fn list_groups(
     let request = ListGroupsRequest {
         stream: metadata.id,
         streamlet,
+        epoch: placement.epoch,
     };
     Ok(client.call(Opcode::ListGroups, &request).await?)
 }

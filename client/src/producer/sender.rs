@@ -18,12 +18,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tailstream_config::ProducerConfig;
 use tailstream_net::{RpcClient, RpcError};
-use tailstream_wire::messages::{ProduceRequest, ProduceResponse, StreamMetadata};
+use tailstream_wire::messages::{PlacementState, ProduceRequest, ProduceResponse, StreamMetadata};
 use tailstream_wire::{BatchSequence, Decode, Opcode, StreamletId};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 /// How often delivery timeouts are checked.
 const EXPIRY_CHECK: Duration = Duration::from_millis(100);
+/// How often metadata is asked for again while a streamlet with batches waiting is not serving.
+const METADATA_POLL: Duration = Duration::from_millis(100);
 
 #[derive(Debug)]
 pub(crate) enum Command {
@@ -62,6 +64,7 @@ pub(crate) struct Sender {
     lanes: Vec<Lane>,
     brokers: HashMap<String, Broker>,
     refreshing: bool,
+    last_refresh: Option<Instant>,
     events_tx: mpsc::UnboundedSender<Event>,
     events: mpsc::UnboundedReceiver<Event>,
     next_lane: usize,
@@ -89,6 +92,7 @@ impl Sender {
             lanes,
             brokers: HashMap::new(),
             refreshing: false,
+            last_refresh: None,
             events_tx,
             events,
             next_lane: 0,
@@ -243,11 +247,22 @@ impl Sender {
         }
     }
 
+    /// Refreshes metadata unless that happened within the last `METADATA_POLL`.
+    fn refresh_metadata_soon(&mut self, now: Instant) {
+        if self
+            .last_refresh
+            .is_none_or(|at| now.duration_since(at) >= METADATA_POLL)
+        {
+            self.refresh_metadata();
+        }
+    }
+
     fn refresh_metadata(&mut self) {
         if self.refreshing {
             return;
         }
         self.refreshing = true;
+        self.last_refresh = Some(Instant::now());
         let cluster = self.cluster.clone();
         let name = self.metadata.name.clone();
         let events = self.events_tx.clone();
@@ -267,7 +282,16 @@ impl Sender {
             let Some(placement) = self.metadata.streamlets.get(index) else {
                 continue;
             };
+            if placement.state != PlacementState::Serving {
+                // Being recovered (or lost): its batches wait, buffered, until it serves again
+                // (or their delivery timeout ends them).
+                if !self.lanes[index].is_idle() {
+                    self.refresh_metadata_soon(now);
+                }
+                continue;
+            }
             let addr = placement.owner_addr.clone();
+            let epoch = placement.epoch;
             let stream = self.metadata.id;
             loop {
                 let lane = &mut self.lanes[index];
@@ -294,6 +318,7 @@ impl Sender {
                 let request = ProduceRequest {
                     stream,
                     streamlet: lane.streamlet,
+                    epoch,
                     batch: Bytes::new(),
                 };
                 let prefix = Bytes::copy_from_slice(&request.encode_prefix());

@@ -75,6 +75,9 @@ pub fn messages(data: &[u8]) {
         ReplicaWriteRequest,
         RdmaConnectRequest,
         RdmaConnectResponse,
+        ReplicaAdoptRequest,
+        ReportSuspectRequest,
+        RecoverStreamletRequest,
         LogDigest
     );
     // A backup's on-disk formats: a claim record (padded or cut to its size), file names.

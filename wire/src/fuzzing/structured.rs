@@ -63,6 +63,9 @@ fn decode_body(opcode: Option<Opcode>, is_response: bool, body: Bytes) {
         (Opcode::ReplicaSetEpoch, _) => decode!(ReplicaSetEpochRequest),
         (Opcode::RdmaConnect, false) => decode!(RdmaConnectRequest),
         (Opcode::RdmaConnect, true) => decode!(RdmaConnectResponse),
+        (Opcode::ReportSuspect, _) => decode!(ReportSuspectRequest),
+        (Opcode::RecoverStreamlet, _) => decode!(RecoverStreamletRequest),
+        (Opcode::ReplicaAdopt, _) => decode!(ReplicaAdoptRequest),
     }
 }
 
@@ -313,6 +316,7 @@ pub fn produce(data: &[u8]) {
     let request = ProduceRequest {
         stream: StreamId(source.u64()),
         streamlet: StreamletId(source.u32()),
+        epoch: source.u32(),
         batch: Bytes::from(batch_from(&mut source)),
     };
     let mut framed = BytesMut::new();

@@ -3,7 +3,7 @@
 
 #[cfg(test)]
 use super::small_vec;
-use crate::ids::{ProducerId, ServerId, StreamId, StreamletId};
+use crate::ids::{LogId, ProducerId, SegmentId, ServerId, StreamId, StreamletId};
 use crate::wire_message;
 
 wire_message! {
@@ -25,12 +25,52 @@ wire_message! {
     }
 }
 
+/// Whether a streamlet can be used. Discriminants are wire values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[repr(u8)]
+pub enum PlacementState {
+    /// Its owner serves it.
+    Serving = 1,
+    /// Its owner crashed; it is being rebuilt on `owner` from the backups.
+    Recovering = 2,
+    /// A segment it needs is on no live backup: it is not served (never with a silent hole)
+    /// until a backup holding the missing replicas comes back.
+    Lost = 3,
+}
+
+impl crate::field::WireField for PlacementState {
+    const MIN_BYTES: usize = 1;
+    fn put(&self, out: &mut bytes::BytesMut) {
+        (*self as u8).put(out);
+    }
+    fn get(
+        reader: &mut crate::codec::WireReader,
+        what: &'static str,
+    ) -> Result<Self, crate::codec::DecodeError> {
+        match reader.u8(what)? {
+            1 => Ok(PlacementState::Serving),
+            2 => Ok(PlacementState::Recovering),
+            3 => Ok(PlacementState::Lost),
+            other => Err(crate::codec::DecodeError::InvalidValue {
+                what,
+                value: u64::from(other),
+            }),
+        }
+    }
+}
+
 wire_message! {
-    /// Where one streamlet lives.
+    /// Where one streamlet lives, under which ownership epoch, and whether it is usable.
     pub struct StreamletPlacement {
         pub streamlet: StreamletId,
         pub owner: ServerId,
         pub owner_addr: String,
+        /// Bumped at every change of owner; requests name it, and a broker refuses others.
+        pub epoch: u32,
+        pub state: PlacementState,
+        /// For `Lost`: what is missing; for `Recovering`: from which crashed broker.
+        pub detail: String,
     }
 }
 
@@ -75,6 +115,11 @@ wire_message! {
         pub stream_name: String,
         pub streamlet: StreamletId,
         pub config: StreamConfig,
+        /// The ownership epoch requests must name.
+        pub epoch: u32,
+        /// Being rebuilt from backups (a `RecoverStreamlet` brings what to read): not created
+        /// empty, not served until rebuilt.
+        pub recovering: bool,
     }
 }
 
@@ -96,10 +141,24 @@ wire_message! {
 }
 
 wire_message! {
+    /// The newest segment of one log a broker owns: what recovery must find on the backups
+    /// for that log to be whole.
+    pub struct LogHead {
+        pub stream: StreamId,
+        pub streamlet: StreamletId,
+        pub log: LogId,
+        pub segment: SegmentId,
+    }
+}
+
+wire_message! {
     pub struct BrokerHeartbeatRequest {
         pub server_id: ServerId,
         /// Metadata version of the assignments the broker holds.
         pub known_version: u64,
+        /// Log heads that changed since the last heartbeat the coordinator answered.
+        #[cfg_attr(test, proptest(strategy = "small_vec::<LogHead>()"))]
+        pub heads: Vec<LogHead>,
     }
 }
 
@@ -111,6 +170,10 @@ wire_message! {
         pub assignments: Option<AssignStreamletsRequest>,
         #[cfg_attr(test, proptest(strategy = "small_vec::<BrokerInfo>()"))]
         pub brokers: Vec<BrokerInfo>,
+        /// Crashed generations whose streamlets are all recovered: backups drop what they
+        /// still hold of them (what recovery adopted belongs to the new owners by then).
+        #[cfg_attr(test, proptest(strategy = "small_vec::<ServerId>()"))]
+        pub retired: Vec<ServerId>,
     }
 }
 
@@ -131,6 +194,8 @@ wire_message! {
         pub admin_addr: String,
         /// A heartbeat arrived within the coordinator's liveness timeout.
         pub alive: bool,
+        /// Declared crashed: this generation is fenced everywhere and never comes back.
+        pub crashed: bool,
     }
 }
 

@@ -16,17 +16,20 @@ use bytes::{Bytes, BytesMut};
 pub struct ProduceRequest {
     pub stream: StreamId,
     pub streamlet: StreamletId,
+    /// The ownership epoch the client routed by: a broker holding another epoch refuses.
+    pub epoch: u32,
     pub batch: Bytes,
 }
 
 impl ProduceRequest {
-    pub const PREFIX_BYTES: usize = 12;
+    pub const PREFIX_BYTES: usize = 16;
 
     /// The fixed-size prefix; the batch follows it on the wire as a separate part.
     pub fn encode_prefix(&self) -> [u8; Self::PREFIX_BYTES] {
         let mut out = [0u8; Self::PREFIX_BYTES];
         out[0..8].copy_from_slice(&self.stream.0.to_le_bytes());
         out[8..12].copy_from_slice(&self.streamlet.0.to_le_bytes());
+        out[12..16].copy_from_slice(&self.epoch.to_le_bytes());
         out
     }
 }
@@ -43,6 +46,7 @@ impl Decode for ProduceRequest {
         Ok(Self {
             stream: StreamId::get(r, "ProduceRequest.stream")?,
             streamlet: StreamletId::get(r, "ProduceRequest.streamlet")?,
+            epoch: u32::get(r, "ProduceRequest.epoch")?,
             batch: r.rest(),
         })
     }
@@ -66,6 +70,8 @@ wire_message! {
     pub struct FetchRequest {
         pub stream: StreamId,
         pub streamlet: StreamletId,
+        /// The ownership epoch the client routed by.
+        pub epoch: u32,
         pub log: LogId,
         pub group: GroupId,
         pub segment: SegmentId,
@@ -134,6 +140,8 @@ wire_message! {
     pub struct ListGroupsRequest {
         pub stream: StreamId,
         pub streamlet: StreamletId,
+        /// The ownership epoch the client routed by.
+        pub epoch: u32,
     }
 }
 

@@ -3,7 +3,8 @@
 //! - [`cluster`]: stream settings and metadata, membership (register, heartbeat, brokers),
 //!   streams (create, describe, list), producer ids, assignments;
 //! - [`data`]: produce, fetch and group listings;
-//! - [`replica`]: the backup's replica RPCs and the rdma handshake.
+//! - [`replica`]: the backup's replica RPCs and the rdma handshake;
+//! - [`recovery`]: failure reports and the order to rebuild a crashed broker's streamlet.
 //!
 //! Control-plane messages are declared with `wire_message!`. The messages whose last field is
 //! a large payload (`ProduceRequest`'s record batch, `FetchResponse`'s entries,
@@ -12,10 +13,12 @@
 
 pub mod cluster;
 pub mod data;
+pub mod recovery;
 pub mod replica;
 
 pub use cluster::*;
 pub use data::*;
+pub use recovery::*;
 pub use replica::*;
 
 #[cfg(test)]
@@ -97,6 +100,9 @@ mod tests {
         read_replica_response: ReadReplicaResponse,
         rdma_connect_request: RdmaConnectRequest,
         rdma_connect_response: RdmaConnectResponse,
+        replica_adopt: ReplicaAdoptRequest,
+        report_suspect: ReportSuspectRequest,
+        recover_streamlet: RecoverStreamletRequest,
     }
 
     proptest! {
@@ -108,11 +114,12 @@ mod tests {
         }
 
         #[test]
-        fn produce_request(stream in any::<u64>(), streamlet in any::<u32>(),
+        fn produce_request(stream in any::<u64>(), streamlet in any::<u32>(), epoch in any::<u32>(),
                            batch in proptest::collection::vec(any::<u8>(), 0..256)) {
             round_trips(ProduceRequest {
                 stream: StreamId(stream),
                 streamlet: StreamletId(streamlet),
+                epoch,
                 batch: Bytes::from(batch),
             });
         }

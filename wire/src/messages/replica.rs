@@ -77,8 +77,12 @@ wire_message! {
 
 wire_message! {
     /// All replicas (None), or those of one primary server (any generation of its index).
+    /// The backup first fences every generation in `fence` (declared crashed) and only then
+    /// lists: nothing a crashed primary writes lands after the listing.
     pub struct ListReplicasRequest {
         pub primary: Option<ServerId>,
+        #[cfg_attr(test, proptest(strategy = "small_vec::<ServerId>()"))]
+        pub fence: Vec<ServerId>,
     }
 }
 
@@ -136,11 +140,26 @@ wire_message! {
 }
 
 wire_message! {
+    /// Bytes of one replica (at exactly this epoch) of `primary`'s segment. Anyone may read:
+    /// recovery reads the replicas of a crashed, fenced primary.
     pub struct ReadReplicaRequest {
         pub primary: ServerId,
         pub replica: ReplicaId,
+        pub epoch: u32,
         pub offset: u32,
         pub max_bytes: u32,
+    }
+}
+
+wire_message! {
+    /// A closed replica of `from`'s segment (a crashed primary) becomes `new_primary`'s at
+    /// `new_epoch`: recovery adopts the copies that survived instead of writing new ones.
+    pub struct ReplicaAdoptRequest {
+        pub from: ServerId,
+        pub new_primary: ServerId,
+        pub replica: ReplicaId,
+        pub epoch: u32,
+        pub new_epoch: u32,
     }
 }
 

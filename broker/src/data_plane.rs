@@ -1,0 +1,234 @@
+//! The broker's data plane, neutral to front ends: produce, fetch (by position or by record
+//! offset) and group listings, addressed by (stream, streamlet, ownership epoch). The native
+//! RPC service is one front end over it; a Kafka listener will be another.
+//!
+//! Every operation first asks whether this broker may serve the streamlet now: it must hold
+//! it, at the epoch the request names, handed over (not still being rebuilt), and under a
+//! live lease from the coordinator (a broker that cannot renew its lease may have been
+//! declared crashed, its streamlets moved: it serves nothing until it hears back). A produce
+//! returns where its batch landed and a `CommitWaiter` for the moment every backup holds it.
+
+use crate::cluster::ClusterState;
+use crate::metrics as m;
+use crate::storage::streamlet::Admission;
+use crate::storage::{AppendLocation, CommitPoint, ReadOutcome, StorageError, Store, Streamlet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tailstream_wire::batch::{BatchError, validate_batch};
+use tailstream_wire::messages::LogGroups;
+use tailstream_wire::{
+    GroupId, LogId, RecordOffset, SegmentId, SegmentPosition, Status, StreamId, StreamletId,
+};
+use thiserror::Error;
+use tokio::sync::watch;
+
+/// A streamlet as a request names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamletRef {
+    pub stream: StreamId,
+    pub streamlet: StreamletId,
+    pub epoch: u32,
+}
+
+/// Why the data plane refused, and the status each reason is answered with.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum DataError {
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("the request names epoch {theirs}, the streamlet is at epoch {ours}: refresh metadata")]
+    StaleEpoch { theirs: u32, ours: u32 },
+    #[error("the request names epoch {theirs}; this broker holds epoch {ours}")]
+    NewerEpoch { theirs: u32, ours: u32 },
+    #[error("the streamlet is being recovered here; retry shortly")]
+    Recovering,
+    #[error("this broker's lease from the coordinator expired; it serves nothing until renewed")]
+    LeaseExpired,
+    #[error("{0}")]
+    InvalidBatch(BatchError),
+    #[error("{0}")]
+    UnsupportedBatch(BatchError),
+    #[error("not replicated within {0} ms; retry")]
+    CommitTimeout(u128),
+    #[error("the log is gone")]
+    LogGone,
+}
+
+impl DataError {
+    pub fn status(&self) -> Status {
+        match self {
+            DataError::Storage(error) => error.status(),
+            DataError::StaleEpoch { .. } => Status::StaleEpoch,
+            DataError::NewerEpoch { .. } | DataError::LeaseExpired => Status::NotOwner,
+            DataError::Recovering => Status::Recovering,
+            DataError::InvalidBatch(_) => Status::InvalidBatch,
+            DataError::UnsupportedBatch(_) => Status::UnsupportedBatch,
+            DataError::CommitTimeout(_) => Status::Timeout,
+            DataError::LogGone => Status::ShuttingDown,
+        }
+    }
+}
+
+/// Where a produced batch landed, and whether it was a retry of an earlier append.
+#[derive(Debug)]
+pub struct Produced {
+    pub location: AppendLocation,
+    pub duplicate: bool,
+    pub commit: CommitWaiter,
+}
+
+/// Resolves once an append is committed (on every backup).
+#[derive(Debug)]
+pub struct CommitWaiter {
+    commits: watch::Receiver<CommitPoint>,
+    target: CommitPoint,
+    timeout: Duration,
+}
+
+impl CommitWaiter {
+    pub fn is_committed(&self) -> bool {
+        *self.commits.borrow() >= self.target
+    }
+
+    pub async fn wait(mut self) -> Result<(), DataError> {
+        let target = self.target;
+        match tokio::time::timeout(self.timeout, self.commits.wait_for(|p| *p >= target)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err(DataError::LogGone),
+            Err(_) => Err(DataError::CommitTimeout(self.timeout.as_millis())),
+        }
+    }
+}
+
+/// A fetch's first read, and what a long-poll needs to read again.
+#[derive(Debug)]
+pub struct Fetched {
+    pub outcome: ReadOutcome,
+    pub streamlet: Arc<Streamlet>,
+    pub commits: watch::Receiver<CommitPoint>,
+}
+
+#[derive(Debug)]
+pub struct DataPlane {
+    store: Arc<Store>,
+    cluster: Arc<ClusterState>,
+    /// How long a produce on a replicated stream waits for its replicas.
+    ack_timeout: Duration,
+}
+
+impl DataPlane {
+    pub fn new(store: Arc<Store>, cluster: Arc<ClusterState>, ack_timeout: Duration) -> Self {
+        Self {
+            store,
+            cluster,
+            ack_timeout,
+        }
+    }
+
+    /// The streamlet, if this broker may serve `at` now.
+    pub fn admit(&self, at: StreamletRef) -> Result<Arc<Streamlet>, DataError> {
+        let streamlet = self.store.get(at.stream, at.streamlet)?;
+        match streamlet.admit(at.epoch) {
+            Admission::Serve => {}
+            Admission::StaleEpoch { ours } => {
+                return Err(DataError::StaleEpoch {
+                    theirs: at.epoch,
+                    ours,
+                });
+            }
+            Admission::NewerEpoch { ours } => {
+                return Err(DataError::NewerEpoch {
+                    theirs: at.epoch,
+                    ours,
+                });
+            }
+            Admission::Recovering => return Err(DataError::Recovering),
+        }
+        if !self.cluster.lease_valid() {
+            return Err(DataError::LeaseExpired);
+        }
+        Ok(streamlet)
+    }
+
+    /// Validates and appends one record batch.
+    pub fn produce(
+        &self,
+        at: StreamletRef,
+        batch: &[u8],
+        started: Instant,
+    ) -> Result<Produced, DataError> {
+        let info = validate_batch(batch).map_err(|error| match error {
+            BatchError::UnsupportedAttributes(_) => DataError::UnsupportedBatch(error),
+            error => {
+                metrics::counter!(m::INVALID_BATCHES).increment(1);
+                DataError::InvalidBatch(error)
+            }
+        })?;
+        let streamlet = self.admit(at)?;
+        let appended = self
+            .store
+            .append(&streamlet, batch, &info, started)
+            .inspect_err(|error| {
+                if matches!(error, StorageError::Backpressure { .. }) {
+                    metrics::counter!(m::PRODUCE_BACKPRESSURE).increment(1);
+                }
+            })?;
+        if appended.duplicate {
+            metrics::counter!(m::DUPLICATE_BATCHES).increment(1);
+        } else {
+            metrics::counter!(m::APPENDED_RECORDS).increment(u64::from(info.record_count));
+            metrics::counter!(m::APPENDED_BYTES).increment(batch.len() as u64);
+        }
+        let location = appended.location;
+        // Acknowledged only once committed: at once without replication, after every backup
+        // holds the bytes with it. A retried batch waits for its first append's commit.
+        let commits = streamlet.log(location.log)?.subscribe_commits();
+        Ok(Produced {
+            location,
+            duplicate: appended.duplicate,
+            commit: CommitWaiter {
+                commits,
+                target: location.commit_point(),
+                timeout: self.ack_timeout,
+            },
+        })
+    }
+
+    /// Committed entries of one segment of `log`'s `group` from `position` (0 = the first
+    /// entry after the digest), and what a long-poll needs to read again.
+    pub fn fetch(
+        &self,
+        at: StreamletRef,
+        log: LogId,
+        group: GroupId,
+        segment: SegmentId,
+        position: SegmentPosition,
+        max_bytes: usize,
+    ) -> Result<Fetched, DataError> {
+        let streamlet = self.admit(at)?;
+        let target = streamlet.log(log)?;
+        // Subscribe before reading, so a commit between the read and the wait is not missed.
+        let commits = target.subscribe_commits();
+        let outcome = target.read(group, segment, position, max_bytes)?;
+        Ok(Fetched {
+            outcome,
+            streamlet,
+            commits,
+        })
+    }
+
+    /// Where the batch holding record `offset` of `log` starts: its group, segment and
+    /// position (what a front end that addresses records by offset fetches from).
+    pub fn locate_offset(
+        &self,
+        at: StreamletRef,
+        log: LogId,
+        offset: RecordOffset,
+    ) -> Result<(GroupId, SegmentId, SegmentPosition), DataError> {
+        let streamlet = self.admit(at)?;
+        Ok(streamlet.log(log)?.locate_offset(offset)?)
+    }
+
+    pub fn list_groups(&self, at: StreamletRef) -> Result<Vec<LogGroups>, DataError> {
+        Ok(self.admit(at)?.list_groups())
+    }
+}

@@ -1,0 +1,352 @@
+//! The new owner's side of recovery: rebuild a crashed broker's streamlet from its backups.
+//!
+//! For a `RecoverStreamlet` order it reads every segment the plan names from the backups that
+//! hold it, many at once (each from one holder, the next holder if that one fails or serves
+//! bytes that do not verify), rebuilds each log with every id, position and offset it had (and
+//! its producer table), adopts the closed copies where they are (ownership moves to this broker
+//! under a new epoch), replicates afresh only what lost a copy and the recovered head, and
+//! answers once every segment again has all its copies. The streamlet then waits, not serving,
+//! until the coordinator's assignment hands it over.
+
+use crate::cluster::ClusterState;
+use crate::replication::backups::Backups;
+use crate::replication::{
+    ClosedRecord, RecoveredReplicas, ReplicatedSegment, ReplicationContext, spawn_recovered,
+};
+use crate::storage::{RecoveredSegment, Store, Streamlet};
+use bytes::{Bytes, BytesMut};
+use futures::stream::{self, StreamExt};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tailstream_wire::messages::{
+    ReadReplicaRequest, RecoverStreamletRequest, RecoverStreamletResponse, ReplicaAdoptRequest,
+    ReplicaId, SegmentSource, StreamletAssignment,
+};
+use tailstream_wire::{LogId, ServerId};
+
+/// One segment's `length` valid bytes, from the first holder that serves them whole.
+async fn read_segment(
+    backups: &Backups,
+    id: ReplicaId,
+    source: &SegmentSource,
+) -> Result<Bytes, String> {
+    let mut errors = Vec::new();
+    for holder in &source.holders {
+        match read_from(backups, id, source, holder.primary, &holder.peer_addr).await {
+            Ok(bytes) => return Ok(bytes),
+            Err(error) => errors.push(format!("{}: {error}", holder.backup)),
+        }
+    }
+    Err(format!(
+        "{} of {}: no holder served it ({})",
+        source.segment,
+        id.log,
+        errors.join("; ")
+    ))
+}
+
+async fn read_from(
+    backups: &Backups,
+    id: ReplicaId,
+    source: &SegmentSource,
+    primary: ServerId,
+    addr: &str,
+) -> Result<Bytes, String> {
+    let length = source.length;
+    let mut bytes = BytesMut::with_capacity(length as usize);
+    while (bytes.len() as u32) < length {
+        let request = ReadReplicaRequest {
+            primary,
+            replica: id,
+            epoch: source.epoch,
+            offset: bytes.len() as u32,
+            max_bytes: READ_BYTES.min(length - bytes.len() as u32),
+        };
+        let answer = backups.read(addr, &request).await?;
+        if answer.valid_bytes < length {
+            return Err(format!(
+                "holds {} valid bytes, {length} are needed",
+                answer.valid_bytes
+            ));
+        }
+        if answer.bytes.is_empty() {
+            return Err("returned no bytes".into());
+        }
+        let take = answer.bytes.len().min(length as usize - bytes.len());
+        bytes.extend_from_slice(&answer.bytes[..take]);
+    }
+    // The rebuild checks these bytes again (every entry and trailer) before using them.
+    Ok(bytes.freeze())
+}
+
+/// Segments read at once during a rebuild.
+const READS_IN_FLIGHT_MAX: usize = 8;
+/// Bytes asked for per read (the backup caps it too).
+const READ_BYTES: u32 = 8 << 20;
+
+#[derive(Debug)]
+pub struct Recovery {
+    pub ctx: Arc<ReplicationContext>,
+    pub store: Arc<Store>,
+    pub cluster: Arc<ClusterState>,
+    /// How long the rebuilt streamlet may take to have every copy again.
+    pub durable_timeout: Duration,
+}
+
+fn replica_id(assignment: &StreamletAssignment, log: LogId, source: &SegmentSource) -> ReplicaId {
+    source.replica_id(assignment, log)
+}
+
+impl Recovery {
+    /// Carries out one order; the error says why the streamlet could not be rebuilt here.
+    pub async fn recover(
+        &self,
+        request: RecoverStreamletRequest,
+    ) -> Result<RecoverStreamletResponse, String> {
+        let me = self.cluster.server_id().ok_or("not registered")?;
+        if me != request.target {
+            return Err(format!(
+                "recovery order for {} reached {me}",
+                request.target
+            ));
+        }
+        let assignment = &request.assignment;
+        if let Ok(existing) = self.store.get(assignment.stream, assignment.streamlet)
+            && existing.epoch() >= assignment.epoch
+        {
+            // A retried order: the first rebuild is here already.
+            return Ok(RecoverStreamletResponse {
+                bytes: 0,
+                segments_adopted: 0,
+                segments_copied: 0,
+                read_ms: 0,
+                rereplicate_ms: 0,
+            });
+        }
+        let started = Instant::now();
+        let logs = self.read_all(&request).await?;
+        let read_ms = started.elapsed().as_millis() as u32;
+        let bytes: u64 = logs
+            .iter()
+            .flat_map(|(_, segments)| segments.iter().map(|s| s.bytes.len() as u64))
+            .sum();
+        let streamlet = self.rebuild(&request, logs).await?;
+        let (streamlet, fresh) = self.store.insert_recovered(streamlet);
+        if !fresh {
+            return Err("a newer rebuild of this streamlet is here already".into());
+        }
+        tracing::info!(
+            stream = %assignment.stream_name,
+            streamlet = assignment.streamlet.0,
+            epoch = assignment.epoch,
+            bytes,
+            read_ms,
+            "streamlet rebuilt from its backups"
+        );
+        let replicating = Instant::now();
+        let (adopted, copied) = self.make_durable(&request, &streamlet, me).await?;
+        Ok(RecoverStreamletResponse {
+            bytes,
+            segments_adopted: adopted,
+            segments_copied: copied,
+            read_ms,
+            rereplicate_ms: replicating.elapsed().as_millis() as u32,
+        })
+    }
+
+    /// Every segment of every log, read from its holders, in log order.
+    async fn read_all(
+        &self,
+        request: &RecoverStreamletRequest,
+    ) -> Result<Vec<(LogId, Vec<RecoveredSegment>)>, String> {
+        // Owned jobs: the reads run concurrently in a stream that must not borrow the request.
+        let jobs: Vec<(usize, usize, ReplicaId, SegmentSource)> = request
+            .logs
+            .iter()
+            .enumerate()
+            .flat_map(|(l, log)| {
+                log.segments.iter().enumerate().map(move |(i, source)| {
+                    let id = replica_id(&request.assignment, log.log, source);
+                    (l, i, id, source.clone())
+                })
+            })
+            .collect();
+        let backups = self.ctx.backups.clone();
+        let results: Vec<(usize, usize, Result<Bytes, String>)> = stream::iter(jobs)
+            .map(|(l, i, id, source)| {
+                let backups = backups.clone();
+                async move { (l, i, read_segment(&backups, id, &source).await) }
+            })
+            .buffer_unordered(READS_IN_FLIGHT_MAX)
+            .collect()
+            .await;
+        let mut logs: Vec<(LogId, Vec<Option<RecoveredSegment>>)> = request
+            .logs
+            .iter()
+            .map(|log| (log.log, vec![None; log.segments.len()]))
+            .collect();
+        for (l, i, result) in results {
+            let source = &request.logs[l].segments[i];
+            let bytes = result?;
+            logs[l].1[i] = Some(RecoveredSegment {
+                group: source.group,
+                segment: source.segment,
+                bytes,
+            });
+        }
+        Ok(logs
+            .into_iter()
+            .map(|(log, segments)| (log, segments.into_iter().flatten().collect()))
+            .collect())
+    }
+
+    /// The streamlet, rebuilt off the async workers (it copies every byte once).
+    async fn rebuild(
+        &self,
+        request: &RecoverStreamletRequest,
+        logs: Vec<(LogId, Vec<RecoveredSegment>)>,
+    ) -> Result<Arc<Streamlet>, String> {
+        let assignment = request.assignment.clone();
+        let (memory, producers_max, backlog_max) = self.store.rebuild_limits();
+        let next_ids = (request.next_group, request.next_segment);
+        let version = request.version;
+        let rebuilt = tokio::task::spawn_blocking(move || {
+            Streamlet::rebuilt(
+                assignment.stream,
+                assignment.streamlet,
+                assignment.config,
+                memory,
+                producers_max,
+                backlog_max,
+                assignment.epoch,
+                version,
+                next_ids,
+                &logs,
+                Instant::now(),
+            )
+        })
+        .await
+        .map_err(|e| format!("rebuild task: {e}"))?
+        .map_err(|e| e.to_string())?;
+        Ok(Arc::new(rebuilt.0))
+    }
+
+    /// Adopts the closed copies, starts replicating what is missing, and waits (bounded) until
+    /// every segment has all its copies again. Returns (segments adopted, segments copied).
+    async fn make_durable(
+        &self,
+        request: &RecoverStreamletRequest,
+        streamlet: &Arc<Streamlet>,
+        me: ServerId,
+    ) -> Result<(u32, u32), String> {
+        let assignment = &request.assignment;
+        let replicas = assignment.config.replicas as usize;
+        let floor = Some(request.next_segment);
+        let mut adopted_segments = 0u32;
+        let mut copied_segments = 0u32;
+        let mut durable = Vec::new();
+        for log in &request.logs {
+            let mut recovered = RecoveredReplicas {
+                floor,
+                ..RecoveredReplicas::default()
+            };
+            for source in &log.segments {
+                let id = replica_id(assignment, log.log, source);
+                let new_epoch = source.epoch.saturating_add(1);
+                let adopted = if source.closed {
+                    self.adopt(id, source, me, new_epoch).await
+                } else {
+                    Vec::new()
+                };
+                if adopted.len() >= replicas {
+                    adopted_segments += 1;
+                    recovered.complete.push(ClosedRecord {
+                        id,
+                        length: source.length,
+                        epoch: new_epoch,
+                        backups: adopted,
+                    });
+                } else {
+                    copied_segments += 1;
+                    recovered.incomplete.push(ReplicatedSegment::recovered(
+                        id,
+                        source.length,
+                        new_epoch,
+                        &adopted,
+                        replicas,
+                    ));
+                }
+            }
+            durable.push(spawn_recovered(
+                self.ctx.clone(),
+                streamlet.clone(),
+                log.log,
+                recovered,
+            ));
+        }
+        // Logs with nothing to recover still need their replicator.
+        for log in streamlet.logs() {
+            if replicas > 0 && !request.logs.iter().any(|l| l.log == log.id()) {
+                spawn_recovered(
+                    self.ctx.clone(),
+                    streamlet.clone(),
+                    log.id(),
+                    RecoveredReplicas {
+                        floor,
+                        ..RecoveredReplicas::default()
+                    },
+                );
+            }
+        }
+        let all_durable = async {
+            for mut watch in durable {
+                if watch.wait_for(|d| *d).await.is_err() {
+                    return Err("a replicator stopped".to_string());
+                }
+            }
+            Ok(())
+        };
+        tokio::time::timeout(self.durable_timeout, all_durable)
+            .await
+            .map_err(|_| {
+                "the rebuilt segments did not get all their copies in time".to_string()
+            })??;
+        Ok((adopted_segments, copied_segments))
+    }
+
+    /// Adopts `source`'s closed copies (not one this broker holds itself: a primary is never
+    /// its own backup); returns the backups that now hold a copy for this broker.
+    async fn adopt(
+        &self,
+        id: ReplicaId,
+        source: &SegmentSource,
+        me: ServerId,
+        new_epoch: u32,
+    ) -> Vec<ServerId> {
+        let adoptions = source
+            .holders
+            .iter()
+            .filter(|h| h.backup.index != me.index)
+            .map(|holder| async move {
+                let request = ReplicaAdoptRequest {
+                    from: holder.primary,
+                    new_primary: me,
+                    replica: id,
+                    epoch: source.epoch,
+                    new_epoch,
+                };
+                match self.ctx.backups.adopt(&holder.peer_addr, &request).await {
+                    Ok(()) => Some(holder.backup),
+                    Err(error) => {
+                        tracing::warn!(backup = %holder.backup, %error, ?id, "adopting a replica failed; it will be copied instead");
+                        None
+                    }
+                }
+            });
+        futures::future::join_all(adoptions)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+}

@@ -1,0 +1,203 @@
+//! The coordinator's state as a pure state machine: every change is a method that checks its
+//! arguments, changes the state, and bumps `version` when brokers' assignments change. The
+//! service persists the state after each change and before answering. No I/O, no clock: times
+//! come in as arguments.
+//!
+//! - this file: the types, loading checks, producer ids;
+//! - [`brokers`]: registration (new generations), crash declarations, liveness views;
+//! - [`streams`]: creation, placement, descriptions and assignments;
+//! - [`recovery`]: moving a crashed broker's streamlets through recovery (owner, epoch, state)
+//!   and the record of each recovery and its phases.
+
+mod brokers;
+mod recovery;
+mod streams;
+#[cfg(test)]
+mod tests;
+
+pub use recovery::{RecoveryPhase, RecoveryRecord};
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use tailstream_wire::messages::{PlacementState, StreamConfig};
+use tailstream_wire::{ProducerId, ServerId, Status, StreamId, StreamletId};
+use thiserror::Error;
+
+/// Producer ids are persisted in blocks of this many, so allocating one is not a disk write.
+pub const PRODUCER_ID_BLOCK: u64 = 1024;
+/// Longest stream name.
+pub const STREAM_NAME_BYTES_MAX: usize = 255;
+/// Recoveries remembered for the admin page (the oldest finished ones are dropped first).
+pub const RECOVERY_RECORDS_MAX: usize = 64;
+
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum MetadataError {
+    #[error("no stream named {0:?}")]
+    UnknownStream(String),
+    #[error("a stream named {0:?} already exists")]
+    StreamExists(String),
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("no live brokers to place streamlets on")]
+    NoBrokers,
+    #[error("{0} is not a registered broker")]
+    UnknownServer(ServerId),
+    #[error("{0} is an old incarnation; register again")]
+    StaleGeneration(ServerId),
+    /// A counter reached its end: refused rather than wrapped (a wrapped generation would
+    /// un-fence old incarnations).
+    #[error("{0} is exhausted")]
+    Exhausted(&'static str),
+}
+
+impl MetadataError {
+    pub fn status(&self) -> Status {
+        match self {
+            MetadataError::UnknownStream(_) => Status::UnknownStream,
+            MetadataError::StreamExists(_) => Status::StreamExists,
+            MetadataError::InvalidArgument(_) => Status::InvalidArgument,
+            MetadataError::NoBrokers => Status::NoBrokers,
+            MetadataError::UnknownServer(_) => Status::UnknownServer,
+            MetadataError::StaleGeneration(_) => Status::StaleGeneration,
+            MetadataError::Exhausted(_) => Status::Internal,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerRecord {
+    /// The current incarnation of this slot.
+    pub server_id: ServerId,
+    pub rpc_addr: String,
+    /// Where the coordinator and other brokers call it.
+    pub peer_addr: String,
+    pub admin_addr: String,
+    /// The incarnation was declared crashed (and the slot not re-registered since): fenced
+    /// everywhere, its streamlets moved.
+    pub crashed: bool,
+}
+
+/// A declared crash, kept until its recovery finished and backups were told to drop what
+/// they still hold of that generation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Crash {
+    pub server_id: ServerId,
+    /// Every streamlet it owned is serving elsewhere (none lost, none recovering).
+    pub recovered: bool,
+}
+
+/// Where one streamlet lives.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    pub owner: ServerId,
+    /// Bumped at every change of owner.
+    pub epoch: u32,
+    pub state: PlacementState,
+    /// For `Lost`: what is missing; for `Recovering`: from which broker.
+    pub detail: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamRecord {
+    pub id: StreamId,
+    pub name: String,
+    pub config: StreamConfig,
+    /// `placements[i]` is streamlet i's.
+    pub placements: Vec<Placement>,
+}
+
+impl StreamRecord {
+    pub fn streamlet_ids(&self) -> impl Iterator<Item = (StreamletId, &Placement)> {
+        self.placements
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (StreamletId(i as u32), p))
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Metadata {
+    /// Bumped whenever any broker's assignment changes.
+    pub version: u64,
+    /// Indexed by `ServerId::index`.
+    pub brokers: Vec<BrokerRecord>,
+    pub streams: BTreeMap<String, StreamRecord>,
+    pub next_stream_id: u64,
+    /// Every producer id below this may have been handed out; a restarted coordinator starts
+    /// allocating here, so ids are never reused.
+    pub producer_id_ceiling: u64,
+    /// Every declared crash not yet retired, oldest first.
+    pub crashes: Vec<Crash>,
+    /// Recoveries, oldest first (unfinished ones are resumed by a restarted coordinator).
+    pub recoveries: Vec<RecoveryRecord>,
+    pub next_recovery_id: u64,
+}
+
+impl Metadata {
+    /// Checks metadata read from disk before it is trusted: counters far from their end (so
+    /// the increments of a running coordinator cannot overflow), brokers at their own index,
+    /// valid stream settings, owners that exist.
+    pub fn validate(&self) -> Result<(), String> {
+        const HEADROOM: u64 = u64::MAX / 2;
+        let counters = [
+            ("version", self.version),
+            ("next_stream_id", self.next_stream_id),
+            ("producer_id_ceiling", self.producer_id_ceiling),
+            ("next_recovery_id", self.next_recovery_id),
+        ];
+        for (name, value) in counters {
+            if value > HEADROOM {
+                return Err(format!("{name} {value} is implausibly large"));
+            }
+        }
+        for (i, broker) in self.brokers.iter().enumerate() {
+            if broker.server_id.index as usize != i || broker.server_id.generation == 0 {
+                return Err(format!("broker {i} has server id {}", broker.server_id));
+            }
+        }
+        for (name, stream) in &self.streams {
+            tailstream_config::validate_stream_config(&stream.config)
+                .map_err(|why| format!("stream {name:?}: {why}"))?;
+            if let Some(placement) = stream
+                .placements
+                .iter()
+                .find(|p| self.brokers.get(p.owner.index as usize).is_none())
+            {
+                return Err(format!(
+                    "stream {name:?} is owned by unknown {}",
+                    placement.owner
+                ));
+            }
+            if stream.placements.iter().any(|p| p.epoch > u32::MAX / 2) {
+                return Err(format!("stream {name:?} has an implausible epoch"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reserves the block of producer ids from `next` on: ids below the ceiling may be handed
+    /// out once this change is durable.
+    pub fn raise_producer_id_ceiling(&mut self, next: u64) {
+        self.producer_id_ceiling = self.producer_id_ceiling.max(next + PRODUCER_ID_BLOCK);
+    }
+}
+
+/// Hands out producer ids below the persisted ceiling, in memory; a restart starts at the
+/// ceiling, so an id is never handed out twice.
+#[derive(Debug, Default)]
+pub struct ProducerIds {
+    next: Option<u64>,
+}
+
+impl ProducerIds {
+    /// The next id, if it lies below `ceiling`; `Err(next)` when the ceiling must first be
+    /// raised (durably) past `next`.
+    pub fn take(&mut self, ceiling: u64) -> Result<ProducerId, u64> {
+        let next = *self.next.get_or_insert(ceiling.max(1));
+        if next >= ceiling {
+            return Err(next);
+        }
+        self.next = Some(next + 1);
+        Ok(ProducerId(next))
+    }
+}

@@ -1,0 +1,174 @@
+//! Streams: creation with round-robin placement, descriptions for clients, and each broker's
+//! assignment.
+
+use super::{Metadata, MetadataError, Placement, STREAM_NAME_BYTES_MAX, StreamRecord};
+use tailstream_config::{STREAMLETS_MAX, validate_stream_config};
+use tailstream_wire::messages::{
+    AssignStreamletsRequest, PlacementState, StreamConfig, StreamMetadata, StreamletAssignment,
+    StreamletPlacement,
+};
+use tailstream_wire::{ServerId, StreamId, StreamletId};
+
+fn validate_name(name: &str) -> Result<(), MetadataError> {
+    let ok = !name.is_empty()
+        && name.len() <= STREAM_NAME_BYTES_MAX
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(MetadataError::InvalidArgument(format!(
+            "stream name {name:?} must be 1..={STREAM_NAME_BYTES_MAX} characters of [A-Za-z0-9._-]"
+        )))
+    }
+}
+
+impl Metadata {
+    /// Creates a stream, placing its streamlets round-robin over `live` brokers (starting at a
+    /// different broker for each stream, so small streams spread out too).
+    pub fn create_stream(
+        &mut self,
+        name: &str,
+        streamlets: u32,
+        config: StreamConfig,
+        live: &[ServerId],
+    ) -> Result<&StreamRecord, MetadataError> {
+        validate_name(name)?;
+        if !(1..=STREAMLETS_MAX).contains(&streamlets) {
+            return Err(MetadataError::InvalidArgument(format!(
+                "streamlets must be in 1..={STREAMLETS_MAX}"
+            )));
+        }
+        validate_stream_config(&config).map_err(MetadataError::InvalidArgument)?;
+        if self.streams.contains_key(name) {
+            return Err(MetadataError::StreamExists(name.to_string()));
+        }
+        let mut live: Vec<ServerId> = live
+            .iter()
+            .copied()
+            .filter(|id| self.check_server(*id).is_ok())
+            .collect();
+        live.sort();
+        live.dedup();
+        if live.is_empty() {
+            return Err(MetadataError::NoBrokers);
+        }
+        // Each segment needs R backups other than its primary.
+        if config.replicas as usize > live.len() - 1 {
+            return Err(MetadataError::InvalidArgument(format!(
+                "{} replicas need {} live brokers; {} are alive",
+                config.replicas,
+                config.replicas + 1,
+                live.len()
+            )));
+        }
+        let id = StreamId(self.next_stream_id);
+        self.next_stream_id += 1;
+        let start = (id.0 % live.len() as u64) as usize;
+        let placements = (0..streamlets as usize)
+            .map(|i| Placement {
+                owner: live[(start + i) % live.len()],
+                epoch: 1,
+                state: PlacementState::Serving,
+                detail: String::new(),
+            })
+            .collect();
+        let record = StreamRecord {
+            id,
+            name: name.to_string(),
+            config,
+            placements,
+        };
+        self.version += 1;
+        Ok(self.streams.entry(name.to_string()).or_insert(record))
+    }
+
+    pub fn stream_metadata(&self, name: &str) -> Result<StreamMetadata, MetadataError> {
+        let stream = self
+            .streams
+            .get(name)
+            .ok_or_else(|| MetadataError::UnknownStream(name.to_string()))?;
+        Ok(self.describe(stream))
+    }
+
+    pub fn describe(&self, stream: &StreamRecord) -> StreamMetadata {
+        let streamlets = stream
+            .streamlet_ids()
+            .map(|(streamlet, placement)| StreamletPlacement {
+                streamlet,
+                owner: placement.owner,
+                owner_addr: self
+                    .brokers
+                    .get(placement.owner.index as usize)
+                    .map(|b| b.rpc_addr.clone())
+                    .unwrap_or_default(),
+                epoch: placement.epoch,
+                state: placement.state,
+                detail: placement.detail.clone(),
+            })
+            .collect();
+        StreamMetadata {
+            id: stream.id,
+            name: stream.name.clone(),
+            config: stream.config.clone(),
+            streamlets,
+        }
+    }
+
+    pub fn all_streams(&self) -> Vec<StreamMetadata> {
+        self.streams.values().map(|s| self.describe(s)).collect()
+    }
+
+    /// The stream with id `id`.
+    pub fn stream_by_id(&self, id: StreamId) -> Option<&StreamRecord> {
+        self.streams.values().find(|s| s.id == id)
+    }
+
+    /// The assignment of one streamlet, as its owner receives it.
+    pub fn assignment(
+        &self,
+        stream: &StreamRecord,
+        streamlet: StreamletId,
+    ) -> Option<StreamletAssignment> {
+        let placement = stream.placements.get(streamlet.0 as usize)?;
+        Some(StreamletAssignment {
+            stream: stream.id,
+            stream_name: stream.name.clone(),
+            streamlet,
+            config: stream.config.clone(),
+            epoch: placement.epoch,
+            recovering: placement.state == PlacementState::Recovering,
+        })
+    }
+
+    /// The full set of streamlets `server` must own (serving or being rebuilt), as of the
+    /// current version. Lost streamlets are nobody's.
+    pub fn assignments_for(&self, server: ServerId) -> AssignStreamletsRequest {
+        let mut assignments = Vec::new();
+        for stream in self.streams.values() {
+            for (streamlet, placement) in stream.streamlet_ids() {
+                if placement.owner == server && placement.state != PlacementState::Lost {
+                    assignments.extend(self.assignment(stream, streamlet));
+                }
+            }
+        }
+        AssignStreamletsRequest {
+            target: server,
+            version: self.version,
+            assignments,
+        }
+    }
+
+    /// The members that own at least one streamlet of `stream`.
+    pub fn owners_of(&self, stream: &str) -> Vec<ServerId> {
+        let Some(stream) = self.streams.get(stream) else {
+            return Vec::new();
+        };
+        let mut owners: Vec<ServerId> = stream.placements.iter().map(|p| p.owner).collect();
+        owners.sort();
+        owners.dedup();
+        owners.retain(|id| self.check_server(*id).is_ok());
+        owners
+    }
+}

@@ -1,0 +1,226 @@
+//! The metadata state machine's tests.
+
+use super::*;
+use tailstream_wire::messages::StreamConfig;
+
+fn config() -> StreamConfig {
+    tailstream_config::Config::embedded().stream_defaults
+}
+
+fn broker(m: &mut Metadata, addr: &str) -> ServerId {
+    m.register_broker(addr, &format!("peer-{addr}"), "admin")
+        .unwrap()
+        .server_id
+}
+
+fn owners(record: &StreamRecord) -> Vec<ServerId> {
+    record.placements.iter().map(|p| p.owner).collect()
+}
+
+#[test]
+fn streamlets_are_placed_round_robin_over_live_brokers() {
+    let mut m = Metadata::default();
+    let a = broker(&mut m, "127.0.0.1:1");
+    let b = broker(&mut m, "127.0.0.1:2");
+    let c = broker(&mut m, "127.0.0.1:3");
+    let stream = m
+        .create_stream("s", 6, config(), &[c, a, b])
+        .unwrap()
+        .clone();
+    assert_eq!(owners(&stream), vec![a, b, c, a, b, c]);
+    assert!(stream.placements.iter().all(|p| p.epoch == 1));
+    let second = m
+        .create_stream("t", 1, config(), &[a, b, c])
+        .unwrap()
+        .clone();
+    assert_eq!(
+        owners(&second),
+        vec![b],
+        "each stream starts one broker further"
+    );
+    assert_eq!(m.assignments_for(a).assignments.len(), 2);
+    let described = m.stream_metadata("s").unwrap();
+    assert_eq!(described.streamlets[1].owner_addr, "127.0.0.1:2");
+    assert_eq!(described.streamlets[1].state, PlacementState::Serving);
+}
+
+#[test]
+fn replicas_need_as_many_other_live_brokers() {
+    let mut m = Metadata::default();
+    let a = broker(&mut m, "x:1");
+    let b = broker(&mut m, "x:2");
+    let mut replicated = config();
+    replicated.replicas = 2;
+    assert!(matches!(
+        m.create_stream("s", 1, replicated.clone(), &[a, b]),
+        Err(MetadataError::InvalidArgument(_))
+    ));
+    let c = broker(&mut m, "x:3");
+    assert!(m.create_stream("s", 1, replicated, &[a, b, c]).is_ok());
+}
+
+#[test]
+fn bad_requests_are_refused_with_their_reason() {
+    let mut m = Metadata::default();
+    assert_eq!(
+        m.create_stream("s", 1, config(), &[]),
+        Err(MetadataError::NoBrokers)
+    );
+    let a = broker(&mut m, "x:1");
+    assert!(matches!(
+        m.create_stream("bad name", 1, config(), &[a]),
+        Err(MetadataError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        m.create_stream("s", 0, config(), &[a]),
+        Err(MetadataError::InvalidArgument(_))
+    ));
+    m.create_stream("s", 1, config(), &[a]).unwrap();
+    assert!(matches!(
+        m.create_stream("s", 1, config(), &[a]),
+        Err(MetadataError::StreamExists(_))
+    ));
+    assert!(matches!(
+        m.stream_metadata("nope"),
+        Err(MetadataError::UnknownStream(_))
+    ));
+}
+
+#[test]
+fn a_reregistered_broker_is_a_new_empty_generation_and_the_old_one_is_crashed() {
+    let mut m = Metadata::default();
+    let old = broker(&mut m, "x:1");
+    m.create_stream("s", 2, config(), &[old]).unwrap();
+    let registered = m.register_broker("x:1", "peer-x:1", "a2").unwrap();
+    let new = registered.server_id;
+    assert_eq!((new.index, new.generation), (old.index, old.generation + 1));
+    assert_eq!(
+        registered.declared,
+        Some(old),
+        "it lost its memory: crashed"
+    );
+    assert_eq!(registered.to_recover.len(), 2);
+    assert_eq!(
+        m.check_server(old),
+        Err(MetadataError::StaleGeneration(old))
+    );
+    assert!(m.check_server(new).is_ok());
+    assert!(
+        m.assignments_for(new).assignments.is_empty(),
+        "new ones by placement only"
+    );
+    let described = m.stream_metadata("s").unwrap();
+    assert!(
+        described
+            .streamlets
+            .iter()
+            .all(|p| p.state == PlacementState::Recovering)
+    );
+    assert!(matches!(
+        m.check_server(ServerId::new(9, 1)),
+        Err(MetadataError::UnknownServer(_))
+    ));
+}
+
+#[test]
+fn a_crashed_broker_s_streamlets_are_rebuilt_under_new_epochs_and_serve_again() {
+    let mut m = Metadata::default();
+    let a = broker(&mut m, "x:1");
+    let b = broker(&mut m, "x:2");
+    let stream = m.create_stream("s", 2, config(), &[a, b]).unwrap().id;
+    let moved = m.declare_crashed(a).unwrap();
+    assert_eq!(moved, vec![(stream, StreamletId(0))]);
+    assert_eq!(m.declare_crashed(a).unwrap(), vec![], "declared once");
+    assert_eq!(m.crashed(), vec![a]);
+    assert!(m.retired().is_empty());
+    let id = m.open_recovery(a, moved.clone(), 1_000, 120);
+    assert_eq!(m.orphans(), moved);
+    assert!(
+        m.begin_rebuild(stream, StreamletId(0), a).is_err(),
+        "not to the crashed one"
+    );
+    let assignment = m.begin_rebuild(stream, StreamletId(0), b).unwrap();
+    assert_eq!((assignment.epoch, assignment.recovering), (2, true));
+    assert!(m.orphans().is_empty(), "in progress on a member");
+    assert_eq!(m.assignments_for(b).assignments.len(), 2);
+    // A rebuild that finishes under an older epoch changes nothing.
+    assert!(!m.finish_rebuild(stream, StreamletId(0), 1).unwrap());
+    assert!(m.finish_rebuild(stream, StreamletId(0), 2).unwrap());
+    let placement = &m.stream_metadata("s").unwrap().streamlets[0];
+    assert_eq!((placement.owner, placement.epoch), (b, 2));
+    assert_eq!(placement.state, PlacementState::Serving);
+    assert_eq!(
+        m.retired(),
+        vec![a],
+        "recovered: backups may drop what is left"
+    );
+    assert!(m.recovery_mut(id).is_some());
+}
+
+#[test]
+fn a_lost_streamlet_is_nobody_s_and_keeps_its_crash_unretired() {
+    let mut m = Metadata::default();
+    let a = broker(&mut m, "x:1");
+    let b = broker(&mut m, "x:2");
+    let stream = m.create_stream("s", 1, config(), &[a]).unwrap().id;
+    let moved = m.declare_crashed(a).unwrap();
+    m.open_recovery(a, moved, 0, 0);
+    m.mark_lost(
+        stream,
+        StreamletId(0),
+        "log-0 segment-3 is on no live backup".into(),
+    )
+    .unwrap();
+    let placement = &m.stream_metadata("s").unwrap().streamlets[0];
+    assert_eq!(placement.state, PlacementState::Lost);
+    assert!(placement.detail.contains("segment-3"));
+    assert!(m.assignments_for(a).assignments.is_empty());
+    assert!(m.retired().is_empty());
+    assert_eq!(m.orphans(), vec![(stream, StreamletId(0))], "retried later");
+    // A backup came back with the missing copy: it can be rebuilt after all.
+    m.begin_rebuild(stream, StreamletId(0), b).unwrap();
+    assert!(m.finish_rebuild(stream, StreamletId(0), 2).unwrap());
+    assert_eq!(m.retired(), vec![a]);
+}
+
+#[test]
+fn producer_ids_are_never_reused_across_restarts() {
+    let mut m = Metadata::default();
+    let mut ids = ProducerIds::default();
+    let next = ids.take(m.producer_id_ceiling).unwrap_err();
+    m.raise_producer_id_ceiling(next);
+    let first = ids.take(m.producer_id_ceiling).unwrap();
+    let second = ids.take(m.producer_id_ceiling).unwrap();
+    assert!(second > first);
+    // A restart loses everything not persisted: the ceiling is what counts.
+    let json = serde_json::to_string(&m).unwrap();
+    let restarted: Metadata = serde_json::from_str(&json).unwrap();
+    let mut ids = ProducerIds::default();
+    let next = ids.take(restarted.producer_id_ceiling).unwrap_err();
+    assert!(next > second.0);
+}
+
+#[test]
+fn counters_refuse_to_wrap_and_implausible_files_are_refused() {
+    let mut m = Metadata::default();
+    let id = broker(&mut m, "x:1");
+    m.brokers[id.index as usize].server_id = ServerId::new(id.index, u32::MAX);
+    assert_eq!(
+        m.register_broker("x:1", "peer-x:1", "a"),
+        Err(MetadataError::Exhausted("the broker's generation"))
+    );
+    assert_eq!(m.brokers[0].server_id.generation, u32::MAX, "unchanged");
+    assert!(m.validate().is_ok());
+    let mut bad = m.clone();
+    bad.version = u64::MAX;
+    assert!(bad.validate().unwrap_err().contains("version"));
+    let mut bad = m.clone();
+    bad.brokers[0].server_id = ServerId::new(5, 1);
+    assert!(bad.validate().is_err());
+    let mut bad = m.clone();
+    m.create_stream("s", 1, config(), &[m.brokers[0].server_id])
+        .unwrap();
+    bad.streams = m.streams.clone();
+    bad.streams.get_mut("s").unwrap().config.logs_per_streamlet = u32::MAX;
+    assert!(bad.validate().unwrap_err().contains("logs per streamlet"));
+}

@@ -1,0 +1,74 @@
+//! Every metric the coordinator exports, named in one place; `describe` registers them with
+//! help text (and zero values) at start-up.
+
+use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+
+pub const BROKERS_ALIVE: &str = "tailstream_coordinator_brokers_alive";
+pub const BROKERS_REGISTERED: &str = "tailstream_coordinator_brokers_registered";
+pub const SUSPICIONS: &str = "tailstream_coordinator_suspicions_total";
+pub const CRASHES_DECLARED: &str = "tailstream_coordinator_crashes_declared_total";
+pub const RECOVERIES: &str = "tailstream_coordinator_recoveries_total";
+pub const STREAMLETS_RECOVERED: &str = "tailstream_coordinator_streamlets_recovered_total";
+pub const STREAMLETS_UNAVAILABLE: &str = "tailstream_coordinator_streamlets_unavailable";
+pub const STREAMLETS_LOST: &str = "tailstream_coordinator_streamlets_lost";
+pub const STREAMS: &str = "tailstream_coordinator_streams";
+pub const STREAMLETS: &str = "tailstream_coordinator_streamlets";
+pub const RECOVERY_PHASE: &str = "tailstream_coordinator_recovery_phase_seconds";
+pub const PERSIST_LATENCY: &str = "tailstream_coordinator_persist_latency_seconds";
+pub const RPCS: &str = "tailstream_coordinator_rpcs_total";
+
+/// Registers every coordinator metric with its help text.
+pub fn describe() {
+    for (name, help) in [
+        (
+            SUSPICIONS,
+            "Brokers reported silent by a peer or by missing heartbeats.",
+        ),
+        (
+            CRASHES_DECLARED,
+            "Broker incarnations declared crashed (fenced everywhere).",
+        ),
+        (
+            RECOVERIES,
+            "Recoveries started (one per crash that owned streamlets).",
+        ),
+        (
+            STREAMLETS_RECOVERED,
+            "Streamlets rebuilt on a new owner and serving again.",
+        ),
+        (RPCS, "RPCs answered, by opcode."),
+    ] {
+        describe_counter!(name, Unit::Count, help);
+        metrics::counter!(name).absolute(0);
+    }
+    for (name, help) in [
+        (
+            BROKERS_ALIVE,
+            "Brokers whose heartbeats arrive and that are not declared crashed.",
+        ),
+        (BROKERS_REGISTERED, "Registered broker slots."),
+        (
+            STREAMLETS_UNAVAILABLE,
+            "Streamlets not serving: being recovered, or lost.",
+        ),
+        (
+            STREAMLETS_LOST,
+            "Streamlets no live backup can rebuild (explicitly not served).",
+        ),
+        (STREAMS, "Streams."),
+        (STREAMLETS, "Streamlets over all streams."),
+    ] {
+        describe_gauge!(name, Unit::Count, help);
+        metrics::gauge!(name).set(0.0);
+    }
+    describe_histogram!(
+        RECOVERY_PHASE,
+        Unit::Seconds,
+        "Recovery phase durations, by phase: detect (first report to declaration), locate (listing and planning), replay (reading and rebuilding), rereplicate (copying what lost a copy), total (declaration to serving)."
+    );
+    describe_histogram!(
+        PERSIST_LATENCY,
+        Unit::Seconds,
+        "Time to save a metadata change durably."
+    );
+}

@@ -1,0 +1,500 @@
+//! The recovery orchestrator: the async shell that drives every streamlet that is not serving
+//! back to serving. Each round it fences the crashed generations on every live backup and
+//! asks them what they hold (`ListReplicas`), plans each streamlet (`planner`), hands the
+//! recoverable ones to the least loaded live brokers under new epochs (saved before anything
+//! else happens) and marks the others lost with what is missing, then orders each new owner
+//! to rebuild its streamlet. When a rebuild is done it waits until every crashed broker's lease
+//! has surely run out, and only then lets the streamlet serve. A failed rebuild leaves the
+//! streamlet lost until the next round tries again. Because every step is saved, a restarted
+//! coordinator resumes: every streamlet that is not serving is simply planned again.
+
+use super::planner::{Listing, Target, plan};
+use crate::core::{Coordinator, unix_ms};
+use crate::metrics as m;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tailstream_net::{RpcClientConfig, RpcPool};
+use tailstream_wire::messages::{
+    ListReplicasRequest, ListReplicasResponse, RecoverStreamletRequest, RecoverStreamletResponse,
+    StreamletAssignment,
+};
+use tailstream_wire::{GroupId, LogId, Opcode, SegmentId, ServerId, StreamId, StreamletId};
+use tokio::sync::{Notify, watch};
+
+/// How often lost streamlets are planned again (a backup holding what they miss may return).
+const LOST_RETRY: Duration = Duration::from_secs(2);
+/// Rounds also run this often without being woken.
+const ROUND_EVERY: Duration = Duration::from_millis(500);
+
+type Key = (StreamId, StreamletId);
+
+#[derive(Clone, Copy, Debug)]
+pub struct OrchestratorConfig {
+    /// Brokers' lease: a crashed broker's streamlets serve elsewhere only after it ran out.
+    pub lease: Duration,
+    pub list_timeout: Duration,
+    pub recovery_timeout: Duration,
+    pub liveness_timeout: Duration,
+}
+
+#[derive(Debug)]
+pub struct Orchestrator {
+    core: Coordinator,
+    config: OrchestratorConfig,
+    pool: RpcPool,
+    wake: Notify,
+    in_flight: Mutex<HashSet<Key>>,
+    lost_tried: Mutex<HashMap<Key, Instant>>,
+}
+
+/// One streamlet handed to a new owner this round.
+struct Rebuild {
+    key: Key,
+    target: ServerId,
+    target_addr: String,
+    request: RecoverStreamletRequest,
+}
+
+impl Orchestrator {
+    pub fn new(core: Coordinator, config: OrchestratorConfig) -> Arc<Self> {
+        let pool = RpcPool::new(RpcClientConfig {
+            requests_in_flight_max: 256,
+            frame_body_bytes_max: 64 << 20,
+            connect_timeout_ms: config.list_timeout.as_millis() as u64,
+            request_timeout_ms: config.recovery_timeout.as_millis() as u64,
+            keepalive_ms: 0,
+        });
+        Arc::new(Self {
+            core,
+            config,
+            pool,
+            wake: Notify::new(),
+            in_flight: Mutex::default(),
+            lost_tried: Mutex::default(),
+        })
+    }
+
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        loop {
+            tokio::select! {
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(ROUND_EVERY) => {}
+                _ = tailstream_net::server::shutdown_signalled(&mut shutdown) => return,
+            }
+            self.round().await;
+            self.publish_gauges();
+        }
+    }
+
+    fn publish_gauges(&self) {
+        let state = self.core.lock();
+        let now = Instant::now();
+        let metadata = &state.metadata;
+        let alive = metadata
+            .members()
+            .filter(|b| state.liveness.is_alive(b.server_id, now))
+            .count();
+        metrics::gauge!(m::BROKERS_ALIVE).set(alive as f64);
+        metrics::gauge!(m::BROKERS_REGISTERED).set(metadata.brokers.len() as f64);
+        metrics::gauge!(m::STREAMS).set(metadata.streams.len() as f64);
+        let placements = metadata.streams.values().flat_map(|s| s.placements.iter());
+        let (mut total, mut unavailable, mut lost) = (0, 0, 0);
+        for placement in placements {
+            total += 1;
+            match placement.state {
+                tailstream_wire::messages::PlacementState::Serving => {}
+                tailstream_wire::messages::PlacementState::Recovering => unavailable += 1,
+                tailstream_wire::messages::PlacementState::Lost => {
+                    unavailable += 1;
+                    lost += 1;
+                }
+            }
+        }
+        metrics::gauge!(m::STREAMLETS).set(f64::from(total));
+        metrics::gauge!(m::STREAMLETS_UNAVAILABLE).set(f64::from(unavailable));
+        metrics::gauge!(m::STREAMLETS_LOST).set(f64::from(lost));
+    }
+
+    /// Streamlets to plan now: not serving, not being rebuilt by this coordinator, and (for
+    /// lost ones) not tried too recently.
+    fn candidates(&self) -> Vec<Key> {
+        let unsettled = self.core.lock().metadata.unsettled();
+        let lost: HashSet<Key> = {
+            let state = self.core.lock();
+            unsettled
+                .iter()
+                .copied()
+                .filter(|(stream, streamlet)| {
+                    state
+                        .metadata
+                        .stream_by_id(*stream)
+                        .and_then(|s| s.placements.get(streamlet.0 as usize))
+                        .is_some_and(|p| p.state == tailstream_wire::messages::PlacementState::Lost)
+                })
+                .collect()
+        };
+        let in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let lost_tried = self.lost_tried.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        unsettled
+            .into_iter()
+            .filter(|key| !in_flight.contains(key))
+            .filter(|key| {
+                !lost.contains(key)
+                    || lost_tried
+                        .get(key)
+                        .is_none_or(|at| now.duration_since(*at) >= LOST_RETRY)
+            })
+            .collect()
+    }
+
+    async fn round(self: &Arc<Self>) {
+        let candidates = self.candidates();
+        if candidates.is_empty() {
+            return;
+        }
+        let located_at = Instant::now();
+        let listings = self.locate().await;
+        let (targets, fence_free) = self.live_targets();
+        if targets.is_empty() || !fence_free {
+            return;
+        }
+        let plans = {
+            let state = self.core.lock();
+            let mut plans = Vec::new();
+            for key in &candidates {
+                let Some(stream) = state.metadata.stream_by_id(key.0) else {
+                    continue;
+                };
+                let heads = state.heads_of(key.0, key.1);
+                let target = Target {
+                    stream: key.0,
+                    streamlet: key.1,
+                    config: &stream.config,
+                    reported_heads: &heads,
+                };
+                plans.push((*key, plan(&target, &listings)));
+            }
+            plans
+        };
+        {
+            let now = Instant::now();
+            let mut lost_tried = self.lost_tried.lock().unwrap_or_else(|p| p.into_inner());
+            for (key, _) in &plans {
+                lost_tried.insert(*key, now);
+            }
+        }
+        let locate_ms = located_at.elapsed().as_millis() as u64;
+        let rebuilds = match self.hand_over(plans, targets, locate_ms).await {
+            Some(rebuilds) => rebuilds,
+            None => return,
+        };
+        metrics::histogram!(m::RECOVERY_PHASE, "phase" => "locate")
+            .record(located_at.elapsed().as_secs_f64());
+        for rebuild in rebuilds {
+            self.in_flight
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(rebuild.key);
+            let orchestrator = self.clone();
+            tokio::spawn(async move { orchestrator.rebuild(rebuild).await });
+        }
+    }
+
+    /// Fences every crashed generation on every live member and collects what they hold.
+    async fn locate(&self) -> Vec<Listing> {
+        let (members, fence) = {
+            let state = self.core.lock();
+            let members: Vec<(ServerId, String)> = state
+                .metadata
+                .members()
+                .map(|b| (b.server_id, b.peer_addr.clone()))
+                .collect();
+            (members, state.metadata.crashed())
+        };
+        let request = ListReplicasRequest {
+            primary: None,
+            fence,
+        };
+        let lists = members.into_iter().map(|(backup, addr)| {
+            let request = &request;
+            async move {
+                let listed = async {
+                    let client = self.pool.get(&addr).await?;
+                    client
+                        .call::<_, ListReplicasResponse>(Opcode::ListReplicas, request)
+                        .await
+                };
+                match tokio::time::timeout(self.config.list_timeout, listed).await {
+                    Ok(Ok(response)) => Some(Listing {
+                        backup,
+                        peer_addr: addr,
+                        replicas: response.replicas,
+                    }),
+                    Ok(Err(error)) => {
+                        tracing::warn!(%backup, %error, "listing replicas failed");
+                        None
+                    }
+                    Err(_) => {
+                        tracing::warn!(%backup, "listing replicas timed out");
+                        None
+                    }
+                }
+            }
+        });
+        futures::future::join_all(lists)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
+    /// Live members a rebuild can go to, least loaded first; and whether there are any.
+    fn live_targets(&self) -> (Vec<(ServerId, String, usize)>, bool) {
+        let state = self.core.lock();
+        let now = Instant::now();
+        let mut targets: Vec<(ServerId, String, usize)> = state
+            .metadata
+            .members()
+            .filter(|b| state.liveness.silent_for(b.server_id, now) < self.config.liveness_timeout)
+            .map(|b| {
+                (
+                    b.server_id,
+                    b.peer_addr.clone(),
+                    state.metadata.load_of(b.server_id),
+                )
+            })
+            .collect();
+        targets.sort_by_key(|(id, _, load)| (*load, *id));
+        (targets, true)
+    }
+
+    /// Saves the round's decisions: each recoverable streamlet to a target under a new epoch,
+    /// each unrecoverable one lost with what it misses. Returns the rebuilds to order.
+    async fn hand_over(
+        &self,
+        plans: Vec<(Key, Result<super::planner::Plan, String>)>,
+        mut targets: Vec<(ServerId, String, usize)>,
+        locate_ms: u64,
+    ) -> Option<Vec<Rebuild>> {
+        let mut chosen = Vec::new();
+        for (key, planned) in plans {
+            match planned {
+                Ok(plan) => {
+                    // Least loaded first, counting what this round hands out.
+                    targets.sort_by_key(|(id, _, load)| (*load, *id));
+                    let (target, addr, load) = &mut targets[0];
+                    *load += 1;
+                    chosen.push((key, Ok((*target, addr.clone(), plan))));
+                }
+                Err(missing) => chosen.push((key, Err(missing))),
+            }
+        }
+        let decided = self
+            .core
+            .change(move |metadata| {
+                let mut rebuilds = Vec::new();
+                for (key, decision) in chosen {
+                    match decision {
+                        Ok((target, target_addr, plan)) => {
+                            let assignment = metadata.begin_rebuild(key.0, key.1, target)?;
+                            if let Some(record) = metadata.recovery_of(key.0, key.1) {
+                                record.locate_ms =
+                                    Some(record.locate_ms.unwrap_or(0).max(locate_ms));
+                                record.phase = crate::metadata::RecoveryPhase::Rebuilding;
+                            }
+                            rebuilds.push((key, target, target_addr, assignment, plan));
+                        }
+                        Err(missing) => {
+                            metadata.mark_lost(key.0, key.1, missing.clone())?;
+                            if let Some(record) = metadata.recovery_of(key.0, key.1)
+                                && !record.lost.contains(&missing)
+                            {
+                                record.lost.push(missing);
+                            }
+                        }
+                    }
+                }
+                metadata.settle_recoveries(unix_ms());
+                let version = metadata.version;
+                Ok(rebuilds
+                    .into_iter()
+                    .map(|(key, target, target_addr, assignment, plan)| Rebuild {
+                        key,
+                        target,
+                        target_addr,
+                        request: request_for(target, version, assignment, plan),
+                    })
+                    .collect::<Vec<_>>())
+            })
+            .await;
+        match decided {
+            Ok(rebuilds) => {
+                for rebuild in &rebuilds {
+                    tracing::info!(
+                        stream = %rebuild.request.assignment.stream_name,
+                        streamlet = rebuild.key.1.0,
+                        new_owner = %rebuild.target,
+                        epoch = rebuild.request.assignment.epoch,
+                        "rebuilding a crashed broker's streamlet"
+                    );
+                }
+                Some(rebuilds)
+            }
+            Err(error) => {
+                tracing::error!(?error, "saving the recovery plan failed");
+                None
+            }
+        }
+    }
+
+    /// Orders one rebuild, and hands the streamlet over once it is done and every crashed
+    /// broker's lease has run out.
+    async fn rebuild(self: Arc<Self>, rebuild: Rebuild) {
+        let started = Instant::now();
+        let key = rebuild.key;
+        let epoch = rebuild.request.assignment.epoch;
+        let result = async {
+            let client = self
+                .pool
+                .get(&rebuild.target_addr)
+                .await
+                .map_err(|e| e.to_string())?;
+            client
+                .call::<_, RecoverStreamletResponse>(Opcode::RecoverStreamlet, &rebuild.request)
+                .await
+                .map_err(|e| e.to_string())
+        }
+        .await;
+        let outcome = match result {
+            Ok(done) => {
+                self.wait_for_leases().await;
+                let elapsed_ms = started.elapsed().as_millis() as u64;
+                self.core
+                    .change(move |metadata| {
+                        let served = metadata.finish_rebuild(key.0, key.1, epoch)?;
+                        if let Some(record) = metadata.recovery_of(key.0, key.1) {
+                            let replay = elapsed_ms.saturating_sub(u64::from(done.rereplicate_ms));
+                            record.replay_ms = Some(record.replay_ms.unwrap_or(0).max(replay));
+                            record.rereplicate_ms = Some(
+                                record
+                                    .rereplicate_ms
+                                    .unwrap_or(0)
+                                    .max(u64::from(done.rereplicate_ms)),
+                            );
+                            record.bytes += done.bytes;
+                            record.segments_adopted += u64::from(done.segments_adopted);
+                            record.segments_copied += u64::from(done.segments_copied);
+                        }
+                        metadata.settle_recoveries(unix_ms());
+                        Ok((served, done))
+                    })
+                    .await
+                    .map_err(|e| format!("{e:?}"))
+            }
+            Err(error) => Err(error),
+        };
+        match outcome {
+            Ok((true, done)) => {
+                metrics::counter!(m::STREAMLETS_RECOVERED).increment(1);
+                metrics::histogram!(m::RECOVERY_PHASE, "phase" => "replay").record(
+                    started
+                        .elapsed()
+                        .saturating_sub(Duration::from_millis(done.rereplicate_ms.into()))
+                        .as_secs_f64(),
+                );
+                metrics::histogram!(m::RECOVERY_PHASE, "phase" => "rereplicate")
+                    .record(f64::from(done.rereplicate_ms) / 1000.0);
+                tracing::info!(
+                    stream = %rebuild.request.assignment.stream_name,
+                    streamlet = key.1.0,
+                    new_owner = %rebuild.target,
+                    bytes = done.bytes,
+                    adopted = done.segments_adopted,
+                    copied = done.segments_copied,
+                    read_ms = done.read_ms,
+                    rereplicate_ms = done.rereplicate_ms,
+                    total_ms = started.elapsed().as_millis() as u64,
+                    "streamlet serving again on its new owner"
+                );
+                self.record_totals();
+                self.core.push_assignments(vec![rebuild.target]).await;
+            }
+            Ok((false, _)) => {}
+            Err(error) => {
+                tracing::warn!(streamlet = key.1.0, target = %rebuild.target, %error, "rebuild failed; planning it again");
+                let detail = format!("rebuild on {} failed: {error}", rebuild.target);
+                let _ = self
+                    .core
+                    .change(move |metadata| metadata.mark_lost(key.0, key.1, detail))
+                    .await;
+                self.lost_tried
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&key);
+            }
+        }
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key);
+        self.wake();
+    }
+
+    /// Records the total of recoveries that just finished.
+    fn record_totals(&self) {
+        let state = self.core.lock();
+        for record in state.metadata.recoveries.iter().rev().take(8) {
+            if let Some(total) = record.total_ms
+                && record.phase == crate::metadata::RecoveryPhase::Done
+                && unix_ms().saturating_sub(record.declared_at_ms + total) < 1000
+            {
+                metrics::histogram!(m::RECOVERY_PHASE, "phase" => "total")
+                    .record(total as f64 / 1000.0);
+            }
+        }
+    }
+
+    /// Until every crashed, unrecovered generation's lease has surely run out: it was renewed
+    /// at the latest by the last heartbeat this coordinator answered (or, for one never heard
+    /// since this coordinator started, at the start).
+    async fn wait_for_leases(&self) {
+        let deadline = {
+            let state = self.core.lock();
+            state
+                .metadata
+                .crashed()
+                .into_iter()
+                .map(|server| state.liveness.last_heard(server))
+                .max()
+                .map(|heard| heard + self.config.lease + Duration::from_millis(20))
+        };
+        if let Some(deadline) = deadline {
+            tokio::time::sleep_until(deadline.into()).await;
+        }
+    }
+}
+
+fn request_for(
+    target: ServerId,
+    version: u64,
+    assignment: StreamletAssignment,
+    plan: super::planner::Plan,
+) -> RecoverStreamletRequest {
+    RecoverStreamletRequest {
+        target,
+        version,
+        assignment,
+        logs: plan.logs,
+        next_group: GroupId(plan.next_group.0),
+        next_segment: SegmentId(plan.next_segment.0),
+    }
+}
+
+/// Log heads per streamlet, as the coordinator state keeps them.
+pub type Heads = BTreeMap<LogId, SegmentId>;

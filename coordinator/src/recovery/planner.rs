@@ -1,0 +1,209 @@
+//! Recovery planning, pure: what the backups hold (their `ListReplicas` answers) in, and per
+//! streamlet either a plan (for each log, every segment it must have, the replica epoch and
+//! length to recover, and who holds it) or a precise "lost" answer out.
+//!
+//! Per log, the newest log digest found names every segment the log must have (the digest of a
+//! segment lists every live segment of its log up to itself). For each, the plan takes the
+//! highest epoch among complete copies (never a `filling` replacement, never a corrupt one): a
+//! closed copy gives the closed length; open copies give the longest valid prefix Algorithm 1
+//! found (bytes past the acknowledged point may be in it; they were never acknowledged, and
+//! the rebuilt producer tables make any retry land once). A segment no backup can supply makes
+//! the streamlet lost, unless the stream has retention and the missing segments are the oldest
+//! ones (freed). A log whose owner reported a newer head than any digest found is lost too:
+//! its newest segments are on no live backup.
+
+use std::collections::BTreeMap;
+use tailstream_wire::codec::Decode;
+use tailstream_wire::entry::LogDigest;
+use tailstream_wire::messages::{
+    LogRecovery, ReplicaHolder, ReplicaInfo, ReplicaState, SegmentSource, StreamConfig,
+};
+use tailstream_wire::{GroupId, LogId, SegmentId, ServerId, StreamId, StreamletId};
+
+/// One backup's answer to `ListReplicas`.
+#[derive(Clone, Debug)]
+pub struct Listing {
+    pub backup: ServerId,
+    pub peer_addr: String,
+    pub replicas: Vec<ReplicaInfo>,
+}
+
+/// A streamlet to plan.
+#[derive(Clone, Debug)]
+pub struct Target<'a> {
+    pub stream: StreamId,
+    pub streamlet: StreamletId,
+    pub config: &'a StreamConfig,
+    /// The newest segment its owner reported per log, when known.
+    pub reported_heads: &'a BTreeMap<LogId, SegmentId>,
+}
+
+/// What to rebuild a streamlet from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub logs: Vec<LogRecovery>,
+    pub next_group: GroupId,
+    pub next_segment: SegmentId,
+    /// Bytes the rebuild reads.
+    pub bytes: u64,
+}
+
+/// A usable copy of one segment.
+struct Copy<'a> {
+    info: &'a ReplicaInfo,
+    listing: &'a Listing,
+}
+
+fn is_usable(info: &ReplicaInfo) -> bool {
+    !info.filling && info.state != ReplicaState::Corrupt && info.valid_bytes > 0
+}
+
+/// Plans `target` from `listings`; `Err` says exactly what is missing.
+pub fn plan(target: &Target, listings: &[Listing]) -> Result<Plan, String> {
+    let ours = |info: &ReplicaInfo| {
+        info.replica.stream == target.stream && info.replica.streamlet == target.streamlet
+    };
+    let mut next_group = 0u64;
+    let mut next_segment = 0u64;
+    let mut by_log: BTreeMap<LogId, BTreeMap<SegmentId, Vec<Copy>>> = BTreeMap::new();
+    for listing in listings {
+        for info in listing.replicas.iter().filter(|i| ours(i)) {
+            // Every id ever used, usable copy or not, stays used.
+            next_group = next_group.max(info.replica.group.0 + 1);
+            next_segment = next_segment.max(info.replica.segment.0 + 1);
+            if is_usable(info) {
+                by_log
+                    .entry(info.replica.log)
+                    .or_default()
+                    .entry(info.replica.segment)
+                    .or_default()
+                    .push(Copy { info, listing });
+            }
+        }
+    }
+    let mut logs = Vec::new();
+    let mut bytes = 0u64;
+    for log in (0..target.config.logs_per_streamlet).map(LogId) {
+        let segments = by_log.remove(&log).unwrap_or_default();
+        let reported = target.reported_heads.get(&log).copied();
+        let Some(recovery) = plan_log(target, log, &segments, reported)? else {
+            continue;
+        };
+        for source in &recovery.segments {
+            next_group = next_group.max(source.group.0 + 1);
+            next_segment = next_segment.max(source.segment.0 + 1);
+            bytes += u64::from(source.length);
+        }
+        logs.push(recovery);
+    }
+    Ok(Plan {
+        logs,
+        next_group: GroupId(next_group),
+        next_segment: SegmentId(next_segment),
+        bytes,
+    })
+}
+
+/// One log: `None` for a log that never had a segment.
+fn plan_log(
+    target: &Target,
+    log: LogId,
+    segments: &BTreeMap<SegmentId, Vec<Copy>>,
+    reported_head: Option<SegmentId>,
+) -> Result<Option<LogRecovery>, String> {
+    // The newest segment with a readable digest: its digest names the whole log.
+    let newest = segments.iter().rev().find_map(|(segment, copies)| {
+        copies.iter().find_map(|copy| {
+            let digest = LogDigest::decode_exact(copy.info.digest.clone()).ok()?;
+            (digest.segment == *segment && digest.log == log).then_some(digest)
+        })
+    });
+    let Some(digest) = newest else {
+        return match reported_head {
+            Some(head) => Err(format!(
+                "{log}: no segment is on a live backup (its owner last reported {head})"
+            )),
+            None => Ok(None),
+        };
+    };
+    if let Some(head) = reported_head.filter(|head| *head > digest.segment) {
+        return Err(format!(
+            "{log}: its owner reported {head}, the newest segment on a live backup is {}",
+            digest.segment
+        ));
+    }
+    let mut sources = Vec::new();
+    let mut missing = Vec::new();
+    for named in &digest.segments {
+        let copies = segments
+            .get(&named.segment)
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        match choose(copies) {
+            Some(mut source) => {
+                source.group = named.group;
+                sources.push(source);
+            }
+            None => {
+                if !sources.is_empty() {
+                    // A hole after a recovered segment: never served.
+                    return Err(format!(
+                        "{log}: {} ({}) is on no live backup",
+                        named.segment, named.group
+                    ));
+                }
+                missing.push(named);
+            }
+        }
+    }
+    if let Some(first) = missing.first() {
+        let has_retention = target.config.retention_bytes > 0 || target.config.retention_ms > 0;
+        if !has_retention || sources.is_empty() {
+            return Err(format!(
+                "{log}: {} ({}) is on no live backup",
+                first.segment, first.group
+            ));
+        }
+        // The oldest segments are gone, and retention frees the oldest first: they were freed
+        // after the newest digest was written.
+    }
+    Ok(Some(LogRecovery {
+        log,
+        segments: sources,
+    }))
+}
+
+/// The copies to recover one segment from: the highest epoch among usable copies. If any of
+/// them is closed, the segment is complete: its closed copies are adopted as they are.
+/// Otherwise (the open head, or a segment whose close was in flight) the longest valid prefix
+/// is recovered from any copy that has it, and replicated afresh.
+fn choose(copies: &[Copy]) -> Option<SegmentSource> {
+    let epoch = copies.iter().map(|c| c.info.epoch).max()?;
+    let current: Vec<&Copy> = copies.iter().filter(|c| c.info.epoch == epoch).collect();
+    let closed_length = current
+        .iter()
+        .filter(|c| c.info.state == ReplicaState::Closed)
+        .map(|c| c.info.valid_bytes)
+        .max();
+    let length = closed_length.or_else(|| current.iter().map(|c| c.info.valid_bytes).max())?;
+    let holders = current
+        .iter()
+        .filter(|c| match closed_length {
+            Some(_) => c.info.state == ReplicaState::Closed && c.info.valid_bytes == length,
+            None => c.info.valid_bytes >= length,
+        })
+        .map(|c| ReplicaHolder {
+            backup: c.listing.backup,
+            peer_addr: c.listing.peer_addr.clone(),
+            primary: c.info.primary,
+        })
+        .collect();
+    Some(SegmentSource {
+        group: GroupId(0),
+        segment: current[0].info.replica.segment,
+        epoch,
+        length,
+        closed: closed_length.is_some(),
+        holders,
+    })
+}

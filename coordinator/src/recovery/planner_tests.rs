@@ -1,0 +1,258 @@
+//! The recovery planner: listings in, a plan or a precise "lost" out.
+
+use super::planner::{Listing, Target, plan};
+use std::collections::BTreeMap;
+use tailstream_wire::codec::Encode;
+use tailstream_wire::entry::{DigestSegment, LogDigest};
+use tailstream_wire::messages::{ReplicaId, ReplicaInfo, ReplicaState, StreamConfig};
+use tailstream_wire::{GroupId, LogId, RecordOffset, SegmentId, ServerId, StreamId, StreamletId};
+
+const STREAM: StreamId = StreamId(7);
+const STREAMLET: StreamletId = StreamletId(1);
+const CRASHED: ServerId = ServerId::new(0, 1);
+
+fn config(logs: u32, retention: bool) -> StreamConfig {
+    let mut config = tailstream_config::Config::embedded().stream_defaults;
+    config.logs_per_streamlet = logs;
+    config.replicas = 2;
+    config.retention_bytes = if retention { 1 << 20 } else { 0 };
+    config
+}
+
+/// A replica of `segment` (in `group`) of `log`, whose digest names `named` (group, segment)
+/// pairs up to itself.
+fn replica(
+    log: u32,
+    group: u64,
+    segment: u64,
+    named: &[(u64, u64)],
+    epoch: u32,
+    state: ReplicaState,
+    valid_bytes: u32,
+) -> ReplicaInfo {
+    let digest = LogDigest {
+        stream: STREAM,
+        streamlet: STREAMLET,
+        log: LogId(log),
+        group: GroupId(group),
+        segment: SegmentId(segment),
+        base_offset: RecordOffset(0),
+        segments: named
+            .iter()
+            .map(|(g, s)| DigestSegment {
+                group: GroupId(*g),
+                segment: SegmentId(*s),
+            })
+            .collect(),
+    };
+    ReplicaInfo {
+        primary: CRASHED,
+        replica: ReplicaId {
+            stream: STREAM,
+            streamlet: STREAMLET,
+            log: LogId(log),
+            group: GroupId(group),
+            segment: SegmentId(segment),
+        },
+        epoch,
+        state,
+        filling: false,
+        valid_bytes,
+        digest: digest.to_bytes(),
+    }
+}
+
+fn listing(backup: u32, replicas: Vec<ReplicaInfo>) -> Listing {
+    Listing {
+        backup: ServerId::new(backup, 1),
+        peer_addr: format!("127.0.0.1:{backup}"),
+        replicas,
+    }
+}
+
+fn target<'a>(config: &'a StreamConfig, heads: &'a BTreeMap<LogId, SegmentId>) -> Target<'a> {
+    Target {
+        stream: STREAM,
+        streamlet: STREAMLET,
+        config,
+        reported_heads: heads,
+    }
+}
+
+use ReplicaState::{Closed, Open};
+
+#[test]
+fn closed_segments_are_adopted_and_the_open_head_takes_its_longest_valid_prefix() {
+    let config = config(1, false);
+    let heads = BTreeMap::new();
+    let named = [(0, 0), (0, 1)];
+    let listings = vec![
+        listing(
+            1,
+            vec![
+                replica(0, 0, 0, &named[..1], 1, Closed, 5000),
+                replica(0, 0, 1, &named, 1, Open, 700),
+            ],
+        ),
+        listing(
+            2,
+            vec![
+                replica(0, 0, 0, &named[..1], 1, Closed, 5000),
+                // Two replicas of the head of different lengths: the longer one wins, and only
+                // copies that have all of it can serve it.
+                replica(0, 0, 1, &named, 1, Open, 900),
+            ],
+        ),
+    ];
+    let plan = plan(&target(&config, &heads), &listings).unwrap();
+    let log = &plan.logs[0];
+    assert_eq!(log.segments.len(), 2);
+    let (closed, head) = (&log.segments[0], &log.segments[1]);
+    assert!(closed.closed && closed.length == 5000 && closed.holders.len() == 2);
+    assert!(!head.closed && head.length == 900);
+    assert_eq!(head.holders.len(), 1);
+    assert_eq!(head.holders[0].backup, ServerId::new(2, 1));
+    assert_eq!(
+        (plan.next_group, plan.next_segment),
+        (GroupId(1), SegmentId(2))
+    );
+    assert_eq!(plan.bytes, 5900);
+}
+
+#[test]
+fn a_segment_no_backup_holds_makes_the_streamlet_lost_and_says_which() {
+    let config = config(1, false);
+    let heads = BTreeMap::new();
+    let named = [(0, 0), (0, 1), (1, 2)];
+    let listings = vec![listing(
+        1,
+        vec![
+            replica(0, 0, 0, &named[..1], 1, Closed, 100),
+            replica(0, 1, 2, &named, 1, Open, 100),
+        ],
+    )];
+    let error = plan(&target(&config, &heads), &listings).unwrap_err();
+    assert!(
+        error.contains("segment-1") && error.contains("group-0"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_filling_replacement_never_counts_and_the_highest_complete_epoch_wins() {
+    let config = config(1, false);
+    let heads = BTreeMap::new();
+    let named = [(0, 0)];
+    let mut filling = replica(0, 0, 0, &named, 3, Open, 50);
+    filling.filling = true;
+    let listings = vec![
+        listing(1, vec![replica(0, 0, 0, &named, 1, Closed, 400)]),
+        listing(2, vec![replica(0, 0, 0, &named, 2, Closed, 400), filling]),
+        listing(3, vec![replica(0, 0, 0, &named, 2, Closed, 400)]),
+    ];
+    let plan = plan(&target(&config, &heads), &listings).unwrap();
+    let source = &plan.logs[0].segments[0];
+    assert_eq!((source.epoch, source.length), (2, 400));
+    let backups: Vec<u32> = source.holders.iter().map(|h| h.backup.index).collect();
+    assert_eq!(backups, vec![2, 3], "the stale epoch is not a holder");
+    assert_eq!(plan.next_segment, SegmentId(1));
+}
+
+#[test]
+fn corrupt_copies_are_skipped_and_a_segment_with_only_corrupt_copies_is_lost() {
+    let config = config(1, false);
+    let heads = BTreeMap::new();
+    let named = [(0, 0), (0, 1)];
+    let listings = vec![
+        listing(
+            1,
+            vec![
+                replica(0, 0, 0, &named[..1], 1, ReplicaState::Corrupt, 0),
+                replica(0, 0, 1, &named, 1, Open, 10),
+            ],
+        ),
+        listing(2, vec![replica(0, 0, 0, &named[..1], 1, Closed, 300)]),
+    ];
+    let plan = plan(&target(&config, &heads), &listings).unwrap();
+    assert_eq!(plan.logs[0].segments[0].holders.len(), 1);
+    let only_corrupt = vec![listing(
+        1,
+        vec![
+            replica(0, 0, 0, &named[..1], 1, ReplicaState::Corrupt, 0),
+            replica(0, 0, 1, &named, 1, Open, 10),
+        ],
+    )];
+    assert!(plan_err(&config, &heads, &only_corrupt).contains("segment-0"));
+}
+
+fn plan_err(config: &StreamConfig, heads: &BTreeMap<LogId, SegmentId>, l: &[Listing]) -> String {
+    plan(&target(config, heads), l).unwrap_err()
+}
+
+#[test]
+fn oldest_segments_missing_are_freed_only_when_the_stream_has_retention() {
+    let named = [(0, 0), (0, 1), (1, 2)];
+    let listings = vec![listing(
+        1,
+        vec![
+            replica(0, 0, 1, &named[..2], 1, Closed, 100),
+            replica(0, 1, 2, &named, 1, Open, 60),
+        ],
+    )];
+    let heads = BTreeMap::new();
+    let with = config(1, true);
+    let plan = plan(&target(&with, &heads), &listings).unwrap();
+    let recovered: Vec<u64> = plan.logs[0].segments.iter().map(|s| s.segment.0).collect();
+    assert_eq!(recovered, vec![1, 2]);
+    assert!(plan_err(&config(1, false), &heads, &listings).contains("segment-0"));
+}
+
+#[test]
+fn a_head_newer_than_any_copy_is_lost_and_an_unwritten_log_is_empty() {
+    let config = config(2, false);
+    let named = [(0, 0)];
+    let listings = vec![listing(1, vec![replica(0, 0, 0, &named, 1, Open, 80)])];
+    let mut heads = BTreeMap::new();
+    // Log 1 never had a segment: nothing to rebuild.
+    let plan = plan(&target(&config, &heads), &listings).unwrap();
+    assert_eq!(plan.logs.len(), 1);
+    // The owner had rolled log 0 to segment 3: copies of segment 0 are not the whole log.
+    heads.insert(LogId(0), SegmentId(3));
+    assert!(plan_err(&config, &heads, &listings).contains("segment-3"));
+    // Log 1 had segments, but none is on a live backup.
+    heads.clear();
+    heads.insert(LogId(1), SegmentId(4));
+    assert!(plan_err(&config, &heads, &listings).contains("log-1"));
+}
+
+#[test]
+fn ids_continue_above_everything_seen_even_unwritten_reserved_segments() {
+    let config = config(1, false);
+    let heads = BTreeMap::new();
+    let named = [(0, 0)];
+    // Segment 9 of group 4 was opened for the next roll but never written.
+    let mut reserved = replica(0, 4, 9, &[], 1, Open, 0);
+    reserved.digest = bytes::Bytes::new();
+    let listings = vec![listing(
+        1,
+        vec![replica(0, 0, 0, &named, 1, Open, 80), reserved],
+    )];
+    let plan = plan(&target(&config, &heads), &listings).unwrap();
+    assert_eq!(
+        (plan.next_group, plan.next_segment),
+        (GroupId(5), SegmentId(10))
+    );
+    assert_eq!(plan.logs[0].segments.len(), 1);
+}
+
+#[test]
+fn replicas_of_other_streamlets_are_ignored() {
+    let config = config(1, false);
+    let heads = BTreeMap::new();
+    let mut other = replica(0, 0, 0, &[(0, 0)], 1, Open, 80);
+    other.replica.streamlet = StreamletId(9);
+    let listings = vec![listing(1, vec![other])];
+    let plan = plan(&target(&config, &heads), &listings).unwrap();
+    assert!(plan.logs.is_empty());
+    assert_eq!(plan.next_segment, SegmentId(0));
+}

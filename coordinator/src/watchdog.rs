@@ -1,0 +1,195 @@
+//! The failure detector's async shell: feeds the `Detector` with brokers' reports and with
+//! brokers whose heartbeats stopped, probes suspects itself (a fresh connection and a ping,
+//! each attempt bounded by `probe_timeout_ms`), and declares the ones that fail every probe
+//! crashed: the declaration is saved, their streamlets go to recovery, and the orchestrator is
+//! woken.
+
+use crate::core::Coordinator;
+use crate::detector::{Action, Detector};
+use crate::metrics as m;
+use crate::recovery::orchestrator::Orchestrator;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tailstream_net::{RpcClient, RpcClientConfig};
+use tailstream_wire::{Opcode, ServerId};
+use tokio::sync::{mpsc, watch};
+
+/// What the watchdog is told.
+#[derive(Debug)]
+pub enum Event {
+    /// A broker (or the heartbeat backstop) says `suspect` is silent.
+    Reported {
+        suspect: ServerId,
+    },
+    Probed {
+        suspect: ServerId,
+        answered: bool,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct WatchdogHandle {
+    events: mpsc::UnboundedSender<Event>,
+}
+
+impl WatchdogHandle {
+    pub fn report(&self, suspect: ServerId) {
+        metrics::counter!(m::SUSPICIONS).increment(1);
+        let _ = self.events.send(Event::Reported { suspect });
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct WatchdogConfig {
+    pub probe_timeout: Duration,
+    pub probe_attempts: u32,
+    /// Brokers silent for this long are suspected (the backstop behind the pings).
+    pub heartbeat_timeout: Duration,
+}
+
+/// Starts the watchdog; events go through the returned handle.
+pub fn spawn(
+    core: Coordinator,
+    orchestrator: Arc<Orchestrator>,
+    config: WatchdogConfig,
+    shutdown: watch::Receiver<bool>,
+) -> WatchdogHandle {
+    let (events, receiver) = mpsc::unbounded_channel();
+    let handle = WatchdogHandle { events };
+    tokio::spawn(run(
+        core,
+        orchestrator,
+        config,
+        handle.clone(),
+        receiver,
+        shutdown,
+    ));
+    handle
+}
+
+async fn run(
+    core: Coordinator,
+    orchestrator: Arc<Orchestrator>,
+    config: WatchdogConfig,
+    handle: WatchdogHandle,
+    mut events: mpsc::UnboundedReceiver<Event>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut detector = Detector::new(config.probe_attempts);
+    let mut backstop =
+        tokio::time::interval((config.heartbeat_timeout / 4).max(Duration::from_millis(50)));
+    loop {
+        let action = tokio::select! {
+            event = events.recv() => match event {
+                Some(Event::Reported { suspect }) => {
+                    if core.lock().metadata.check_server(suspect).is_err() {
+                        None
+                    } else {
+                        detector.reported(suspect, Instant::now())
+                    }
+                }
+                Some(Event::Probed { suspect, answered }) => {
+                    detector.probed(suspect, answered, Instant::now())
+                }
+                None => return,
+            },
+            _ = backstop.tick() => {
+                for silent in silent_members(&core, config.heartbeat_timeout) {
+                    if !detector.is_suspected(silent) {
+                        handle.report(silent);
+                    }
+                }
+                None
+            }
+            _ = tailstream_net::server::shutdown_signalled(&mut shutdown) => return,
+        };
+        match action {
+            None => {}
+            Some(Action::Probe(suspect)) => {
+                let addr = core
+                    .lock()
+                    .metadata
+                    .check_server(suspect)
+                    .map(|b| b.peer_addr.clone());
+                let Ok(addr) = addr else {
+                    detector.forget(suspect);
+                    continue;
+                };
+                let handle = handle.clone();
+                let timeout = config.probe_timeout;
+                tokio::spawn(async move {
+                    let answered = probe(&addr, timeout).await;
+                    let _ = handle.events.send(Event::Probed { suspect, answered });
+                });
+            }
+            Some(Action::Declare {
+                server,
+                suspected_for,
+            }) => {
+                declare(&core, server, suspected_for).await;
+                orchestrator.wake();
+            }
+        }
+    }
+}
+
+/// Members whose last heartbeat is older than `timeout` (or that never sent one since this
+/// coordinator started, once `timeout` has passed since then).
+fn silent_members(core: &Coordinator, timeout: Duration) -> Vec<ServerId> {
+    let state = core.lock();
+    let now = Instant::now();
+    state
+        .metadata
+        .members()
+        .map(|b| b.server_id)
+        .filter(|id| state.liveness.silent_for(*id, now) >= timeout)
+        .collect()
+}
+
+/// One probe: a fresh connection and a ping, bounded by `timeout`.
+async fn probe(addr: &str, timeout: Duration) -> bool {
+    let ms = timeout.as_millis() as u64;
+    let config = RpcClientConfig {
+        requests_in_flight_max: 4,
+        frame_body_bytes_max: 1 << 16,
+        connect_timeout_ms: ms,
+        request_timeout_ms: ms,
+        keepalive_ms: 0,
+    };
+    let attempt = async {
+        let client = RpcClient::connect(addr, config).await?;
+        client.call_parts(Opcode::Ping, Vec::new()).await
+    };
+    matches!(tokio::time::timeout(timeout, attempt).await, Ok(Ok(_)))
+}
+
+/// Declares `server` crashed: saved, its streamlets put into recovery.
+async fn declare(core: &Coordinator, server: ServerId, suspected_for: Duration) {
+    let now_ms = crate::core::unix_ms();
+    let detect_ms = suspected_for.as_millis() as u64;
+    let declared = core
+        .change(move |m| {
+            let moved = m.declare_crashed(server)?;
+            let streamlets = moved.len();
+            m.open_recovery(server, moved, now_ms, detect_ms);
+            Ok(streamlets)
+        })
+        .await;
+    match declared {
+        Ok(streamlets) => {
+            metrics::counter!(m::CRASHES_DECLARED).increment(1);
+            metrics::histogram!(m::RECOVERY_PHASE, "phase" => "detect")
+                .record(suspected_for.as_secs_f64());
+            if streamlets > 0 {
+                metrics::counter!(m::RECOVERIES).increment(1);
+            }
+            tracing::warn!(
+                %server,
+                streamlets,
+                detect_ms,
+                "broker declared crashed: fenced; its streamlets go to recovery"
+            );
+        }
+        Err(error) => tracing::error!(%server, ?error, "declaring a broker crashed failed"),
+    }
+}
