@@ -39,6 +39,8 @@ struct Membership {
     version: u64,
     /// Log heads the coordinator has acknowledged.
     reported_heads: HashMap<(StreamId, StreamletId, LogId), SegmentId>,
+    /// Retired generations whose replicas this backup already dropped.
+    dropped: std::collections::HashSet<ServerId>,
 }
 
 #[derive(Debug)]
@@ -107,12 +109,29 @@ impl ClusterState {
                 self.backup.fence(broker.server_id);
             }
         }
-        for gone in retired {
+        let retired: Vec<ServerId> = {
+            let mut membership = self.lock();
+            retired
+                .iter()
+                .copied()
+                .filter(|gone| membership.dropped.insert(*gone))
+                .collect()
+        };
+        for gone in &retired {
             self.backup.fence(*gone);
-            let dropped = self.backup.drop_generation(*gone);
-            if dropped > 0 {
-                tracing::info!(server = %gone, dropped, "dropped the replicas left of a recovered crashed broker");
-            }
+        }
+        if !retired.is_empty() {
+            // Dropping replicas removes files and waits for buffer locks: off the async
+            // workers.
+            let backup = self.backup.clone();
+            tokio::task::spawn_blocking(move || {
+                for gone in retired {
+                    let dropped = backup.drop_generation(gone);
+                    if dropped > 0 {
+                        tracing::info!(server = %gone, dropped, "dropped the replicas left of a recovered crashed broker");
+                    }
+                }
+            });
         }
         self.brokers.send_if_modified(|current| {
             let changed = *current != brokers;

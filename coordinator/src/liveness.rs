@@ -43,10 +43,10 @@ impl Liveness {
         self.last_heard.remove(&server);
     }
 
+    /// Heard from within the timeout. A restarted coordinator counts every broker as heard at
+    /// its start, so members are not taken for dead before they had a chance to heartbeat.
     pub fn is_alive(&self, server: ServerId, now: Instant) -> bool {
-        self.last_heard
-            .get(&server)
-            .is_some_and(|heard| now.saturating_duration_since(*heard) < self.timeout)
+        self.silent_for(server, now) < self.timeout
     }
 }
 
@@ -59,10 +59,14 @@ mod tests {
         let mut liveness = Liveness::new(Duration::from_secs(3));
         let id = ServerId::new(1, 1);
         let t0 = Instant::now();
-        assert!(!liveness.is_alive(id, t0));
+        assert!(
+            liveness.is_alive(id, t0),
+            "a grace period after the coordinator starts"
+        );
+        assert!(!liveness.is_alive(id, t0 + Duration::from_secs(4)));
         liveness.heard(id, t0);
         assert!(liveness.is_alive(id, t0 + Duration::from_secs(2)));
         assert!(!liveness.is_alive(id, t0 + Duration::from_secs(3)));
-        assert!(!liveness.is_alive(ServerId::new(1, 2), t0));
+        assert!(!liveness.is_alive(ServerId::new(1, 2), t0 + Duration::from_secs(3)));
     }
 }

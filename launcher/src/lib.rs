@@ -294,6 +294,25 @@ impl LocalCluster {
         }
     }
 
+    /// Sends `signal` (e.g. "STOP", "CONT") to broker `index`: a paused process keeps its
+    /// sockets open and answers nothing, as a broker stuck in a long pause would.
+    pub fn signal_broker(&self, index: usize, signal: &str) -> Result<(), String> {
+        let pid = self
+            .broker(index)
+            .and_then(Proc::pid)
+            .ok_or_else(|| format!("broker {index} is not running"))?;
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .map_err(|e| format!("running kill: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("kill -{signal} {pid} failed"))
+        }
+    }
+
     /// Starts broker `index` again at the addresses it had (a new generation of that server).
     pub async fn restart_broker(&mut self, index: usize) -> Result<(), String> {
         self.kill_broker(index).await;

@@ -5,6 +5,7 @@
 
 pub mod hostile;
 pub mod ledger;
+pub mod load;
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -31,10 +32,16 @@ impl TestCluster {
     /// `brokers` brokers; `overrides` is TOML overlaid on the embedded config for every process
     /// and for the test's own clients.
     pub async fn start(brokers: u32, overrides: &str) -> TestCluster {
+        // Debugging a failure: TAILSTREAM_KEEP_TEST_DATA keeps every process's data and logs.
+        let keep = std::env::var_os("TAILSTREAM_KEEP_TEST_DATA").is_some();
         let dir = tempfile::Builder::new()
             .prefix("tailstream-test-")
+            .disable_cleanup(keep)
             .tempdir()
             .unwrap();
+        if keep {
+            eprintln!("test data in {}", dir.path().display());
+        }
         let config = Config::with_overrides(overrides).unwrap();
         let config_file = if overrides.trim().is_empty() {
             None

@@ -240,22 +240,14 @@ impl Metadata {
         Ok(())
     }
 
-    /// A crash is recovered once no streamlet of its recovery is still recovering or lost.
+    /// A crash is recovered (its generation's replicas may be dropped) once no streamlet
+    /// anywhere is still recovering or lost: a crashed broker may hold copies it adopted while
+    /// rebuilding another crash's streamlet, so only a cluster where everything serves again
+    /// needs none of them.
     fn update_crashes(&mut self) {
-        let unsettled: Vec<ServerId> = self
-            .recoveries
-            .iter()
-            .filter(|r| {
-                r.streamlets.iter().any(|(stream, streamlet)| {
-                    self.stream_by_id(*stream)
-                        .and_then(|s| s.placements.get(streamlet.0 as usize))
-                        .is_some_and(|p| p.state != PlacementState::Serving)
-                })
-            })
-            .map(|r| r.crashed)
-            .collect();
+        let settled = self.unsettled().is_empty();
         for crash in &mut self.crashes {
-            crash.recovered = !unsettled.contains(&crash.server_id);
+            crash.recovered = settled;
         }
         // Retired crashes are remembered a while, so backups that were away still learn of
         // them; beyond that, the oldest retired ones go.

@@ -178,6 +178,10 @@ fn a_lost_streamlet_is_nobody_s_and_keeps_its_crash_unretired() {
     assert!(m.retired().is_empty());
     assert_eq!(m.orphans(), vec![(stream, StreamletId(0))], "retried later");
     // A backup came back with the missing copy: it can be rebuilt after all.
+    assert!(
+        m.retired().is_empty(),
+        "nothing is dropped while anything is unsettled"
+    );
     m.begin_rebuild(stream, StreamletId(0), b).unwrap();
     assert!(m.finish_rebuild(stream, StreamletId(0), 2).unwrap());
     assert_eq!(m.retired(), vec![a]);

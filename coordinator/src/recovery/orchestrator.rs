@@ -26,6 +26,8 @@ use tokio::sync::{Notify, watch};
 const LOST_RETRY: Duration = Duration::from_secs(2);
 /// Rounds also run this often without being woken.
 const ROUND_EVERY: Duration = Duration::from_millis(500);
+/// A target whose rebuild failed is not chosen again for this long (it may be dying).
+const TARGET_QUARANTINE: Duration = Duration::from_secs(2);
 
 type Key = (StreamId, StreamletId);
 
@@ -46,6 +48,8 @@ pub struct Orchestrator {
     wake: Notify,
     in_flight: Mutex<HashSet<Key>>,
     lost_tried: Mutex<HashMap<Key, Instant>>,
+    /// Targets whose rebuild failed recently: not chosen again for `TARGET_QUARANTINE`.
+    failed_targets: Mutex<HashMap<ServerId, Instant>>,
 }
 
 /// One streamlet handed to a new owner this round.
@@ -72,6 +76,7 @@ impl Orchestrator {
             wake: Notify::new(),
             in_flight: Mutex::default(),
             lost_tried: Mutex::default(),
+            failed_targets: Mutex::default(),
         })
     }
 
@@ -160,8 +165,8 @@ impl Orchestrator {
         }
         let located_at = Instant::now();
         let listings = self.locate().await;
-        let (targets, fence_free) = self.live_targets();
-        if targets.is_empty() || !fence_free {
+        let targets = self.live_targets();
+        if targets.is_empty() {
             return;
         }
         let plans = {
@@ -254,14 +259,24 @@ impl Orchestrator {
             .collect()
     }
 
-    /// Live members a rebuild can go to, least loaded first; and whether there are any.
-    fn live_targets(&self) -> (Vec<(ServerId, String, usize)>, bool) {
+    /// Members a rebuild can go to, least loaded first: heard from within a lease (a broker
+    /// that cannot renew its lease serves nothing anyway) and not recently failed.
+    fn live_targets(&self) -> Vec<(ServerId, String, usize)> {
         let state = self.core.lock();
         let now = Instant::now();
+        let failed = self
+            .failed_targets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let mut targets: Vec<(ServerId, String, usize)> = state
             .metadata
             .members()
-            .filter(|b| state.liveness.silent_for(b.server_id, now) < self.config.liveness_timeout)
+            .filter(|b| state.liveness.silent_for(b.server_id, now) < self.config.lease)
+            .filter(|b| {
+                failed
+                    .get(&b.server_id)
+                    .is_none_or(|at| now.duration_since(*at) >= TARGET_QUARANTINE)
+            })
             .map(|b| {
                 (
                     b.server_id,
@@ -271,7 +286,7 @@ impl Orchestrator {
             })
             .collect();
         targets.sort_by_key(|(id, _, load)| (*load, *id));
-        (targets, true)
+        targets
     }
 
     /// Saves the round's decisions: each recoverable streamlet to a target under a new epoch,
@@ -373,8 +388,9 @@ impl Orchestrator {
         .await;
         let outcome = match result {
             Ok(done) => {
-                self.wait_for_leases().await;
+                // Measured before the hand-over waits out the crashed brokers' leases.
                 let elapsed_ms = started.elapsed().as_millis() as u64;
+                self.wait_for_leases().await;
                 self.core
                     .change(move |metadata| {
                         let served = metadata.finish_rebuild(key.0, key.1, epoch)?;
@@ -437,6 +453,10 @@ impl Orchestrator {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&key);
+                self.failed_targets
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(rebuild.target, Instant::now());
             }
         }
         self.in_flight

@@ -1,0 +1,294 @@
+//! Crash recovery through real processes on 127.0.0.1: 5 brokers, R = 2, producers and a
+//! consumer running; the owner of a streamlet is killed with SIGKILL (alone, with one of its
+//! backups, during another recovery, with the coordinator killed mid-recovery, or paused as a
+//! zombie), and every acknowledged record must be read back exactly once, in per-log order.
+
+#![allow(clippy::unwrap_used)] // tests may unwrap freely (see clippy.toml)
+
+mod common;
+
+use common::load::Load;
+use common::{TEST_TIMEOUT, TestCluster};
+use std::time::{Duration, Instant};
+use tailstream_net::{RpcClient, RpcClientConfig};
+use tailstream_wire::messages::{
+    ListReplicasRequest, ListReplicasResponse, PlacementState, StreamConfig,
+};
+use tailstream_wire::{Opcode, ServerId};
+
+/// Small segments and groups, so recovery meets closed segments, open heads and several
+/// groups per log.
+fn recovered_stream(test: &TestCluster) -> StreamConfig {
+    let mut stream = test.stream_config();
+    stream.replicas = 2;
+    stream.logs_per_streamlet = 2;
+    stream.segment_size_bytes = 64 * 1024;
+    stream.segments_per_group = 2;
+    stream
+}
+
+/// The broker index that owns `streamlet` of `stream`.
+async fn owner_of(test: &TestCluster, stream: &str, streamlet: usize) -> usize {
+    let metadata = test.client().refresh_stream(stream).await.unwrap();
+    let owner = &metadata.streamlets[streamlet].owner_addr;
+    (0..test.cluster.spec().brokers as usize)
+        .find(|i| {
+            test.cluster
+                .broker(*i)
+                .is_some_and(|b| b.rpc_addr.to_string() == *owner)
+        })
+        .expect("a live broker owns it")
+}
+
+/// Waits until every streamlet of `stream` serves (bounded), returning how long that took.
+async fn wait_until_serving(test: &TestCluster, stream: &str) -> Duration {
+    let started = Instant::now();
+    let cluster = test.client();
+    loop {
+        let metadata = cluster.refresh_stream(stream).await.unwrap();
+        if metadata
+            .streamlets
+            .iter()
+            .all(|p| p.state == PlacementState::Serving)
+        {
+            let owners_alive = metadata.streamlets.iter().all(|p| {
+                test.cluster
+                    .brokers()
+                    .any(|b| b.rpc_addr.to_string() == p.owner_addr)
+            });
+            if owners_alive {
+                return started.elapsed();
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "not serving after 30 s: {:?}",
+            metadata.streamlets
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The coordinator's `/recoveries`.
+async fn recoveries(test: &TestCluster) -> serde_json::Value {
+    let response = TestCluster::http_get(test.cluster.coordinator.admin_addr, "/recoveries").await;
+    let body = response.split("\r\n\r\n").nth(1).unwrap();
+    serde_json::from_str(body).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_owner_s_streamlets_are_rebuilt_and_nothing_acked_is_lost() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let mut test = TestCluster::start(5, "").await;
+        test.client()
+            .create_stream("survive", 4, recovered_stream(&test))
+            .await
+            .unwrap();
+        let load = Load::start(&test, "survive", 2);
+        load.wait_for_acks(60_000).await;
+        let victim = owner_of(&test, "survive", 0).await;
+        test.cluster.kill_broker(victim).await;
+        let took = wait_until_serving(&test, "survive").await;
+        eprintln!("serving again {took:?} after the kill");
+        let acked = load.finish_and_check().await;
+        assert!(acked > 60_000);
+        let recoveries = recoveries(&test).await;
+        eprintln!("{recoveries:#}");
+        let done = recoveries["recoveries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["streamlets"].as_array().is_some_and(|s| !s.is_empty()))
+            .expect("a recovery of the victim's streamlets");
+        assert_eq!(done["phase"], "Done");
+        assert!(done["bytes"].as_u64().unwrap() > 0, "{done}");
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}
+
+/// The broker index whose incarnation is `server`.
+fn index_of(server: ServerId) -> usize {
+    server.index as usize
+}
+
+/// The broker index the metadata names as the owner of `streamlet`, whatever its state.
+async fn owner_of_any(test: &TestCluster, stream: &str, streamlet: usize) -> usize {
+    let metadata = test.client().refresh_stream(stream).await.unwrap();
+    index_of(metadata.streamlets[streamlet].owner)
+}
+
+/// Brokers holding a replica written by `primary` (its backups).
+async fn backups_of(test: &TestCluster, primary: usize) -> Vec<usize> {
+    let mut backups = Vec::new();
+    for i in 0..test.cluster.spec().brokers as usize {
+        if i == primary {
+            continue;
+        }
+        let Some(broker) = test.cluster.broker(i) else {
+            continue;
+        };
+        let client = RpcClient::connect(&broker.peer_addr.to_string(), RpcClientConfig::default())
+            .await
+            .unwrap();
+        let listed: ListReplicasResponse = client
+            .call(
+                Opcode::ListReplicas,
+                &ListReplicasRequest {
+                    primary: None,
+                    fence: Vec::new(),
+                },
+            )
+            .await
+            .unwrap();
+        if listed
+            .replicas
+            .iter()
+            .any(|r| r.primary.index as usize == primary)
+        {
+            backups.push(i);
+        }
+    }
+    backups
+}
+
+/// Waits until `streamlet` of `stream` is being rebuilt; returns its new owner's index.
+async fn rebuilding_on(test: &TestCluster, stream: &str, streamlet: usize) -> Option<usize> {
+    let started = Instant::now();
+    let cluster = test.client();
+    while started.elapsed() < Duration::from_secs(10) {
+        let metadata = cluster.refresh_stream(stream).await.unwrap();
+        let placement = &metadata.streamlets[streamlet];
+        if placement.state == PlacementState::Recovering && placement.detail.contains("rebuilt on")
+        {
+            return Some(index_of(placement.owner));
+        }
+        if placement.state == PlacementState::Serving && started.elapsed() > Duration::from_secs(1)
+        {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_killed_with_one_of_its_backups_loses_nothing_acked() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let mut test = TestCluster::start(5, "").await;
+        test.client()
+            .create_stream("pair", 4, recovered_stream(&test))
+            .await
+            .unwrap();
+        let load = Load::start(&test, "pair", 2);
+        load.wait_for_acks(60_000).await;
+        let owner = owner_of(&test, "pair", 1).await;
+        let backup = backups_of(&test, owner).await[0];
+        // Together: R = 2 leaves one copy of each of the owner's segments.
+        test.cluster.kill_broker(owner).await;
+        test.cluster.kill_broker(backup).await;
+        wait_until_serving(&test, "pair").await;
+        load.finish_and_check().await;
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_new_owner_killed_while_it_rebuilds_loses_nothing_acked() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let mut test = TestCluster::start(5, "").await;
+        test.client()
+            .create_stream("twice", 4, recovered_stream(&test))
+            .await
+            .unwrap();
+        let load = Load::start(&test, "twice", 2);
+        load.wait_for_acks(60_000).await;
+        let first = owner_of(&test, "twice", 0).await;
+        test.cluster.kill_broker(first).await;
+        // The broker rebuilding the first victim's streamlet dies in turn: its own streamlets
+        // and the one it was rebuilding both go to recovery.
+        if let Some(second) = rebuilding_on(&test, "twice", 0).await {
+            test.cluster.kill_broker(second).await;
+        } else {
+            let other = (0..5).find(|i| *i != first).unwrap();
+            test.cluster.kill_broker(other).await;
+        }
+        wait_until_serving(&test, "twice").await;
+        load.finish_and_check().await;
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_killed_during_a_recovery_resumes_it() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let mut test = TestCluster::start(5, "").await;
+        test.client()
+            .create_stream("resume", 4, recovered_stream(&test))
+            .await
+            .unwrap();
+        let load = Load::start(&test, "resume", 2);
+        load.wait_for_acks(60_000).await;
+        let victim = owner_of(&test, "resume", 2).await;
+        test.cluster.kill_broker(victim).await;
+        rebuilding_on(&test, "resume", 2).await;
+        test.cluster.restart_coordinator().await.unwrap();
+        wait_until_serving(&test, "resume").await;
+        load.finish_and_check().await;
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_owner_that_wakes_up_serves_nothing_that_moved() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let test = TestCluster::start(5, "").await;
+        test.client()
+            .create_stream("zombie", 4, recovered_stream(&test))
+            .await
+            .unwrap();
+        let load = Load::start(&test, "zombie", 2);
+        load.wait_for_acks(60_000).await;
+        let zombie = owner_of(&test, "zombie", 3).await;
+        test.cluster.signal_broker(zombie, "STOP").unwrap();
+        // Declared crashed and recovered elsewhere while it sleeps...
+        let moved = Instant::now();
+        while owner_of_any(&test, "zombie", 3).await == zombie {
+            assert!(
+                moved.elapsed() < Duration::from_secs(20),
+                "never declared crashed"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        wait_until_serving(&test, "zombie").await;
+        // ...it wakes up holding streamlets that moved: it must serve none of them, and
+        // registers again as a new, empty incarnation.
+        test.cluster.signal_broker(zombie, "CONT").unwrap();
+        let rejoined = Instant::now();
+        loop {
+            let brokers = test.client().list_brokers().await.unwrap();
+            let back = brokers.iter().any(|b| {
+                b.server_id.index as usize == zombie && b.server_id.generation > 1 && b.alive
+            });
+            if back {
+                break;
+            }
+            assert!(
+                rejoined.elapsed() < Duration::from_secs(20),
+                "the zombie never re-registered"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        load.finish_and_check().await;
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}
