@@ -4,7 +4,7 @@
 //! closes: that is how `tailstream dev` stops its children, and why children never outlive a
 //! `dev` that was killed.
 
-use clap::Args;
+use clap::{Args, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use tailstream_broker::server::BrokerOptions;
@@ -65,15 +65,66 @@ fn shutdown_signal(exit_on_stdin_eof: bool) -> watch::Receiver<bool> {
     rx
 }
 
-/// `tailstream broker`: the server arguments, and where the coordinator's peer listener is.
+/// `tailstream broker`: the server arguments, and where the coordinator's peer listener is;
+/// or `tailstream broker kill N`, which crashes a broker of a dev cluster on purpose.
 #[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct BrokerArgs {
+    #[command(subcommand)]
+    action: Option<BrokerAction>,
     #[command(flatten)]
     server: ServerArgs,
     /// The coordinator's peer address (where brokers register); defaults to
     /// `coordinator.peer_addr` of the configuration.
     #[arg(long)]
     coordinator_peer: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum BrokerAction {
+    /// SIGKILL broker N of a running `tailstream dev` cluster (a crash, not a clean stop:
+    /// the coordinator detects it and recovers its streamlets on the other brokers).
+    Kill(KillArgs),
+}
+
+#[derive(Args, Debug)]
+struct KillArgs {
+    /// The broker's index in the dev cluster (`broker-N` in `tailstream dev`'s output).
+    index: usize,
+    /// The dev cluster's data directory (`dev.data_dir` of the configuration by default).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+}
+
+/// Kills broker `index` of the dev cluster whose pid files live under `data_dir`.
+fn kill_dev_broker(config: &Config, args: KillArgs) -> Result<(), String> {
+    let data_dir = args.data_dir.unwrap_or_else(|| config.dev.data_dir.clone());
+    let pid_file = tailstream_launcher::LocalCluster::pid_file(&data_dir, args.index);
+    let text = std::fs::read_to_string(&pid_file).map_err(|e| {
+        format!(
+            "reading {} ({e}): is a `tailstream dev` cluster running with that data directory?",
+            pid_file.display()
+        )
+    })?;
+    let pid: u32 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{} does not hold a pid", pid_file.display()))?;
+    let status = std::process::Command::new("kill")
+        .arg("-KILL")
+        .arg(pid.to_string())
+        .status()
+        .map_err(|e| format!("running kill: {e}"))?;
+    if !status.success() {
+        return Err(format!(
+            "kill -KILL {pid} failed: broker-{} is not running",
+            args.index
+        ));
+    }
+    // The pid is spent: a second kill must not hit whatever reuses it.
+    let _ = std::fs::remove_file(&pid_file);
+    println!("broker-{} (pid {pid}) killed", args.index);
+    Ok(())
 }
 
 pub async fn run_coordinator(mut config: Config, args: ServerArgs) -> Result<(), String> {
@@ -89,6 +140,9 @@ pub async fn run_coordinator(mut config: Config, args: ServerArgs) -> Result<(),
 }
 
 pub async fn run_broker(mut config: Config, args: BrokerArgs) -> Result<(), String> {
+    if let Some(BrokerAction::Kill(kill)) = args.action {
+        return kill_dev_broker(&config, kill);
+    }
     let coordinator_peer_addr = args
         .coordinator_peer
         .unwrap_or_else(|| config.coordinator.peer_addr.to_string());

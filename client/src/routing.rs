@@ -29,9 +29,23 @@ impl RoundRobin {
         StreamletId(self.next % streamlets.max(1))
     }
 
-    /// The current batch was sealed: move on.
-    pub fn advance(&mut self) {
-        self.next = self.next.wrapping_add(1);
+    /// The streamlet keyless records currently go to, skipping those `usable` refuses (being
+    /// recovered, or lost); the plain cursor if it refuses every one.
+    pub fn current_usable(
+        &self,
+        streamlets: u32,
+        usable: impl Fn(StreamletId) -> bool,
+    ) -> StreamletId {
+        let streamlets = streamlets.max(1);
+        (0..streamlets)
+            .map(|step| StreamletId(self.next.wrapping_add(step) % streamlets))
+            .find(|s| usable(*s))
+            .unwrap_or_else(|| self.current(streamlets))
+    }
+
+    /// The batch of `streamlet` (the current one) was sealed: move on past it.
+    pub fn advance_past(&mut self, streamlet: StreamletId) {
+        self.next = streamlet.0.wrapping_add(1);
     }
 }
 
@@ -53,9 +67,22 @@ mod tests {
         let mut rr = RoundRobin::default();
         assert_eq!(rr.current(3), StreamletId(0));
         assert_eq!(rr.current(3), StreamletId(0));
-        rr.advance();
-        rr.advance();
-        rr.advance();
+        for _ in 0..3 {
+            rr.advance_past(rr.current(3));
+        }
         assert_eq!(rr.current(3), StreamletId(0));
+    }
+
+    #[test]
+    fn keyless_records_skip_streamlets_that_do_not_serve() {
+        let mut rr = RoundRobin::default();
+        let serving = |s: StreamletId| s != StreamletId(0) && s != StreamletId(2);
+        assert_eq!(rr.current_usable(4, serving), StreamletId(1));
+        rr.advance_past(StreamletId(1));
+        assert_eq!(rr.current_usable(4, serving), StreamletId(3));
+        rr.advance_past(StreamletId(3));
+        assert_eq!(rr.current_usable(4, serving), StreamletId(1));
+        // None serves: keep the plain rotation (the batch waits there).
+        assert_eq!(rr.current_usable(4, |_| false), StreamletId(0));
     }
 }

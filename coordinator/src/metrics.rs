@@ -36,11 +36,12 @@ pub fn describe() {
             STREAMLETS_RECOVERED,
             "Streamlets rebuilt on a new owner and serving again.",
         ),
-        (RPCS, "RPCs answered, by opcode."),
     ] {
         describe_counter!(name, Unit::Count, help);
         metrics::counter!(name).absolute(0);
     }
+    // Labelled by opcode as they come: an unlabelled zero would be a series of its own.
+    describe_counter!(RPCS, Unit::Count, "RPCs answered, by opcode.");
     for (name, help) in [
         (
             BROKERS_ALIVE,

@@ -85,6 +85,11 @@ impl Proc {
     pub fn has_exited(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(Some(_)))
     }
+
+    /// How the child ended, if it has.
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
 }
 
 /// Starts one child and waits for its ready line.
@@ -174,6 +179,17 @@ async fn spawn(
     })
 }
 
+/// How a child ended, for a person.
+fn describe_exit(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(9)) => "was killed (SIGKILL)".into(),
+        (None, Some(signal)) => format!("was killed by signal {signal}"),
+        (None, None) => "ended".into(),
+    }
+}
+
 /// A coordinator and its brokers, as child processes.
 #[derive(Debug)]
 pub struct LocalCluster {
@@ -259,7 +275,7 @@ impl LocalCluster {
             peer.to_string(),
         ];
         let dir = self.spec.data_dir.join(format!("broker-{index}"));
-        spawn(
+        let proc = spawn(
             &self.spec,
             "broker",
             format!("broker-{index}"),
@@ -268,7 +284,11 @@ impl LocalCluster {
             admin,
             &coordinator,
         )
-        .await
+        .await?;
+        if let Some(pid) = proc.pid() {
+            let _ = std::fs::write(Self::pid_file(&self.spec.data_dir, index), pid.to_string());
+        }
+        Ok(proc)
     }
 
     pub fn coordinator_addr(&self) -> SocketAddr {
@@ -344,22 +364,35 @@ impl LocalCluster {
         Ok(())
     }
 
-    /// Indexes of children that exited on their own.
-    pub fn exited(&mut self) -> Vec<String> {
+    /// Children that exited on their own since they were started: (name, broker index or
+    /// `None` for the coordinator, how it ended). A broker that exited is forgotten (its slot
+    /// can be restarted); the coordinator is reported until it is restarted.
+    pub fn exits(&mut self) -> Vec<(String, Option<usize>, String)> {
         let mut gone = Vec::new();
-        if self.coordinator.has_exited() {
-            gone.push(self.coordinator.name.clone());
+        if let Some(status) = self.coordinator.exit_status() {
+            gone.push((self.coordinator.name.clone(), None, describe_exit(status)));
         }
-        for proc in self.brokers.iter_mut().flatten() {
-            if proc.has_exited() {
-                gone.push(proc.name.clone());
+        for (index, slot) in self.brokers.iter_mut().enumerate() {
+            let status = slot.as_mut().and_then(Proc::exit_status);
+            if let Some(status) = status {
+                let name = slot.take().map(|p| p.name).unwrap_or_default();
+                let _ = std::fs::remove_file(Self::pid_file(&self.spec.data_dir, index));
+                gone.push((name, Some(index), describe_exit(status)));
             }
         }
         gone
     }
 
+    /// Where broker `index` writes its pid (for `tailstream broker kill`).
+    pub fn pid_file(data_dir: &Path, index: usize) -> PathBuf {
+        data_dir.join(format!("broker-{index}")).join("pid")
+    }
+
     /// Stops every child cleanly (brokers first), killing any that will not stop.
     pub async fn stop(self) {
+        for index in 0..self.brokers.len() {
+            let _ = std::fs::remove_file(Self::pid_file(&self.spec.data_dir, index));
+        }
         let mut stopping = tokio::task::JoinSet::new();
         for proc in self.brokers.into_iter().flatten() {
             stopping.spawn(proc.stop());

@@ -15,7 +15,8 @@ pub struct ConsumeArgs {
     /// Exit after this many records.
     #[arg(long)]
     max_records: Option<u64>,
-    /// Exit when no record arrived for this long.
+    /// Exit when no record arrived for this long while every streamlet was reachable (time a
+    /// streamlet spends recovering after a crash does not count).
     #[arg(long)]
     idle_timeout_ms: Option<u64>,
     /// Print `key<TAB>value` instead of the value alone.
@@ -57,18 +58,38 @@ pub async fn run(config: Config, coordinator: &str, args: ConsumeArgs) -> Result
         idle.min(Duration::from_millis(500))
     });
     let mut count = 0u64;
-    let mut last_record = Instant::now();
+    // Idle time counts only while every streamlet is reachable: waiting for a recovering (or
+    // lost) streamlet is never the end of the stream.
+    let mut idle_since = Instant::now();
+    let mut waiting_for = Vec::new();
     let write_error = |e: std::io::Error| format!("writing stdout: {e}");
     while count < max {
         let records = consumer.poll(poll).await.map_err(|e| e.to_string())?;
+        let unavailable = consumer.unavailable();
+        if unavailable != waiting_for {
+            for (streamlet, why) in &unavailable {
+                if !waiting_for.iter().any(|(s, _)| s == streamlet) {
+                    eprintln!("tailstream consume: waiting for {streamlet}: {why}");
+                }
+            }
+            for (streamlet, _) in &waiting_for {
+                if !unavailable.iter().any(|(s, _)| s == streamlet) {
+                    eprintln!("tailstream consume: {streamlet} is reachable again");
+                }
+            }
+            waiting_for = unavailable;
+        }
+        if !waiting_for.is_empty() {
+            idle_since = Instant::now();
+        }
         if records.is_empty() {
             out.flush().map_err(write_error)?;
-            if idle.is_some_and(|idle| last_record.elapsed() >= idle) {
+            if idle.is_some_and(|idle| idle_since.elapsed() >= idle) {
                 break;
             }
             continue;
         }
-        last_record = Instant::now();
+        idle_since = Instant::now();
         for record in records.into_iter().take((max - count) as usize) {
             if args.print_keys {
                 if let Some(key) = &record.key {

@@ -17,6 +17,11 @@ pub struct DevArgs {
     /// Let the kernel pick every port (for running several clusters side by side).
     #[arg(long)]
     ephemeral_ports: bool,
+    /// Restart a child that exited (a crashed or killed broker comes back as a new
+    /// incarnation with the same data directory) after this long. Without it, an exited
+    /// broker stays down and the cluster carries on without it.
+    #[arg(long)]
+    restart_after_ms: Option<u64>,
 }
 
 pub async fn run(
@@ -69,14 +74,61 @@ pub async fn run(
     println!("tailstream dev: logs in {}/*/*.log", data_dir.display());
     println!("tailstream dev: export TAILSTREAM_COORDINATOR={coordinator}");
     println!("tailstream dev: running; Ctrl-C stops the cluster");
-    let mut watch = tokio::time::interval(Duration::from_millis(500));
+    let data_dir_arg = if data_dir == config.dev.data_dir {
+        String::new()
+    } else {
+        format!(" --data-dir {}", data_dir.display())
+    };
+    println!(
+        "tailstream dev: crash a broker on purpose with `tailstream broker kill N{data_dir_arg}` (recovery moves its streamlets)"
+    );
+    let mut watch = tokio::time::interval(Duration::from_millis(200));
+    let mut restarts: Vec<(tokio::time::Instant, Option<usize>)> = Vec::new();
+    // The coordinator stays reported as exited until it is restarted: say so once.
+    let mut coordinator_down = false;
     let outcome = loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break Ok(()),
             _ = watch.tick() => {
-                let exited = cluster.exited();
-                if !exited.is_empty() {
-                    break Err(format!("{} exited unexpectedly; see its log", exited.join(", ")));
+                for (name, index, how) in cluster.exits() {
+                    if index.is_none() {
+                        if coordinator_down {
+                            continue;
+                        }
+                        coordinator_down = true;
+                    }
+                    match args.restart_after_ms {
+                        Some(after) => {
+                            println!("tailstream dev: {name} {how}; restarting it in {after} ms");
+                            let at = tokio::time::Instant::now() + Duration::from_millis(after);
+                            if !restarts.iter().any(|(_, i)| *i == index) {
+                                restarts.push((at, index));
+                            }
+                        }
+                        None => {
+                            println!("tailstream dev: {name} {how}; the cluster carries on without it (--restart-after-ms restarts children)");
+                            if index.is_none() {
+                                println!("tailstream dev: without the coordinator nothing recovers; stop with Ctrl-C");
+                            }
+                        }
+                    }
+                }
+                let now = tokio::time::Instant::now();
+                let (due, later): (Vec<_>, Vec<_>) = restarts.drain(..).partition(|(at, _)| *at <= now);
+                restarts = later;
+                for (_, index) in due {
+                    let restarted = match index {
+                        Some(index) => cluster.restart_broker(index).await,
+                        None => cluster.restart_coordinator().await,
+                    };
+                    match (restarted, index) {
+                        (Ok(()), Some(index)) => println!("tailstream dev: broker-{index} restarted (a new incarnation)"),
+                        (Ok(()), None) => {
+                            coordinator_down = false;
+                            println!("tailstream dev: coordinator restarted");
+                        }
+                        (Err(error), _) => println!("tailstream dev: restart failed: {error}"),
+                    }
                 }
             }
         }

@@ -2,6 +2,7 @@
 
 use clap::{Args, Subcommand};
 use tailstream_config::Config;
+use tailstream_wire::messages::PlacementState;
 use tailstream_wire::messages::StreamMetadata;
 
 #[derive(Subcommand, Debug)]
@@ -92,9 +93,14 @@ pub async fn run(config: Config, coordinator: &str, command: StreamCommand) -> R
                 .map_err(|e| e.to_string())?;
             print_stream(&stream);
             for placement in &stream.streamlets {
+                let state = match placement.state {
+                    PlacementState::Serving => String::from("serving"),
+                    PlacementState::Recovering => format!("RECOVERING ({})", placement.detail),
+                    PlacementState::Lost => format!("LOST: {}", placement.detail),
+                };
                 println!(
-                    "  streamlet {} owner {} at {}",
-                    placement.streamlet.0, placement.owner, placement.owner_addr
+                    "  streamlet {} owner {} at {} epoch {} {state}",
+                    placement.streamlet.0, placement.owner, placement.owner_addr, placement.epoch
                 );
             }
         }

@@ -7,7 +7,7 @@
 
 use super::ack::{AckFuture, BatchCell};
 use crate::routing::{RoundRobin, streamlet_for_key};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tailstream_wire::StreamletId;
@@ -63,6 +63,8 @@ pub(crate) struct Accumulator {
     streamlets: u32,
     batch_size_bytes: usize,
     round_robin: RoundRobin,
+    /// Streamlets that do not serve (recovering or lost): keyless records go elsewhere.
+    unavailable: BTreeSet<StreamletId>,
 }
 
 /// What appending one record did.
@@ -81,7 +83,19 @@ impl Accumulator {
             streamlets: streamlets.max(1),
             batch_size_bytes,
             round_robin: RoundRobin::starting_at(round_robin_start),
+            unavailable: BTreeSet::new(),
         }
+    }
+
+    /// Which streamlets do not serve now (from fresh metadata). Keyed records keep their
+    /// streamlet (and wait for it); keyless ones go round the others.
+    pub fn set_unavailable(&mut self, unavailable: BTreeSet<StreamletId>) {
+        self.unavailable = unavailable;
+    }
+
+    fn keyless_streamlet(&self) -> StreamletId {
+        self.round_robin
+            .current_usable(self.streamlets, |s| !self.unavailable.contains(&s))
     }
 
     /// Appends `record` to its streamlet's open batch. `clock` (monotonic and wall-clock time)
@@ -143,7 +157,7 @@ impl Accumulator {
     fn route(&self, key: Option<&[u8]>) -> StreamletId {
         match key {
             Some(key) => streamlet_for_key(key, self.streamlets),
-            None => self.round_robin.current(self.streamlets),
+            None => self.keyless_streamlet(),
         }
     }
 
@@ -151,8 +165,8 @@ impl Accumulator {
         let Some(open) = self.open.remove(&streamlet) else {
             return;
         };
-        if streamlet == self.round_robin.current(self.streamlets) {
-            self.round_robin.advance();
+        if streamlet == self.keyless_streamlet() {
+            self.round_robin.advance_past(streamlet);
         }
         self.ready.push(open.seal(streamlet));
     }

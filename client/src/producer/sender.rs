@@ -84,7 +84,7 @@ impl Sender {
         // Unbounded, yet bounded in practice: at most one event per request in flight or
         // connection attempt, and those are bounded by `max_in_flight` per broker.
         let (events_tx, events) = mpsc::unbounded_channel();
-        Self {
+        let sender = Self {
             cluster,
             metadata,
             accumulator,
@@ -96,7 +96,9 @@ impl Sender {
             events_tx,
             events,
             next_lane: 0,
-        }
+        };
+        sender.publish_unavailable();
+        sender
     }
 
     fn lock_accumulator(&self) -> std::sync::MutexGuard<'_, Accumulator> {
@@ -231,11 +233,30 @@ impl Sender {
             Event::Metadata(result) => {
                 self.refreshing = false;
                 match result {
-                    Ok(metadata) => self.metadata = metadata,
+                    Ok(metadata) => {
+                        self.metadata = metadata;
+                        self.publish_unavailable();
+                    }
                     Err(error) => tracing::debug!(%error, "metadata refresh failed"),
                 }
             }
         }
+    }
+
+    /// Tells the accumulator which streamlets do not serve, so keyless records avoid them.
+    fn publish_unavailable(&self) {
+        let unavailable = self
+            .metadata
+            .streamlets
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.state != PlacementState::Serving)
+            .map(|(index, _)| StreamletId(index as u32))
+            .collect();
+        self.accumulator
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .set_unavailable(unavailable);
     }
 
     /// Pauses every lane briefly (a broker is unreachable): avoids a tight reconnect loop.

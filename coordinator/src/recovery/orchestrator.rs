@@ -143,12 +143,26 @@ impl Orchestrator {
                 })
                 .collect()
         };
+        // A lost unreplicated streamlet stays lost: no backup can ever bring it back, so it
+        // is not worth a listing of every backup.
+        let hopeless: HashSet<Key> = {
+            let state = self.core.lock();
+            lost.iter()
+                .copied()
+                .filter(|(stream, _)| {
+                    state
+                        .metadata
+                        .stream_by_id(*stream)
+                        .is_some_and(|s| s.config.replicas == 0)
+                })
+                .collect()
+        };
         let in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
         let lost_tried = self.lost_tried.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         unsettled
             .into_iter()
-            .filter(|key| !in_flight.contains(key))
+            .filter(|key| !in_flight.contains(key) && !hopeless.contains(key))
             .filter(|key| {
                 !lost.contains(key)
                     || lost_tried

@@ -10,7 +10,8 @@
 //! the rebuilt producer tables make any retry land once). A segment no backup can supply makes
 //! the streamlet lost, unless the stream has retention and the missing segments are the oldest
 //! ones (freed). A log whose owner reported a newer head than any digest found is lost too:
-//! its newest segments are on no live backup.
+//! its newest segments are on no live backup. An unreplicated streamlet (R = 0) is always lost
+//! with its owner: no backup can say whether it held anything.
 
 use std::collections::BTreeMap;
 use tailstream_wire::codec::Decode;
@@ -19,6 +20,10 @@ use tailstream_wire::messages::{
     LogRecovery, ReplicaHolder, ReplicaInfo, ReplicaState, SegmentSource, StreamConfig,
 };
 use tailstream_wire::{GroupId, LogId, SegmentId, ServerId, StreamId, StreamletId};
+
+/// Why an unreplicated streamlet whose owner crashed is lost.
+pub const UNREPLICATED: &str =
+    "unreplicated (replicas=0): its records lived only on its crashed owner";
 
 /// One backup's answer to `ListReplicas`.
 #[derive(Clone, Debug)]
@@ -60,6 +65,11 @@ fn is_usable(info: &ReplicaInfo) -> bool {
 
 /// Plans `target` from `listings`; `Err` says exactly what is missing.
 pub fn plan(target: &Target, listings: &[Listing]) -> Result<Plan, String> {
+    if target.config.replicas == 0 {
+        // Nothing outlives an unreplicated owner, and whether it acknowledged anything since
+        // its last heartbeat is unknowable: never serve it as if it were empty.
+        return Err(UNREPLICATED.into());
+    }
     let ours = |info: &ReplicaInfo| {
         info.replica.stream == target.stream && info.replica.streamlet == target.streamlet
     };

@@ -256,3 +256,12 @@ fn replicas_of_other_streamlets_are_ignored() {
     assert!(plan.logs.is_empty());
     assert_eq!(plan.next_segment, SegmentId(0));
 }
+
+#[test]
+fn an_unreplicated_streamlet_is_lost_with_its_owner_even_if_nothing_was_reported() {
+    let mut config = config(2, false);
+    config.replicas = 0;
+    let heads = BTreeMap::new();
+    let error = plan(&target(&config, &heads), &[listing(1, vec![])]).unwrap_err();
+    assert!(error.contains("replicas=0"), "{error}");
+}
