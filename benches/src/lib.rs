@@ -3,11 +3,19 @@
 //! - [`produce`]: `tailstream bench produce`: starts (or joins) a cluster of real processes,
 //!   produces N records from P producers, and reports records/s, MiB/s, record latency
 //!   percentiles and broker CPU per GiB.
+//! - [`recovery`]: `tailstream bench recovery`: fills one streamlet, kills its owner, and
+//!   reports detection, each recovery phase and kill-to-serving time.
+//! - [`chaos`]: `tailstream bench chaos`: random crashes under a running load, and the
+//!   exactly-once checker (also used by the process tests).
+//! - [`harness`]: starting a local cluster and watching it (owners, serving, admin pages).
 //! - [`cpu`]: CPU time of processes, read from `/proc`.
 //! - `benches/micro.rs`: criterion micro-benchmarks of the hot functions (append, scan,
 //!   batch validation), run with `cargo bench -p tailstream-bench`.
 //!
 //! Nothing here is part of the test suite: numbers are reported, never asserted.
 
+pub mod chaos;
 pub mod cpu;
+pub mod harness;
 pub mod produce;
+pub mod recovery;

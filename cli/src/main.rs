@@ -3,7 +3,7 @@
 //! - `dev`: a local cluster (coordinator + N broker processes) with the embedded config.
 //! - `coordinator`, `broker`: one server process each (what `dev` starts).
 //! - `stream create|list|describe`, `produce`, `consume`: talk to a cluster.
-//! - `bench produce`: the produce benchmark (lives in the `tailstream-bench` crate).
+//! - `bench produce|recovery|chaos`: benchmarks (they live in the `tailstream-bench` crate).
 //!
 //! Every command finds the coordinator through `--coordinator`, else `$TAILSTREAM_COORDINATOR`,
 //! else `coordinator.rpc_addr` of the configuration.
@@ -57,6 +57,12 @@ enum Command {
 enum BenchCommand {
     /// Produce N records as fast as the cluster takes them; report throughput and latency.
     Produce(tailstream_bench::produce::ProduceBenchArgs),
+    /// Fill one streamlet, kill its owner, report detection, each recovery phase and
+    /// kill-to-serving time.
+    Recovery(tailstream_bench::recovery::RecoveryBenchArgs),
+    /// Crash brokers at random under a running load; check every acked record is read back
+    /// exactly once, in order.
+    Chaos(tailstream_bench::chaos::ChaosBenchArgs),
 }
 
 fn init_tracing(default_filter: &str) {
@@ -107,6 +113,12 @@ fn main() -> ExitCode {
             Command::Bench(BenchCommand::Produce(args)) => {
                 tailstream_bench::produce::run(config, config_path, cli_coordinator(&args), args)
                     .await
+            }
+            Command::Bench(BenchCommand::Recovery(args)) => {
+                tailstream_bench::recovery::run(config, args).await
+            }
+            Command::Bench(BenchCommand::Chaos(args)) => {
+                tailstream_bench::chaos::run(config, args).await
             }
         }
     });

@@ -43,7 +43,10 @@ pub struct Backups {
     control_timeout: Duration,
     /// How often an otherwise silent one-sided connection sends a keepalive.
     keepalive: Duration,
-    writers: Mutex<HashMap<ServerId, Arc<dyn ReplicaWriter>>>,
+    /// One writer per backup, keyed by (this broker's incarnation, backup): a writer speaks
+    /// for the incarnation that connected it, and backups refuse a fenced one's writes, so a
+    /// broker that comes back as a new generation must not reuse its old writers.
+    writers: Mutex<HashMap<(ServerId, ServerId), Arc<dyn ReplicaWriter>>>,
 }
 
 impl Backups {
@@ -111,7 +114,7 @@ impl Backups {
         descriptor: &BufferDescriptor,
         primary: ServerId,
     ) -> Result<Arc<dyn ReplicaWriter>, TransportError> {
-        if let Some(writer) = self.cached(backup) {
+        if let Some(writer) = self.cached(primary, backup) {
             return Ok(writer);
         }
         let writer: Arc<dyn ReplicaWriter> = match self.path {
@@ -139,20 +142,25 @@ impl Backups {
             }
         };
         let mut writers = self.writers.lock().unwrap_or_else(|p| p.into_inner());
+        // Writers of an earlier incarnation of this broker are of no use any more.
+        writers.retain(|(speaks_for, _), _| *speaks_for == primary);
         // Another replicator may have connected meanwhile: keep one writer per backup.
-        let writer = match writers.get(&backup) {
+        let writer = match writers.get(&(primary, backup)) {
             Some(existing) if !existing.is_broken() => existing.clone(),
             _ => {
-                writers.insert(backup, writer.clone());
+                writers.insert((primary, backup), writer.clone());
                 writer
             }
         };
         Ok(writer)
     }
 
-    fn cached(&self, backup: ServerId) -> Option<Arc<dyn ReplicaWriter>> {
+    fn cached(&self, primary: ServerId, backup: ServerId) -> Option<Arc<dyn ReplicaWriter>> {
         let writers = self.writers.lock().unwrap_or_else(|p| p.into_inner());
-        writers.get(&backup).filter(|w| !w.is_broken()).cloned()
+        writers
+            .get(&(primary, backup))
+            .filter(|w| !w.is_broken())
+            .cloned()
     }
 
     /// Forgets `backup`'s connections (it failed; a later open reconnects).
@@ -160,7 +168,7 @@ impl Backups {
         self.writers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&backup);
+            .retain(|(_, to), _| *to != backup);
         if let Some(addr) = addr {
             self.pool.forget(addr);
         }

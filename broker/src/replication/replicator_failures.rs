@@ -11,8 +11,11 @@ use tailstream_wire::messages::ReplicaFreeRequest;
 
 impl Replicator {
     pub(super) fn quarantine(&self, backup: ServerId) {
+        // An incarnation that is no longer a member blames no one: its writes fail because
+        // it was fenced.
+        let Some(me) = self.me() else { return };
         let mut selector = self.ctx.selector.lock().unwrap_or_else(|p| p.into_inner());
-        selector.failed(backup, Instant::now());
+        selector.failed(backup, me, Instant::now());
     }
 
     /// `backup` is gone: every replica this log has there is re-created elsewhere.

@@ -1,6 +1,9 @@
 //! Choosing backups: at random among live brokers other than this one, never one that
 //! already holds a replica of the segment, and not one that failed recently (quarantine),
-//! unless it came back as a new generation, which is a different server id.
+//! unless it came back as a new generation, which is a different server id. A quarantine
+//! belongs to the incarnation of this broker that saw the failure: a paused broker that comes
+//! back finds every backup refusing its old generation's writes, and must not hold that
+//! against them once it registers again.
 
 use rand::seq::IndexedRandom;
 use std::collections::HashMap;
@@ -11,7 +14,8 @@ use tailstream_wire::messages::BrokerInfo;
 #[derive(Debug)]
 pub struct BackupSelector {
     quarantine: Duration,
-    failed_at: HashMap<ServerId, Instant>,
+    /// Failed backup -> when, and which incarnation of this broker saw it fail.
+    failed_at: HashMap<ServerId, (Instant, ServerId)>,
 }
 
 impl BackupSelector {
@@ -22,9 +26,9 @@ impl BackupSelector {
         }
     }
 
-    /// `backup` failed: do not choose it again for a while.
-    pub fn failed(&mut self, backup: ServerId, now: Instant) {
-        self.failed_at.insert(backup, now);
+    /// `backup` failed, as incarnation `me` saw it: `me` does not choose it again for a while.
+    pub fn failed(&mut self, backup: ServerId, me: ServerId, now: Instant) {
+        self.failed_at.insert(backup, (now, me));
     }
 
     /// A backup for a segment, or `None` when no broker qualifies.
@@ -36,8 +40,9 @@ impl BackupSelector {
         now: Instant,
     ) -> Option<BrokerInfo> {
         let quarantine = self.quarantine;
-        self.failed_at
-            .retain(|_, at| now.saturating_duration_since(*at) < quarantine);
+        self.failed_at.retain(|_, (at, seen_by)| {
+            *seen_by == me && now.saturating_duration_since(*at) < quarantine
+        });
         let candidates: Vec<&BrokerInfo> = membership
             .iter()
             .filter(|b| b.alive)
@@ -81,7 +86,7 @@ mod tests {
                 .unwrap();
             assert_eq!(chosen.server_id, ServerId::new(3, 1));
         }
-        selector.failed(ServerId::new(3, 1), now);
+        selector.failed(ServerId::new(3, 1), me, now);
         assert!(
             selector
                 .choose(&members, me, &[ServerId::new(1, 1)], now)
@@ -93,7 +98,17 @@ mod tests {
             .choose(&members, me, &[ServerId::new(1, 1)], now)
             .unwrap();
         assert_eq!(chosen.server_id, ServerId::new(3, 2));
+        // A new incarnation of this broker starts with no quarantine.
+        let members = vec![broker(0, 2, true), broker(1, 1, true), broker(3, 1, true)];
+        selector.failed(ServerId::new(3, 1), me, now);
+        assert_eq!(
+            selector
+                .choose(&members, ServerId::new(0, 2), &[ServerId::new(1, 1)], now)
+                .map(|b| b.server_id),
+            Some(ServerId::new(3, 1))
+        );
         // Quarantine ends.
+        selector.failed(ServerId::new(3, 1), me, now);
         let members = vec![broker(3, 1, true)];
         assert!(
             selector

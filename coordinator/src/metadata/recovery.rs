@@ -33,6 +33,10 @@ pub struct RecoveryRecord {
     pub locate_ms: Option<u64>,
     pub replay_ms: Option<u64>,
     pub rereplicate_ms: Option<u64>,
+    /// After the rebuild, waiting for the crashed broker's lease to run out (so that, paused
+    /// rather than dead, it cannot serve anything that moved).
+    #[serde(default)]
+    pub lease_wait_ms: Option<u64>,
     pub total_ms: Option<u64>,
     /// Bytes read from backups and segments adopted / copied, over all streamlets.
     pub bytes: u64,
@@ -69,6 +73,7 @@ impl Metadata {
             locate_ms: None,
             replay_ms: None,
             rereplicate_ms: None,
+            lease_wait_ms: None,
             total_ms: (phase == RecoveryPhase::Done).then_some(0),
             bytes: 0,
             segments_adopted: 0,
@@ -204,15 +209,21 @@ impl Metadata {
             .ok_or_else(|| MetadataError::InvalidArgument(format!("no streamlet {streamlet}")))
     }
 
-    /// The rebuild at `epoch` finished: the streamlet serves again (unless it moved since).
+    /// The rebuild at `epoch` finished: the streamlet serves again, unless it moved since or
+    /// its new owner was declared crashed meanwhile (then it is an orphan again).
     pub fn finish_rebuild(
         &mut self,
         stream: StreamId,
         streamlet: StreamletId,
         epoch: u32,
     ) -> Result<bool, MetadataError> {
+        let owner = self.placement_mut(stream, streamlet)?.owner;
+        let owner_is_member = self.check_server(owner).is_ok();
         let placement = self.placement_mut(stream, streamlet)?;
-        if placement.epoch != epoch || placement.state != PlacementState::Recovering {
+        if placement.epoch != epoch
+            || placement.state != PlacementState::Recovering
+            || !owner_is_member
+        {
             return Ok(false);
         }
         placement.state = PlacementState::Serving;

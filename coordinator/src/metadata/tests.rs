@@ -158,6 +158,26 @@ fn a_crashed_broker_s_streamlets_are_rebuilt_under_new_epochs_and_serve_again() 
 }
 
 #[test]
+fn a_rebuild_whose_target_crashed_meanwhile_does_not_serve_and_is_an_orphan_again() {
+    let mut m = Metadata::default();
+    let a = broker(&mut m, "x:1");
+    let b = broker(&mut m, "x:2");
+    let c = broker(&mut m, "x:3");
+    let stream = m.create_stream("s", 3, config(), &[a, b, c]).unwrap().id;
+    let moved = m.declare_crashed(a).unwrap();
+    m.begin_rebuild(stream, StreamletId(0), b).unwrap();
+    // The target dies while the rebuild finishes (e.g. while the orchestrator waits out the
+    // first crash's lease): it must not be handed a streamlet nobody would recover.
+    m.declare_crashed(b).unwrap();
+    assert!(!m.finish_rebuild(stream, StreamletId(0), 2).unwrap());
+    let placement = &m.stream_metadata("s").unwrap().streamlets[0];
+    assert_eq!(placement.state, PlacementState::Recovering);
+    assert!(m.orphans().contains(&moved[0]));
+    m.begin_rebuild(stream, StreamletId(0), c).unwrap();
+    assert!(m.finish_rebuild(stream, StreamletId(0), 3).unwrap());
+}
+
+#[test]
 fn a_lost_streamlet_is_nobody_s_and_keeps_its_crash_unretired() {
     let mut m = Metadata::default();
     let a = broker(&mut m, "x:1");

@@ -404,7 +404,9 @@ impl Orchestrator {
             Ok(done) => {
                 // Measured before the hand-over waits out the crashed brokers' leases.
                 let elapsed_ms = started.elapsed().as_millis() as u64;
+                let waiting = Instant::now();
                 self.wait_for_leases().await;
+                let lease_wait_ms = waiting.elapsed().as_millis() as u64;
                 self.core
                     .change(move |metadata| {
                         let served = metadata.finish_rebuild(key.0, key.1, epoch)?;
@@ -417,12 +419,14 @@ impl Orchestrator {
                                     .unwrap_or(0)
                                     .max(u64::from(done.rereplicate_ms)),
                             );
+                            record.lease_wait_ms =
+                                Some(record.lease_wait_ms.unwrap_or(0).max(lease_wait_ms));
                             record.bytes += done.bytes;
                             record.segments_adopted += u64::from(done.segments_adopted);
                             record.segments_copied += u64::from(done.segments_copied);
                         }
                         metadata.settle_recoveries(unix_ms());
-                        Ok((served, done))
+                        Ok((served, done, lease_wait_ms))
                     })
                     .await
                     .map_err(|e| format!("{e:?}"))
@@ -430,7 +434,7 @@ impl Orchestrator {
             Err(error) => Err(error),
         };
         match outcome {
-            Ok((true, done)) => {
+            Ok((true, done, lease_wait_ms)) => {
                 metrics::counter!(m::STREAMLETS_RECOVERED).increment(1);
                 metrics::histogram!(m::RECOVERY_PHASE, "phase" => "replay").record(
                     started
@@ -440,6 +444,8 @@ impl Orchestrator {
                 );
                 metrics::histogram!(m::RECOVERY_PHASE, "phase" => "rereplicate")
                     .record(f64::from(done.rereplicate_ms) / 1000.0);
+                metrics::histogram!(m::RECOVERY_PHASE, "phase" => "lease_wait")
+                    .record(lease_wait_ms as f64 / 1000.0);
                 tracing::info!(
                     stream = %rebuild.request.assignment.stream_name,
                     streamlet = key.1.0,
@@ -449,13 +455,14 @@ impl Orchestrator {
                     copied = done.segments_copied,
                     read_ms = done.read_ms,
                     rereplicate_ms = done.rereplicate_ms,
+                    lease_wait_ms,
                     total_ms = started.elapsed().as_millis() as u64,
                     "streamlet serving again on its new owner"
                 );
                 self.record_totals();
                 self.core.push_assignments(vec![rebuild.target]).await;
             }
-            Ok((false, _)) => {}
+            Ok((false, _, _)) => {}
             Err(error) => {
                 tracing::warn!(streamlet = key.1.0, target = %rebuild.target, %error, "rebuild failed; planning it again");
                 let detail = format!("rebuild on {} failed: {error}", rebuild.target);

@@ -1,0 +1,278 @@
+//! `tailstream bench chaos`: crash brokers over and over under a running load and check that
+//! every acknowledged record is read back exactly once, in per-log order.
+//!
+//! Starts a local cluster (5 brokers, R = 2 by default), a stream with small segments (so
+//! recoveries meet closed segments, open heads and several groups), and a [`Load`]. Each cycle
+//! draws a fault ([`faults::FaultKind`]), a streamlet and a moment (from `--seed`), injects the
+//! fault against that streamlet's owner, waits until every streamlet serves again, heals the
+//! cluster (killed brokers restart as new incarnations) and waits until records flow again.
+//! Then the load finishes and the [`ledger`] checks everything; the summary line says cycles,
+//! records acked, lost, duplicated and out of order.
+//!
+//! - [`ledger`]: the exactly-once checker.
+//! - [`load`]: producers and a consumer feeding it.
+//! - [`faults`]: the faults.
+
+pub mod faults;
+pub mod ledger;
+pub mod load;
+
+use crate::harness;
+use clap::Args;
+use faults::FaultKind;
+use load::{Load, LoadConfig};
+use rand::rngs::StdRng;
+use rand::seq::IndexedRandom;
+use rand::{RngExt, SeedableRng};
+use std::time::{Duration, Instant};
+use tailstream_config::Config;
+
+#[derive(Args, Debug, Clone)]
+pub struct ChaosBenchArgs {
+    /// Faults to inject, one per cycle.
+    #[arg(long, default_value_t = 20)]
+    pub cycles: u32,
+    /// Seeds the choice of fault, streamlet and moment of every cycle.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    #[arg(long, default_value_t = 5)]
+    pub brokers: u32,
+    /// R: backups per segment (the faults kill up to two brokers at once: R >= 2 survives
+    /// them all).
+    #[arg(long, default_value_t = 2)]
+    pub replicas: u32,
+    #[arg(long, default_value_t = 4)]
+    pub streamlets: u32,
+    #[arg(long, default_value_t = 4)]
+    pub producers: u32,
+    /// Each producer's sending rate.
+    #[arg(long, default_value_t = 2000)]
+    pub records_per_second: u64,
+    /// The faults to draw from.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "owner,owner-and-another,during-recovery,coordinator,zombie"
+    )]
+    pub faults: Vec<FaultKind>,
+    /// Each fault comes at a random moment up to this long into its cycle.
+    #[arg(long, default_value_t = 1000)]
+    pub max_delay_ms: u64,
+    /// A cycle whose streamlets do not all serve again within this long fails the run.
+    #[arg(long, default_value_t = 60_000)]
+    pub recovery_timeout_ms: u64,
+    /// Print one JSON object instead of the summary line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One cycle, for the report.
+#[derive(Debug, serde::Serialize)]
+pub struct CycleReport {
+    pub cycle: u32,
+    pub fault: FaultKind,
+    pub streamlet: u32,
+    /// From the first victim's fault to every streamlet serving again.
+    pub fault_to_serving_ms: u64,
+    /// From the kill to the coordinator's declaration of the first victim (when it was
+    /// declared; a coordinator killed meanwhile declares later).
+    pub detect_ms: Option<u64>,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct ChaosReport {
+    pub cycles: u32,
+    pub seed: u64,
+    pub verdict: ledger::Verdict,
+    pub cycle_reports: Vec<CycleReport>,
+    pub elapsed_s: f64,
+}
+
+pub async fn run(config: Config, args: ChaosBenchArgs) -> Result<(), String> {
+    let report = measure(config, &args).await?;
+    let verdict = &report.verdict;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&report).map_err(|e| e.to_string())?
+        );
+    } else {
+        let detect: Vec<u64> = report
+            .cycle_reports
+            .iter()
+            .filter(|c| c.fault == FaultKind::Owner)
+            .filter_map(|c| c.detect_ms)
+            .collect();
+        let serving: Vec<u64> = report
+            .cycle_reports
+            .iter()
+            .map(|c| c.fault_to_serving_ms)
+            .collect();
+        println!(
+            "chaos: {} cycles (seed {}) in {:.0} s: records acked {}, lost {}, duplicated {}, out of order {}, misplaced {}, unknown {} (unacked but stored: {}); fault to serving {}; detection after kill -9 of the owner alone {}",
+            report.cycles,
+            report.seed,
+            report.elapsed_s,
+            verdict.acked,
+            verdict.lost,
+            verdict.duplicated,
+            verdict.out_of_order,
+            verdict.misplaced,
+            verdict.unknown,
+            verdict.unacked_stored,
+            median_max(&serving),
+            median_max(&detect),
+        );
+        for example in &verdict.examples {
+            println!("  problem: {example}");
+        }
+    }
+    if verdict.is_clean() {
+        Ok(())
+    } else {
+        Err("the exactly-once check failed".into())
+    }
+}
+
+/// "median X ms, max Y ms over N", or "no samples".
+pub fn median_max(samples: &[u64]) -> String {
+    if samples.is_empty() {
+        return "no samples".into();
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort_unstable();
+    format!(
+        "median {} ms, max {} ms over {}",
+        sorted[sorted.len() / 2],
+        sorted[sorted.len() - 1],
+        sorted.len()
+    )
+}
+
+pub async fn measure(config: Config, args: &ChaosBenchArgs) -> Result<ChaosReport, String> {
+    if args.faults.is_empty() || args.brokers < args.replicas + 3 {
+        return Err("need at least one fault and --brokers >= --replicas + 3 (two brokers may be down at once, and a rebuilt streamlet needs R backups)".into());
+    }
+    let data_dir = harness::BenchDir::new("tailstream-chaos-")?;
+    let mut local = harness::start_cluster(
+        &config,
+        data_dir.path(),
+        args.brokers,
+        &harness::log_filter("warn"),
+    )
+    .await?;
+    let result = cycles(&config, &mut local, args).await;
+    local.stop().await;
+    let failed = !matches!(&result, Ok(report) if report.verdict.is_clean());
+    data_dir.finish(failed);
+    result
+}
+
+async fn cycles(
+    config: &Config,
+    local: &mut tailstream_launcher::LocalCluster,
+    args: &ChaosBenchArgs,
+) -> Result<ChaosReport, String> {
+    let started = Instant::now();
+    let cluster = harness::client(config, &local.coordinator_addr().to_string());
+    harness::wait_for_brokers(&cluster, args.brokers).await?;
+    let mut stream = config.stream_defaults.clone();
+    stream.replicas = args.replicas;
+    stream.logs_per_streamlet = 2;
+    stream.segment_size_bytes = 64 * 1024;
+    stream.segments_per_group = 2;
+    let name = "chaos";
+    cluster
+        .create_stream(name, args.streamlets, stream)
+        .await
+        .map_err(|e| e.to_string())?;
+    let load = Load::start(
+        cluster.clone(),
+        name,
+        LoadConfig {
+            producers: args.producers,
+            // Bounded by count too: far more than the cycles can use.
+            records_per_producer_max: args.records_per_second * 60 * u64::from(args.cycles.max(1)),
+            records_per_second_per_producer: args.records_per_second,
+            producer: config.producer.clone(),
+            consumer: config.consumer.clone(),
+            drain_timeout: Duration::from_millis(args.recovery_timeout_ms),
+        },
+    );
+    load.wait_for_acks(1000, Duration::from_secs(30)).await?;
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let mut reports = Vec::new();
+    for cycle in 0..args.cycles {
+        let fault = *args.faults.choose(&mut rng).ok_or("no faults")?;
+        let streamlet = rng.random_range(0..args.streamlets);
+        let delay = rng.random_range(0..=args.max_delay_ms);
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        let report = one_cycle(
+            &cluster, local, &load, &mut rng, args, cycle, fault, streamlet,
+        )
+        .await
+        .map_err(|e| format!("cycle {cycle} ({fault:?} on streamlet {streamlet}): {e}"))?;
+        if !args.json {
+            println!(
+                "cycle {:>3}: {:<17} streamlet {} serving again after {:>5} ms{}",
+                cycle,
+                format!("{fault:?}"),
+                streamlet,
+                report.fault_to_serving_ms,
+                report.detect_ms.map_or(String::new(), |d| format!(
+                    " (declared {d} ms after the fault)"
+                )),
+            );
+        }
+        reports.push(report);
+    }
+    let verdict = load.finish().await?;
+    Ok(ChaosReport {
+        cycles: args.cycles,
+        seed: args.seed,
+        verdict,
+        cycle_reports: reports,
+        elapsed_s: started.elapsed().as_secs_f64(),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn one_cycle(
+    cluster: &tailstream_client::Cluster,
+    local: &mut tailstream_launcher::LocalCluster,
+    load: &Load,
+    rng: &mut StdRng,
+    args: &ChaosBenchArgs,
+    cycle: u32,
+    fault: FaultKind,
+    streamlet: u32,
+) -> Result<CycleReport, String> {
+    let timeout = Duration::from_millis(args.recovery_timeout_ms);
+    let injected = faults::inject(fault, rng, cluster, local, "chaos", streamlet as usize).await?;
+    harness::wait_until_serving(
+        cluster,
+        "chaos",
+        &injected.gone,
+        Duration::from_millis(5),
+        timeout,
+    )
+    .await?;
+    let fault_to_serving_ms = harness::unix_ms().saturating_sub(injected.first_hit_ms);
+    let detect_ms = harness::recovery_of(local, injected.victim, timeout)
+        .await
+        .ok()
+        .map(|r| r.declared_at_ms.saturating_sub(injected.first_hit_ms));
+    faults::heal(local, &injected).await?;
+    harness::wait_for_brokers(cluster, args.brokers).await?;
+    // Records flow again before the next fault.
+    let acked = load.acked();
+    load.wait_for_acks(acked + 100, timeout).await?;
+    Ok(CycleReport {
+        cycle,
+        fault,
+        streamlet,
+        fault_to_serving_ms,
+        detect_ms,
+    })
+}

@@ -1,0 +1,253 @@
+//! What every process-level benchmark does around its measurement: start a local cluster of
+//! real processes with a given effective configuration, wait for its brokers, find which
+//! broker owns a streamlet, wait until a stream serves again, read the coordinator's admin
+//! pages.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tailstream_client::Cluster;
+use tailstream_config::Config;
+use tailstream_launcher::{ClusterSpec, LocalCluster, Ports};
+use tailstream_wire::ServerId;
+use tailstream_wire::messages::PlacementState;
+
+/// A scratch directory for a benchmark's cluster, removed afterwards unless the run failed or
+/// `TAILSTREAM_KEEP_BENCH_DATA` is set (then its path, with every process's log, is printed).
+#[derive(Debug)]
+pub struct BenchDir {
+    dir: Option<tempfile::TempDir>,
+}
+
+impl BenchDir {
+    pub fn new(prefix: &str) -> Result<Self, String> {
+        let dir = tempfile::Builder::new()
+            .prefix(prefix)
+            .tempdir()
+            .map_err(|e| e.to_string())?;
+        Ok(Self { dir: Some(dir) })
+    }
+
+    pub fn path(&self) -> &Path {
+        // Invariant: `dir` is only taken by `finish`, which consumes self.
+        self.dir.as_ref().expect("taken only by finish").path()
+    }
+
+    /// Removes the directory, or keeps it (saying where) when `failed` or asked to.
+    pub fn finish(mut self, failed: bool) {
+        let keep = failed || std::env::var_os("TAILSTREAM_KEEP_BENCH_DATA").is_some();
+        if let Some(dir) = self.dir.take()
+            && keep
+        {
+            eprintln!("cluster data and logs kept in {}", dir.keep().display());
+        }
+    }
+}
+
+/// The children's log filter: `TAILSTREAM_BENCH_LOG` (e.g. `info`), else `default`.
+pub fn log_filter(default: &str) -> String {
+    std::env::var("TAILSTREAM_BENCH_LOG").unwrap_or_else(|_| default.to_string())
+}
+
+/// Starts `brokers` brokers and a coordinator on 127.0.0.1 (kernel-chosen ports) under
+/// `data_dir`, every child running `config` (written whole to `data_dir/bench.toml`).
+pub async fn start_cluster(
+    config: &Config,
+    data_dir: &Path,
+    brokers: u32,
+    log_filter: &str,
+) -> Result<LocalCluster, String> {
+    let text = toml::to_string(config).map_err(|e| e.to_string())?;
+    let config_file = data_dir.join("bench.toml");
+    std::fs::write(&config_file, text).map_err(|e| e.to_string())?;
+    let spec = ClusterSpec {
+        binary: std::env::current_exe().map_err(|e| e.to_string())?,
+        data_dir: data_dir.to_path_buf(),
+        brokers,
+        ports: Ports::Ephemeral,
+        config_file: Some(config_file),
+        log_filter: log_filter.into(),
+    };
+    LocalCluster::start(spec).await
+}
+
+/// A client of `coordinator` with `config`'s client settings.
+pub fn client(config: &Config, coordinator: &str) -> Arc<Cluster> {
+    Cluster::new(
+        coordinator,
+        &config.client,
+        config.producer.request_timeout_ms,
+    )
+}
+
+/// Waits (at most 20 s) until the coordinator counts `brokers` live brokers.
+pub async fn wait_for_brokers(cluster: &Cluster, brokers: u32) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let alive = cluster
+            .list_brokers()
+            .await
+            .map(|b| b.iter().filter(|b| b.alive).count())
+            .unwrap_or(0);
+        if alive >= brokers as usize {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("only {alive} of {brokers} brokers alive"));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The index of the broker of `local` that owns `streamlet` of `stream` now.
+pub async fn owner_of(
+    cluster: &Cluster,
+    local: &LocalCluster,
+    stream: &str,
+    streamlet: usize,
+) -> Result<usize, String> {
+    let metadata = cluster
+        .refresh_stream(stream)
+        .await
+        .map_err(|e| e.to_string())?;
+    let owner = &metadata
+        .streamlets
+        .get(streamlet)
+        .ok_or("no such streamlet")?
+        .owner_addr;
+    (0..local.spec().brokers as usize)
+        .find(|i| {
+            local
+                .broker(*i)
+                .is_some_and(|b| b.rpc_addr.to_string() == *owner)
+        })
+        .ok_or_else(|| format!("streamlet {streamlet} is owned by {owner}, no running broker"))
+}
+
+/// Waits until every streamlet of `stream` serves on an owner other than the `gone` ones,
+/// polling every `poll`; fails after `timeout` naming the streamlets that do not.
+pub async fn wait_until_serving(
+    cluster: &Cluster,
+    stream: &str,
+    gone: &[ServerId],
+    poll: Duration,
+    timeout: Duration,
+) -> Result<(), String> {
+    let started = Instant::now();
+    loop {
+        if let Ok(metadata) = cluster.refresh_stream(stream).await {
+            let not_serving: Vec<String> = metadata
+                .streamlets
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.state != PlacementState::Serving || gone.contains(&p.owner))
+                .map(|(i, p)| format!("streamlet-{i} {:?} on {} {}", p.state, p.owner, p.detail))
+                .collect();
+            if not_serving.is_empty() {
+                return Ok(());
+            }
+            if started.elapsed() > timeout {
+                return Err(format!(
+                    "not serving after {timeout:?}: {}",
+                    not_serving.join("; ")
+                ));
+            }
+        } else if started.elapsed() > timeout {
+            return Err(format!("the coordinator did not answer for {timeout:?}"));
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
+
+/// The server id the coordinator knows for the live broker at `rpc_addr`.
+pub async fn server_at(cluster: &Cluster, rpc_addr: &str) -> Result<ServerId, String> {
+    let brokers = cluster.list_brokers().await.map_err(|e| e.to_string())?;
+    brokers
+        .iter()
+        .filter(|b| b.rpc_addr == rpc_addr && !b.crashed)
+        .map(|b| b.server_id)
+        .max()
+        .ok_or_else(|| format!("no live broker at {rpc_addr}"))
+}
+
+/// One recovery as the coordinator's `/recoveries` lists it.
+#[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
+#[serde(default)]
+pub struct RecoveryView {
+    pub crashed: ServerId,
+    pub phase: String,
+    pub declared_at_ms: u64,
+    pub detect_ms: u64,
+    pub locate_ms: Option<u64>,
+    pub replay_ms: Option<u64>,
+    pub rereplicate_ms: Option<u64>,
+    pub lease_wait_ms: Option<u64>,
+    pub total_ms: Option<u64>,
+    pub bytes: u64,
+    pub segments_adopted: u64,
+    pub segments_copied: u64,
+    pub lost: Vec<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct Recoveries {
+    recoveries: Vec<RecoveryView>,
+}
+
+/// The coordinator's recovery records.
+pub async fn recoveries(local: &LocalCluster) -> Result<Vec<RecoveryView>, String> {
+    let body = http_get(local.coordinator.admin_addr, "/recoveries").await?;
+    let parsed: Recoveries =
+        serde_json::from_str(&body).map_err(|e| format!("/recoveries: {e}"))?;
+    Ok(parsed.recoveries)
+}
+
+/// Waits (at most `timeout`) for the finished recovery of `crashed`.
+pub async fn recovery_of(
+    local: &LocalCluster,
+    crashed: ServerId,
+    timeout: Duration,
+) -> Result<RecoveryView, String> {
+    let started = Instant::now();
+    loop {
+        let found = recoveries(local)
+            .await
+            .ok()
+            .and_then(|all| all.into_iter().find(|r| r.crashed == crashed));
+        match found {
+            Some(record) if record.phase == "Done" => return Ok(record),
+            _ if started.elapsed() > timeout => {
+                return Err(format!("no finished recovery of {crashed} in {timeout:?}"));
+            }
+            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+/// The body of an HTTP GET of `path` on `addr` (HTTP/1.0, enough for the admin pages).
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fetch = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+        stream.write_all(request.as_bytes()).await?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await?;
+        Ok::<_, std::io::Error>(response)
+    };
+    let response = tokio::time::timeout(Duration::from_secs(5), fetch)
+        .await
+        .map_err(|_| format!("GET {path}: timed out"))?
+        .map_err(|e| format!("GET {path}: {e}"))?;
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .ok_or_else(|| format!("GET {path}: no body"))
+}
+
+/// Milliseconds since the Unix epoch (the coordinator's recovery records use them).
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
