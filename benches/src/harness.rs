@@ -50,8 +50,10 @@ pub fn log_filter(default: &str) -> String {
 }
 
 /// Starts `brokers` brokers and a coordinator on 127.0.0.1 (kernel-chosen ports) under
-/// `data_dir`, every child running `config` (written whole to `data_dir/bench.toml`).
+/// `data_dir`, every child running `config` (written whole to `data_dir/bench.toml`). The
+/// children run `binary`, or this executable (the `tailstream` CLI) when `None`.
 pub async fn start_cluster(
+    binary: Option<&Path>,
     config: &Config,
     data_dir: &Path,
     brokers: u32,
@@ -61,7 +63,10 @@ pub async fn start_cluster(
     let config_file = data_dir.join("bench.toml");
     std::fs::write(&config_file, text).map_err(|e| e.to_string())?;
     let spec = ClusterSpec {
-        binary: std::env::current_exe().map_err(|e| e.to_string())?,
+        binary: match binary {
+            Some(binary) => binary.to_path_buf(),
+            None => std::env::current_exe().map_err(|e| e.to_string())?,
+        },
         data_dir: data_dir.to_path_buf(),
         brokers,
         ports: Ports::Ephemeral,

@@ -177,6 +177,7 @@ pub async fn measure(
         .max(data_bytes.saturating_mul(2));
     let data_dir = harness::BenchDir::new("tailstream-recovery-")?;
     let mut local = harness::start_cluster(
+        None,
         &config,
         data_dir.path(),
         brokers,

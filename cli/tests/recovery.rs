@@ -292,3 +292,32 @@ async fn a_paused_owner_that_wakes_up_serves_nothing_that_moved() {
     .await
     .unwrap();
 }
+
+/// `tailstream bench chaos`, a few cycles: one of each fault (the bag draws every kind once per
+/// five cycles), random streamlets and moments, and the exactly-once ledger must be clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_chaos_meets_every_fault_once_and_loses_and_duplicates_nothing() {
+    use tailstream_bench::chaos::{ChaosBenchArgs, faults::FaultKind, measure};
+    let mut args = ChaosBenchArgs::defaults();
+    args.cycles = 5;
+    args.seed = 11;
+    args.max_delay_ms = 300;
+    args.recovery_timeout_ms = 30_000;
+    args.records_per_second = 1000;
+    args.binary = Some(common::BINARY.into());
+    let report = tokio::time::timeout(
+        TEST_TIMEOUT,
+        measure(tailstream_config::Config::embedded(), &args),
+    )
+    .await
+    .expect("bounded")
+    .expect("every cycle recovered");
+    let verdict = &report.verdict;
+    eprintln!("{verdict:?}");
+    assert!(verdict.is_clean(), "{verdict:?}");
+    assert!(verdict.acked > 1000, "{verdict:?}");
+    let mut kinds: Vec<FaultKind> = report.cycle_reports.iter().map(|c| c.fault).collect();
+    kinds.sort_by_key(|k| format!("{k:?}"));
+    kinds.dedup();
+    assert_eq!(kinds.len(), 5, "one of each: {kinds:?}");
+}

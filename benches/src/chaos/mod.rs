@@ -6,6 +6,7 @@
 //! draws a fault ([`faults::FaultKind`]), a streamlet and a moment (from `--seed`), injects the
 //! fault against that streamlet's owner, waits until every streamlet serves again, heals the
 //! cluster (killed brokers restart as new incarnations) and waits until records flow again.
+//! Faults come from a shuffled bag, so every `--faults` kind appears once per that many cycles.
 //! Then the load finishes and the [`ledger`] checks everything; the summary line says cycles,
 //! records acked, lost, duplicated and out of order.
 //!
@@ -22,7 +23,7 @@ use clap::Args;
 use faults::FaultKind;
 use load::{Load, LoadConfig};
 use rand::rngs::StdRng;
-use rand::seq::IndexedRandom;
+use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
 use std::time::{Duration, Instant};
 use tailstream_config::Config;
@@ -65,6 +66,24 @@ pub struct ChaosBenchArgs {
     /// Print one JSON object instead of the summary line.
     #[arg(long)]
     pub json: bool,
+    /// The `tailstream` executable the cluster runs (tests set it; the CLI runs itself).
+    #[arg(skip)]
+    pub binary: Option<std::path::PathBuf>,
+}
+
+impl ChaosBenchArgs {
+    /// The defaults the CLI has, for callers that do not parse a command line.
+    pub fn defaults() -> Self {
+        #[derive(clap::Parser)]
+        struct Parse {
+            #[command(flatten)]
+            args: ChaosBenchArgs,
+        }
+        // Invariant: every field has a default, so an empty command line parses.
+        <Parse as clap::Parser>::try_parse_from(["chaos"])
+            .expect("every chaos option has a default")
+            .args
+    }
 }
 
 /// One cycle, for the report.
@@ -156,6 +175,7 @@ pub async fn measure(config: Config, args: &ChaosBenchArgs) -> Result<ChaosRepor
     }
     let data_dir = harness::BenchDir::new("tailstream-chaos-")?;
     let mut local = harness::start_cluster(
+        args.binary.as_deref(),
         &config,
         data_dir.path(),
         args.brokers,
@@ -203,8 +223,15 @@ async fn cycles(
     load.wait_for_acks(1000, Duration::from_secs(30)).await?;
     let mut rng = StdRng::seed_from_u64(args.seed);
     let mut reports = Vec::new();
+    // Faults are drawn from a shuffled bag: every kind comes once per len(faults) cycles, in a
+    // random order, so a short run still meets each of them.
+    let mut bag: Vec<FaultKind> = Vec::new();
     for cycle in 0..args.cycles {
-        let fault = *args.faults.choose(&mut rng).ok_or("no faults")?;
+        if bag.is_empty() {
+            bag = args.faults.clone();
+            bag.shuffle(&mut rng);
+        }
+        let fault = bag.pop().ok_or("no faults")?;
         let streamlet = rng.random_range(0..args.streamlets);
         let delay = rng.random_range(0..=args.max_delay_ms);
         tokio::time::sleep(Duration::from_millis(delay)).await;

@@ -37,13 +37,15 @@ pub fn close(store: &BackupStore, request: &ReplicaCloseRequest) -> Result<(), B
         };
     };
     let length = request.length as usize;
-    buffer.with_bytes(|bytes| -> Result<(), BackupError> {
-        verify_closed(bytes, length)
+    let verified = buffer.with_bytes(|bytes| -> Result<_, BackupError> {
+        let outcome = verify_closed(bytes, length)
             .map_err(|corruption| BackupError::Corrupt(corruption.to_string()))?;
         std::fs::create_dir_all(replica.dir()).map_err(io)?;
-        write_segment_file(&replica.segment_path(), bytes, length).map_err(io)
+        write_segment_file(&replica.segment_path(), bytes, length).map_err(io)?;
+        Ok(verified_summary(bytes, &outcome))
     })?;
     replica.meta().closed_bytes = Some(request.length);
+    replica.set_verified(Some(verified));
     // The segment file is the replica now; the buffer's claim is cleared as it goes back.
     if let Some(buffer) = guard.take() {
         store.release(buffer);
@@ -131,16 +133,36 @@ pub fn describe(replica: &Replica) -> ReplicaInfo {
         valid_bytes: 0,
         digest: Bytes::new(),
     };
+    if info.state == ReplicaState::Closed
+        && let Some((valid_bytes, digest)) = replica.verified()
+    {
+        info.valid_bytes = valid_bytes;
+        info.digest = digest;
+        return info;
+    }
     match valid_bytes(replica) {
         Ok((bytes, outcome)) => {
-            info.valid_bytes = outcome.valid_len as u32;
-            if let Some(range) = outcome.digest {
-                info.digest = Bytes::copy_from_slice(&bytes[range]);
+            let (valid_bytes, digest) = verified_summary(&bytes, &outcome);
+            if info.state == ReplicaState::Closed {
+                replica.set_verified(Some((valid_bytes, digest.clone())));
             }
+            info.valid_bytes = valid_bytes;
+            info.digest = digest;
         }
         Err(_) => info.state = ReplicaState::Corrupt,
     }
     info
+}
+
+/// A verified prefix's length and log digest bytes (empty when it has none).
+fn verified_summary(bytes: &[u8], outcome: &ScanOutcome) -> (u32, Bytes) {
+    let digest = outcome
+        .digest
+        .clone()
+        .and_then(|range| bytes.get(range))
+        .map(Bytes::copy_from_slice)
+        .unwrap_or_default();
+    (outcome.valid_len as u32, digest)
 }
 
 /// Bytes of one replica's valid prefix. No fencing check: recovery reads the replicas of a
@@ -150,7 +172,10 @@ pub fn read(
     request: &ReadReplicaRequest,
 ) -> Result<ReadReplicaResponse, BackupError> {
     let replica = store.find_epoch(request.primary, &request.replica, request.epoch)?;
-    let (bytes, outcome) = valid_bytes(&replica)?;
+    let (bytes, outcome) = valid_bytes(&replica).inspect_err(|_| {
+        // The file went bad since it was verified: listings must say so from now on.
+        replica.set_verified(None);
+    })?;
     let valid = outcome.valid_len;
     let start = (request.offset as usize).min(valid);
     let end = start

@@ -35,6 +35,10 @@ pub struct Replica {
     /// The pool buffer while the replica is open; `None` once closed (closed replicas are read
     /// from their segment file when asked).
     pub buffer: tokio::sync::Mutex<Option<ReplicaBuffer>>,
+    /// A closed replica's file as last verified whole: (valid length, log digest bytes).
+    /// Closed files never change, so `ListReplicas` answers from this instead of reading every
+    /// file again each time; reads still verify, and a read that finds corruption clears it.
+    verified: Mutex<Option<(u32, bytes::Bytes)>>,
 }
 
 impl Replica {
@@ -47,7 +51,21 @@ impl Replica {
             dir: primary_dir(root, meta.primary),
             meta: Mutex::new(meta),
             buffer: tokio::sync::Mutex::new(buffer),
+            verified: Mutex::new(None),
         }
+    }
+
+    /// What the closed file was last verified to hold, if it was.
+    pub fn verified(&self) -> Option<(u32, bytes::Bytes)> {
+        self.verified
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Records (or, with `None`, forgets) what the closed file was verified to hold.
+    pub fn set_verified(&self, verified: Option<(u32, bytes::Bytes)>) {
+        *self.verified.lock().unwrap_or_else(|p| p.into_inner()) = verified;
     }
 
     pub fn meta(&self) -> MutexGuard<'_, ReplicaMeta> {

@@ -121,7 +121,7 @@ fn replicas_survive_a_restart_open_ones_rescanned_closed_ones_verified() {
 }
 
 #[test]
-fn a_closed_replica_with_a_flipped_bit_is_reported_corrupt_and_never_served() {
+fn a_closed_replica_with_a_flipped_bit_is_never_served_and_then_reported_corrupt() {
     let dir = tempfile::tempdir().unwrap();
     let p = ServerId::new(2, 1);
     let (bytes, written) = image();
@@ -143,11 +143,13 @@ fn a_closed_replica_with_a_flipped_bit_is_reported_corrupt_and_never_served() {
         let mut damaged = std::fs::read(replica.segment_path()).unwrap();
         damaged[bit / 8] ^= 1 << (bit % 8);
         std::fs::write(replica.segment_path(), &damaged).unwrap();
+        // Listings answer from the verification done at close (files never change)...
+        let listed = ops::describe(&replica);
         assert_eq!(
-            ops::describe(&replica).state,
-            ReplicaState::Corrupt,
-            "bit {bit}"
+            (listed.state, listed.valid_bytes),
+            (ReplicaState::Closed, written as u32)
         );
+        // ... a read verifies the file whole, refuses it, and from then on listings say so.
         let read = ops::read(
             &store,
             &ReadReplicaRequest {
@@ -159,6 +161,19 @@ fn a_closed_replica_with_a_flipped_bit_is_reported_corrupt_and_never_served() {
             },
         );
         assert!(matches!(read, Err(BackupError::Corrupt(_))), "bit {bit}");
+        assert_eq!(
+            ops::describe(&replica).state,
+            ReplicaState::Corrupt,
+            "bit {bit}"
+        );
+        // A backup that restarts verifies every closed file again.
+        let reloaded = BackupStore::load(dir.path(), LIMITS).unwrap();
+        assert_eq!(
+            ops::describe(&reloaded.find(p, &id(1)).unwrap()).state,
+            ReplicaState::Corrupt,
+            "bit {bit}"
+        );
+        drop(reloaded);
         damaged[bit / 8] ^= 1 << (bit % 8);
         std::fs::write(replica.segment_path(), &damaged).unwrap();
         assert_eq!(ops::describe(&replica).state, ReplicaState::Closed);

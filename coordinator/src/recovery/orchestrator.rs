@@ -315,8 +315,14 @@ impl Orchestrator {
         for (key, planned) in plans {
             match planned {
                 Ok(plan) => {
-                    // Least loaded first, counting what this round hands out.
-                    targets.sort_by_key(|(id, _, load)| (*load, *id));
+                    // Least loaded first, counting what this round hands out; among equals,
+                    // the one holding the fewest bytes of the streamlet's closed copies, so
+                    // those copies are adopted as they are instead of copied again (a primary
+                    // is never its own backup).
+                    let held = held_closed_bytes(&plan);
+                    targets.sort_by_key(|(id, _, load)| {
+                        (*load, held.get(id).copied().unwrap_or(0), *id)
+                    });
                     let (target, addr, load) = &mut targets[0];
                     *load += 1;
                     chosen.push((key, Ok((*target, addr.clone(), plan))));
@@ -519,6 +525,19 @@ impl Orchestrator {
             tokio::time::sleep_until(deadline.into()).await;
         }
     }
+}
+
+/// Per backup, the bytes of closed segments of `plan` it holds a copy of.
+fn held_closed_bytes(plan: &super::planner::Plan) -> BTreeMap<ServerId, u64> {
+    let mut held = BTreeMap::new();
+    for source in plan.logs.iter().flat_map(|l| &l.segments) {
+        if source.closed {
+            for holder in &source.holders {
+                *held.entry(holder.backup).or_insert(0) += u64::from(source.length);
+            }
+        }
+    }
+    held
 }
 
 fn request_for(
