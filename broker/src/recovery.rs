@@ -72,6 +72,10 @@ async fn read_from(
         if answer.bytes.is_empty() {
             return Err("returned no bytes".into());
         }
+        if bytes.is_empty() && answer.bytes.len() >= length as usize {
+            // The whole segment in one answer (the common case): keep its memory as it is.
+            return Ok(answer.bytes.slice(..length as usize));
+        }
         let take = answer.bytes.len().min(length as usize - bytes.len());
         bytes.extend_from_slice(&answer.bytes[..take]);
     }

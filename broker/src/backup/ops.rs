@@ -183,7 +183,7 @@ pub fn read(
         .min(valid);
     Ok(ReadReplicaResponse {
         valid_bytes: valid as u32,
-        bytes: Bytes::copy_from_slice(&bytes[start..end]),
+        bytes: Bytes::from(bytes).slice(start..end),
     })
 }
 

@@ -66,27 +66,26 @@ impl Segment {
     /// A sealed, fully committed segment rebuilt from `valid`, the valid prefix of one of its
     /// replicas (recovery): the same bytes at the same positions, one chunk per append, so
     /// every position a consumer holds is an entry boundary here too. `None` unless `valid`
-    /// is exactly a valid prefix that fits.
+    /// is exactly a valid prefix that fits. The chunks share `valid`'s memory (no copy: a
+    /// sealed segment never writes again, and copying a rebuilt log into fresh memory would
+    /// cost as much as reading it).
     pub fn recovered(
         id: SegmentId,
         capacity_bytes: usize,
-        valid: &[u8],
+        valid: &Bytes,
         base_offset: RecordOffset,
         lease: MemoryLease,
     ) -> Option<Self> {
         let appender = SegmentAppender::resume(capacity_bytes, valid)?;
-        let mut tail = BytesMut::zeroed(capacity_bytes);
-        tail[..valid.len()].copy_from_slice(valid);
         let mut chunks = Vec::new();
         let mut position = 0usize;
         for entry in tailstream_wire::scan::EntryIter::new(valid, false) {
             let entry = entry.ok()?;
             if entry.header.entry_type == EntryType::Trailer {
                 let end = entry.end();
-                let bytes = tail.split_to(end - position).freeze();
                 chunks.push(Chunk {
                     position: u32::try_from(position).ok()?,
-                    bytes,
+                    bytes: valid.slice(position..end),
                 });
                 position = end;
             }
@@ -366,7 +365,11 @@ mod tests {
         let a = append(&mut original, EntryType::Batch, b"first");
         let b = append(&mut original, EntryType::Batch, b"second");
         original.commit_to(b.end);
-        let valid: Vec<u8> = original.written_chunks().flat_map(|c| c.to_vec()).collect();
+        let valid: Bytes = original
+            .written_chunks()
+            .flat_map(|c| c.to_vec())
+            .collect::<Vec<u8>>()
+            .into();
         let lease = SegmentMemory::new(1 << 30).try_reserve(1024).unwrap();
         let recovered =
             Segment::recovered(SegmentId(1), 1024, &valid, RecordOffset(0), lease).unwrap();
@@ -382,7 +385,7 @@ mod tests {
             Segment::recovered(
                 SegmentId(1),
                 1024,
-                &valid[..b.end - 1],
+                &valid.slice(..b.end - 1),
                 RecordOffset(0),
                 lease
             )
