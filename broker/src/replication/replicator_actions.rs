@@ -15,6 +15,9 @@ use tailstream_wire::messages::{
 };
 use tailstream_wire::{SegmentId, ServerId};
 
+/// Closed segments of one log being copied to a new backup at once.
+const REPAIRS_AT_ONCE_MAX: usize = 4;
+
 impl Replicator {
     /// Does what every tracked segment's state machine asks for. Actions are collected first
     /// and carried out in the order the state machines gave them (a segment's writes, in
@@ -28,7 +31,10 @@ impl Replicator {
         };
         let membership = self.membership.borrow().clone();
         let mut actions = Vec::new();
-        for tracked in self.active.iter_mut().chain(self.repairs.iter_mut()) {
+        // Repairs (closed segments copied again) go a few at a time: each holds a buffer on
+        // its backups until it closes, and a recovery may have a whole log's worth of them.
+        let repairs = self.repairs.iter_mut().take(REPAIRS_AT_ONCE_MAX);
+        for tracked in self.active.iter_mut().chain(repairs) {
             let segment = tracked.seg.id.segment;
             actions.extend(
                 tracked

@@ -1,6 +1,7 @@
 //! Choosing backups: at random among live brokers other than this one, never one that
-//! already holds a replica of the segment, and not one that failed recently (quarantine),
-//! unless it came back as a new generation, which is a different server id. A quarantine
+//! already holds a replica of the segment, and not one that failed recently (quarantine)
+//! while another qualifies, unless it came back as a new generation, which is a different
+//! server id. A quarantine
 //! belongs to the incarnation of this broker that saw the failure: a paused broker that comes
 //! back finds every backup refusing its old generation's writes, and must not hold that
 //! against them once it registers again.
@@ -43,14 +44,27 @@ impl BackupSelector {
         self.failed_at.retain(|_, (at, seen_by)| {
             *seen_by == me && now.saturating_duration_since(*at) < quarantine
         });
-        let candidates: Vec<&BrokerInfo> = membership
+        let eligible: Vec<&BrokerInfo> = membership
             .iter()
             .filter(|b| b.alive)
             .filter(|b| b.server_id.index != me.index)
             .filter(|b| !exclude.iter().any(|e| e.index == b.server_id.index))
+            .collect();
+        let healthy: Vec<&BrokerInfo> = eligible
+            .iter()
+            .copied()
             .filter(|b| !self.failed_at.contains_key(&b.server_id))
             .collect();
-        candidates.choose(&mut rand::rng()).map(|b| (*b).clone())
+        if let Some(chosen) = healthy.choose(&mut rand::rng()) {
+            return Some((*chosen).clone());
+        }
+        // Quarantine is a preference, not a ban: when every live broker left failed recently
+        // (e.g. a recovery that needs exactly the survivors), the one that failed longest ago
+        // is tried again rather than leaving the segment without copies until it ends.
+        eligible
+            .into_iter()
+            .min_by_key(|b| self.failed_at.get(&b.server_id).map(|(at, _)| *at))
+            .cloned()
     }
 }
 
@@ -87,10 +101,34 @@ mod tests {
             assert_eq!(chosen.server_id, ServerId::new(3, 1));
         }
         selector.failed(ServerId::new(3, 1), me, now);
-        assert!(
+        let with_another = [members.clone(), vec![broker(4, 1, true)]].concat();
+        for _ in 0..50 {
+            let chosen = selector
+                .choose(&with_another, me, &[ServerId::new(1, 1)], now)
+                .unwrap();
+            assert_eq!(
+                chosen.server_id,
+                ServerId::new(4, 1),
+                "never the quarantined one while another qualifies"
+            );
+        }
+        assert_eq!(
             selector
                 .choose(&members, me, &[ServerId::new(1, 1)], now)
-                .is_none()
+                .map(|b| b.server_id),
+            Some(ServerId::new(3, 1)),
+            "the only live broker left, quarantined or not"
+        );
+        assert!(
+            selector
+                .choose(
+                    &members,
+                    me,
+                    &[ServerId::new(1, 1), ServerId::new(3, 1)],
+                    now
+                )
+                .is_none(),
+            "none qualifies"
         );
         // The same slot as a new generation is a different server: eligible at once.
         let members = vec![broker(0, 1, true), broker(1, 1, true), broker(3, 2, true)];
@@ -107,6 +145,7 @@ mod tests {
                 .map(|b| b.server_id),
             Some(ServerId::new(3, 1))
         );
+        assert!(selector.failed_at.is_empty(), "not held against it");
         // Quarantine ends.
         selector.failed(ServerId::new(3, 1), me, now);
         let members = vec![broker(3, 1, true)];
@@ -115,5 +154,6 @@ mod tests {
                 .choose(&members, me, &[], now + Duration::from_secs(6))
                 .is_some()
         );
+        assert!(selector.failed_at.is_empty(), "expired");
     }
 }

@@ -74,8 +74,9 @@ impl Log {
                     .ok_or(StorageError::Backpressure {
                         bytes_max: shared.memory.bytes_max(),
                     })?;
-            let segment = Segment::recovered(id, capacity, &recovered.bytes, digest.base_offset, lease)
-                .ok_or_else(|| corrupt(id, "is not a valid prefix"))?;
+            let segment =
+                Segment::recovered(id, capacity, &recovered.bytes, digest.base_offset, lease)
+                    .ok_or_else(|| corrupt(id, "is not a valid prefix"))?;
             next_offset = next_offset.max(digest.base_offset);
             for entry in entries {
                 let entry = entry.map_err(|e| corrupt(id, &e.to_string()))?;
