@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tailstream_client::{AckFuture, Cluster, Producer};
 use tailstream_config::{Config, ReplicationMode};
-use tailstream_launcher::{ClusterSpec, LocalCluster, Ports};
+use tailstream_launcher::LocalCluster;
 
 #[derive(Args, Debug, Clone)]
 pub struct ProduceBenchArgs {
@@ -226,10 +226,7 @@ pub async fn measure(
     if args.producers == 0 || args.records == 0 {
         return Err("--producers and --records must be positive".into());
     }
-    let data_dir = tempfile::Builder::new()
-        .prefix("tailstream-bench-")
-        .tempdir()
-        .map_err(|e| e.to_string())?;
+    let data_dir = crate::harness::BenchDir::new("tailstream-bench-")?;
     let (local, coordinator) = match join {
         Some(addr) => (None, addr),
         None => {
@@ -240,18 +237,14 @@ pub async fn measure(
                 "rpc" => ReplicationMode::Rpc,
                 _ => ReplicationMode::OneSided,
             };
-            let overrides = toml::to_string(&effective).map_err(|e| e.to_string())?;
-            let config_file = data_dir.path().join("bench.toml");
-            std::fs::write(&config_file, overrides).map_err(|e| e.to_string())?;
-            let spec = ClusterSpec {
-                binary: std::env::current_exe().map_err(|e| e.to_string())?,
-                data_dir: data_dir.path().to_path_buf(),
-                brokers: brokers_to_start(args),
-                ports: Ports::Ephemeral,
-                config_file: Some(config_file),
-                log_filter: "warn".into(),
-            };
-            let cluster = LocalCluster::start(spec).await?;
+            let cluster = crate::harness::start_cluster(
+                None,
+                &effective,
+                data_dir.path(),
+                brokers_to_start(args),
+                &crate::harness::log_filter("warn"),
+            )
+            .await?;
             let addr = cluster.coordinator_addr().to_string();
             (Some(cluster), addr)
         }
@@ -260,6 +253,7 @@ pub async fn measure(
     if let Some(cluster) = local {
         cluster.stop().await;
     }
+    data_dir.finish(result.is_err());
     result
 }
 
@@ -279,7 +273,7 @@ async fn run_producers(
     } else {
         args.replicas + 1
     };
-    wait_for_brokers(&cluster, brokers).await?;
+    crate::harness::wait_for_brokers(&cluster, brokers).await?;
     let mut stream = config.stream_defaults.clone();
     stream.logs_per_streamlet = args.logs;
     stream.replicas = args.replicas;
@@ -395,22 +389,4 @@ fn unique_suffix() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     (nanos as u64) ^ u64::from(std::process::id()).rotate_left(32)
-}
-
-async fn wait_for_brokers(cluster: &Arc<Cluster>, brokers: u32) -> Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let alive = cluster
-            .list_brokers()
-            .await
-            .map(|b| b.iter().filter(|b| b.alive).count())
-            .unwrap_or(0);
-        if alive >= brokers as usize {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(format!("only {alive} of {brokers} brokers alive"));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }

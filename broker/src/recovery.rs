@@ -16,13 +16,14 @@ use crate::replication::{
 use crate::storage::{RecoveredSegment, Store, Streamlet};
 use bytes::{Bytes, BytesMut};
 use futures::stream::{self, StreamExt};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tailstream_wire::messages::{
     ReadReplicaRequest, RecoverStreamletRequest, RecoverStreamletResponse, ReplicaAdoptRequest,
     ReplicaId, SegmentSource, StreamletAssignment,
 };
-use tailstream_wire::{LogId, ServerId};
+use tailstream_wire::{LogId, ServerId, StreamId, StreamletId};
 
 /// One segment's `length` valid bytes, from the first holder that serves them whole.
 async fn read_segment(
@@ -88,6 +89,9 @@ const READS_IN_FLIGHT_MAX: usize = 8;
 /// Bytes asked for per read (the backup caps it too).
 const READ_BYTES: u32 = 8 << 20;
 
+/// Per streamlet: its rebuilds run one at a time, and the epoch of the last one that finished.
+pub type RebuildLocks = HashMap<(StreamId, StreamletId), Arc<tokio::sync::Mutex<Option<u32>>>>;
+
 #[derive(Debug)]
 pub struct Recovery {
     pub ctx: Arc<ReplicationContext>,
@@ -95,6 +99,12 @@ pub struct Recovery {
     pub cluster: Arc<ClusterState>,
     /// How long the rebuilt streamlet may take to have every copy again.
     pub durable_timeout: Duration,
+    /// One rebuild of a streamlet at a time: a coordinator restarted mid-recovery orders the
+    /// same rebuild again under the next epoch, often to the same broker, while the first one
+    /// still runs. Each lock holds the epoch of the last rebuild of that streamlet that
+    /// finished here (durable). Entries are per streamlet this broker was ever ordered to
+    /// rebuild.
+    pub rebuilding: std::sync::Mutex<RebuildLocks>,
 }
 
 fn replica_id(assignment: &StreamletAssignment, log: LogId, source: &SegmentSource) -> ReplicaId {
@@ -115,17 +125,44 @@ impl Recovery {
             ));
         }
         let assignment = &request.assignment;
-        if let Ok(existing) = self.store.get(assignment.stream, assignment.streamlet)
-            && existing.epoch() >= assignment.epoch
-        {
-            // A retried order: the first rebuild is here already.
-            return Ok(RecoverStreamletResponse {
-                bytes: 0,
-                segments_adopted: 0,
-                segments_copied: 0,
-                read_ms: 0,
-                rereplicate_ms: 0,
-            });
+        let serial = self
+            .rebuilding
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((assignment.stream, assignment.streamlet))
+            .or_default()
+            .clone();
+        let mut finished_here = serial.lock().await;
+        let nothing_to_do = RecoverStreamletResponse {
+            bytes: 0,
+            segments_adopted: 0,
+            segments_copied: 0,
+            read_ms: 0,
+            rereplicate_ms: 0,
+        };
+        if let Ok(existing) = self.store.get(assignment.stream, assignment.streamlet) {
+            if existing.epoch() >= assignment.epoch {
+                // A retried order: the first rebuild is here already.
+                return Ok(nothing_to_do);
+            }
+            if existing.epoch().checked_add(1) == Some(assignment.epoch)
+                && *finished_here == Some(existing.epoch())
+            {
+                // The same rebuild ordered again under the next epoch (the coordinator
+                // restarted meanwhile). No other owner came in between (every hand-over takes
+                // an epoch), so what is here is the crashed owner's data, rebuilt and durable:
+                // it takes the new epoch. Rebuilding again would put a second streamlet with
+                // the same replica ids beside the first one's replicators.
+                existing.set_ownership(assignment.epoch, false);
+                *finished_here = Some(assignment.epoch);
+                tracing::info!(
+                    stream = %assignment.stream_name,
+                    streamlet = assignment.streamlet.0,
+                    epoch = assignment.epoch,
+                    "rebuild ordered again under the next epoch: the rebuilt streamlet takes it"
+                );
+                return Ok(nothing_to_do);
+            }
         }
         let started = Instant::now();
         let logs = self.read_all(&request).await?;
@@ -149,6 +186,7 @@ impl Recovery {
         );
         let replicating = Instant::now();
         let (adopted, copied) = self.make_durable(&request, &streamlet, me).await?;
+        *finished_here = Some(assignment.epoch);
         Ok(RecoverStreamletResponse {
             bytes,
             segments_adopted: adopted,

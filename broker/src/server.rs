@@ -116,6 +116,7 @@ pub async fn run(options: BrokerOptions, shutdown: watch::Receiver<bool>) -> Res
         store: store.clone(),
         cluster: cluster.clone(),
         durable_timeout: Duration::from_millis(options.config.coordinator.recovery_timeout_ms),
+        rebuilding: Default::default(),
     });
     let peer_service = Arc::new(PeerService::new(cluster.clone(), backup_service, recovery));
     let listeners = &options.config.listeners;

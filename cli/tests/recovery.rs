@@ -10,11 +10,8 @@ mod common;
 use common::load::Load;
 use common::{TEST_TIMEOUT, TestCluster};
 use std::time::{Duration, Instant};
-use tailstream_net::{RpcClient, RpcClientConfig};
-use tailstream_wire::messages::{
-    ListReplicasRequest, ListReplicasResponse, PlacementState, StreamConfig,
-};
-use tailstream_wire::{Opcode, ServerId};
+use tailstream_wire::ServerId;
+use tailstream_wire::messages::{PlacementState, StreamConfig};
 
 /// Small segments and groups, so recovery meets closed segments, open heads and several
 /// groups per log.
@@ -129,21 +126,8 @@ async fn backups_of(test: &TestCluster, primary: usize) -> Vec<usize> {
         let Some(broker) = test.cluster.broker(i) else {
             continue;
         };
-        let client = RpcClient::connect(&broker.peer_addr.to_string(), RpcClientConfig::default())
+        if common::list_replicas(&broker.peer_addr.to_string())
             .await
-            .unwrap();
-        let listed: ListReplicasResponse = client
-            .call(
-                Opcode::ListReplicas,
-                &ListReplicasRequest {
-                    primary: None,
-                    fence: Vec::new(),
-                },
-            )
-            .await
-            .unwrap();
-        if listed
-            .replicas
             .iter()
             .any(|r| r.primary.index as usize == primary)
         {

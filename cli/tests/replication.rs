@@ -11,12 +11,8 @@ use common::{TEST_TIMEOUT, TestCluster};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tailstream_net::{RpcClient, RpcClientConfig};
-use tailstream_wire::Opcode;
 use tailstream_wire::ServerId;
-use tailstream_wire::messages::{
-    ListReplicasRequest, ListReplicasResponse, ReplicaId, ReplicaInfo, ReplicaState,
-};
+use tailstream_wire::messages::{ReplicaId, ReplicaState};
 
 /// Small segments and groups, so closed segments (and their re-replication) are exercised.
 fn replicated_stream(test: &TestCluster, replicas: u32) -> tailstream_wire::messages::StreamConfig {
@@ -28,28 +24,11 @@ fn replicated_stream(test: &TestCluster, replicas: u32) -> tailstream_wire::mess
     stream
 }
 
-async fn list_replicas(addr: &str) -> Vec<ReplicaInfo> {
-    let client = RpcClient::connect(addr, RpcClientConfig::default())
-        .await
-        .unwrap();
-    let response: ListReplicasResponse = client
-        .call(
-            Opcode::ListReplicas,
-            &ListReplicasRequest {
-                primary: None,
-                fence: Vec::new(),
-            },
-        )
-        .await
-        .unwrap();
-    response.replicas
-}
-
 /// Complete (not filling, not corrupt) replicas per (primary, segment) on the live brokers.
 async fn complete_copies(test: &TestCluster) -> HashMap<(ServerId, ReplicaId), usize> {
     let mut copies = HashMap::new();
     for broker in test.cluster.brokers() {
-        for info in list_replicas(&broker.peer_addr.to_string()).await {
+        for info in common::list_replicas(&broker.peer_addr.to_string()).await {
             if !info.filling && info.state != ReplicaState::Corrupt {
                 *copies.entry((info.primary, info.replica)).or_insert(0) += 1;
             }
@@ -84,7 +63,9 @@ async fn exactly_once_with_replicas(mode: &str) {
     // Every segment of every log with data lives on three backups.
     let mut held = 0;
     for broker in test.cluster.brokers() {
-        held += list_replicas(&broker.peer_addr.to_string()).await.len();
+        held += common::list_replicas(&broker.peer_addr.to_string())
+            .await
+            .len();
     }
     assert!(held >= 3 * 3, "only {held} replicas in the cluster");
     test.stop().await;
@@ -127,7 +108,7 @@ async fn a_killed_backup_restarts_with_its_replicas_and_nothing_acked_is_lost() 
         let load = Load::start(&test, "survivor", 2);
         load.wait_for_acks(15_000).await;
         let victim_addr = test.cluster.broker(victim).unwrap().peer_addr.to_string();
-        let before = list_replicas(&victim_addr).await;
+        let before = common::list_replicas(&victim_addr).await;
         assert!(
             before.len() >= 3,
             "the backup held {} replicas",
@@ -146,7 +127,7 @@ async fn a_killed_backup_restarts_with_its_replicas_and_nothing_acked_is_lost() 
             "acked with a backup missing"
         );
         test.cluster.restart_broker(victim).await.unwrap();
-        let after = list_replicas(&victim_addr).await;
+        let after = common::list_replicas(&victim_addr).await;
         for held in &before {
             let kept = after.iter().any(|a| {
                 a.primary == held.primary

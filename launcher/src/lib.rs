@@ -337,7 +337,22 @@ impl LocalCluster {
     pub async fn restart_broker(&mut self, index: usize) -> Result<(), String> {
         self.kill_broker(index).await;
         let (rpc, peer, admin) = *self.broker_addrs.get(index).ok_or("no such broker")?;
-        let proc = self.spawn_broker(index, rpc, peer, admin).await?;
+        let proc = match self.spawn_broker(index, rpc, peer, admin).await {
+            Ok(proc) => proc,
+            // With kernel-chosen ports, a port the killed broker had may meanwhile be the
+            // source port of some outgoing connection: start on fresh ones (a broker
+            // advertises its addresses when it registers, and clients follow the metadata).
+            Err(error)
+                if matches!(self.spec.ports, Ports::Ephemeral)
+                    && error.contains("Address already in use") =>
+            {
+                let any = SocketAddr::from(([127, 0, 0, 1], 0));
+                let proc = self.spawn_broker(index, any, any, any).await?;
+                self.broker_addrs[index] = (proc.rpc_addr, proc.peer_addr, proc.admin_addr);
+                proc
+            }
+            Err(error) => return Err(error),
+        };
         self.brokers[index] = Some(proc);
         Ok(())
     }

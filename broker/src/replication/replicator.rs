@@ -185,6 +185,9 @@ impl Replicator {
         let wake = self.log().replication_wake();
         let mut ownership = tokio::time::interval(OWNERSHIP_CHECK);
         loop {
+            if self.streamlet.is_retired() {
+                return;
+            }
             self.sync_with_log();
             self.drive();
             self.commit();

@@ -69,7 +69,11 @@ impl Store {
             .collect();
         let before = streamlets.len();
         streamlets.retain(|key, streamlet| {
-            wanted.contains_key(key) || streamlet.created_version() > version
+            let keep = wanted.contains_key(key) || streamlet.created_version() > version;
+            if !keep {
+                streamlet.retire();
+            }
+            keep
         });
         let dropped = before - streamlets.len();
         let mut created = Vec::new();
@@ -105,7 +109,9 @@ impl Store {
         match streamlets.get(&key) {
             Some(existing) if existing.epoch() >= rebuilt.epoch() => (existing.clone(), false),
             _ => {
-                streamlets.insert(key, rebuilt.clone());
+                if let Some(replaced) = streamlets.insert(key, rebuilt.clone()) {
+                    replaced.retire();
+                }
                 (rebuilt, true)
             }
         }
@@ -115,6 +121,9 @@ impl Store {
     pub fn clear(&self) -> usize {
         let mut streamlets = self.streamlets.write().unwrap_or_else(|p| p.into_inner());
         let dropped = streamlets.len();
+        for streamlet in streamlets.values() {
+            streamlet.retire();
+        }
         streamlets.clear();
         dropped
     }

@@ -78,6 +78,9 @@ pub struct Streamlet {
     logs: Vec<Log>,
     epoch: AtomicU32,
     serving: AtomicBool,
+    /// No longer held by the store (dropped, or replaced by a newer rebuild): its replicators
+    /// stop at once instead of writing replicas a successor also writes.
+    retired: AtomicBool,
     /// The coordinator metadata version this streamlet was created for: an assignment older
     /// than that never drops it.
     created_version: u64,
@@ -108,6 +111,7 @@ impl Streamlet {
             logs,
             epoch: AtomicU32::new(1),
             serving: AtomicBool::new(true),
+            retired: AtomicBool::new(false),
             created_version: 0,
         }
     }
@@ -171,6 +175,19 @@ impl Streamlet {
     }
 
     /// The coordinator's word on this streamlet: its epoch, and whether it serves.
+    /// The store let go of this streamlet: it serves nothing more and its replicators stop.
+    pub fn retire(&self) {
+        self.serving.store(false, Ordering::Release);
+        self.retired.store(true, Ordering::Release);
+        for log in &self.logs {
+            log.replication_wake().notify_one();
+        }
+    }
+
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
+
     pub fn set_ownership(&self, epoch: u32, serving: bool) {
         self.epoch.store(epoch, Ordering::Release);
         self.serving.store(serving, Ordering::Release);

@@ -147,3 +147,23 @@ impl TestCluster {
         self.cluster.stop().await;
     }
 }
+
+/// What the backup at `peer_addr` (a broker's peer listener) lists: every replica it holds.
+pub async fn list_replicas(peer_addr: &str) -> Vec<tailstream_wire::messages::ReplicaInfo> {
+    use tailstream_wire::messages::{ListReplicasRequest, ListReplicasResponse};
+    let client =
+        tailstream_net::RpcClient::connect(peer_addr, tailstream_net::RpcClientConfig::default())
+            .await
+            .unwrap();
+    let response: ListReplicasResponse = client
+        .call(
+            tailstream_wire::Opcode::ListReplicas,
+            &ListReplicasRequest {
+                primary: None,
+                fence: Vec::new(),
+            },
+        )
+        .await
+        .unwrap();
+    response.replicas
+}
