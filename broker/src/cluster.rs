@@ -162,6 +162,11 @@ impl ClusterState {
         membership.reported_heads.clear();
     }
 
+    /// Segment memory this broker has left, for the coordinator's placement of rebuilds.
+    pub fn segment_memory_free_bytes(&self) -> u64 {
+        self.store.segment_memory_free_bytes()
+    }
+
     /// This incarnation was declared crashed: serve nothing more, hold nothing, and let the
     /// membership loop register a new generation.
     fn declared_crashed(&self, why: &str) {
@@ -353,6 +358,7 @@ async fn membership_session(
             server_id,
             known_version: cluster.assignment_version(),
             heads,
+            segment_memory_free_bytes: cluster.segment_memory_free_bytes(),
         };
         let sent_at = Instant::now();
         let result: Result<BrokerHeartbeatResponse, RpcError> =

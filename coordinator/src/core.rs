@@ -25,6 +25,8 @@ pub struct State {
     /// coordinator restart, recovery cannot tell a lost newest segment from a missing one
     /// until the owners report again).
     pub heads: HashMap<(StreamId, StreamletId, LogId), SegmentId>,
+    /// Segment memory each broker had left at its last heartbeat (memory only).
+    pub memory_free_bytes: HashMap<ServerId, u64>,
 }
 
 impl State {
@@ -85,6 +87,7 @@ impl Coordinator {
                     metadata,
                     liveness,
                     heads: HashMap::new(),
+                    memory_free_bytes: HashMap::new(),
                 }),
                 changes: tokio::sync::Mutex::new(()),
                 store,

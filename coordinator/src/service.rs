@@ -137,6 +137,9 @@ impl CoordinatorService {
             .check_server(request.server_id)
             .map_err(|e| Response::error(e.status(), e.to_string()))?;
         state.liveness.heard(request.server_id, Instant::now());
+        state
+            .memory_free_bytes
+            .insert(request.server_id, request.segment_memory_free_bytes);
         for head in &request.heads {
             state
                 .heads

@@ -128,6 +128,13 @@ impl Store {
         dropped
     }
 
+    /// Segment memory not yet reserved.
+    pub fn segment_memory_free_bytes(&self) -> u64 {
+        self.memory
+            .bytes_max()
+            .saturating_sub(self.memory.used_bytes())
+    }
+
     /// The memory budget and limits a rebuilt streamlet is made with.
     pub fn rebuild_limits(&self) -> (SegmentMemory, usize, u64) {
         (

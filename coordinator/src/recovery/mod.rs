@@ -2,10 +2,13 @@
 //!
 //! - [`planner`]: pure: the backups' replica listings in, per streamlet a plan (every segment
 //!   each log must have, which epoch and length, who holds it) or what is missing.
+//! - [`placement`]: pure: which live member a rebuild goes to (room in its segment memory,
+//!   load, copies it already holds).
 //! - [`orchestrator`]: the async shell: fence and list, plan, hand over under new epochs
 //!   (saved first), order the rebuilds, wait out the crashed brokers' leases, serve again.
 
 pub mod orchestrator;
+pub mod placement;
 pub mod planner;
 #[cfg(test)]
 mod planner_tests;

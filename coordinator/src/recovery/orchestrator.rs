@@ -8,6 +8,7 @@
 //! streamlet lost until the next round tries again. Because every step is saved, a restarted
 //! coordinator resumes: every streamlet that is not serving is simply planned again.
 
+use super::placement::{self, Candidate};
 use super::planner::{Listing, Target, plan};
 use crate::core::{Coordinator, unix_ms};
 use crate::metrics as m;
@@ -273,16 +274,16 @@ impl Orchestrator {
             .collect()
     }
 
-    /// Members a rebuild can go to, least loaded first: heard from within a lease (a broker
-    /// that cannot renew its lease serves nothing anyway) and not recently failed.
-    fn live_targets(&self) -> Vec<(ServerId, String, usize)> {
+    /// Members a rebuild can go to: heard from within a lease (a broker that cannot renew its
+    /// lease serves nothing anyway) and not recently failed.
+    fn live_targets(&self) -> Vec<Candidate> {
         let state = self.core.lock();
         let now = Instant::now();
         let failed = self
             .failed_targets
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        let mut targets: Vec<(ServerId, String, usize)> = state
+        state
             .metadata
             .members()
             .filter(|b| state.liveness.silent_for(b.server_id, now) < self.config.lease)
@@ -291,16 +292,17 @@ impl Orchestrator {
                     .get(&b.server_id)
                     .is_none_or(|at| now.duration_since(*at) >= TARGET_QUARANTINE)
             })
-            .map(|b| {
-                (
-                    b.server_id,
-                    b.peer_addr.clone(),
-                    state.metadata.load_of(b.server_id),
-                )
+            .map(|b| Candidate {
+                server: b.server_id,
+                peer_addr: b.peer_addr.clone(),
+                load: state.metadata.load_of(b.server_id),
+                memory_free_bytes: state
+                    .memory_free_bytes
+                    .get(&b.server_id)
+                    .copied()
+                    .unwrap_or(u64::MAX),
             })
-            .collect();
-        targets.sort_by_key(|(id, _, load)| (*load, *id));
-        targets
+            .collect()
     }
 
     /// Saves the round's decisions: each recoverable streamlet to a target under a new epoch,
@@ -308,24 +310,18 @@ impl Orchestrator {
     async fn hand_over(
         &self,
         plans: Vec<(Key, Result<super::planner::Plan, String>)>,
-        mut targets: Vec<(ServerId, String, usize)>,
+        mut targets: Vec<Candidate>,
         locate_ms: u64,
     ) -> Option<Vec<Rebuild>> {
         let mut chosen = Vec::new();
         for (key, planned) in plans {
             match planned {
                 Ok(plan) => {
-                    // Least loaded first, counting what this round hands out; among equals,
-                    // the one holding the fewest bytes of the streamlet's closed copies, so
-                    // those copies are adopted as they are instead of copied again (a primary
-                    // is never its own backup).
-                    let held = held_closed_bytes(&plan);
-                    targets.sort_by_key(|(id, _, load)| {
-                        (*load, held.get(id).copied().unwrap_or(0), *id)
-                    });
-                    let (target, addr, load) = &mut targets[0];
-                    *load += 1;
-                    chosen.push((key, Ok((*target, addr.clone(), plan))));
+                    // `round` returns early when there is no target.
+                    let Some(target) = placement::choose(&mut targets, &plan) else {
+                        continue;
+                    };
+                    chosen.push((key, Ok((target.server, target.peer_addr, plan))));
                 }
                 Err(missing) => chosen.push((key, Err(missing))),
             }
@@ -525,19 +521,6 @@ impl Orchestrator {
             tokio::time::sleep_until(deadline.into()).await;
         }
     }
-}
-
-/// Per backup, the bytes of closed segments of `plan` it holds a copy of.
-fn held_closed_bytes(plan: &super::planner::Plan) -> BTreeMap<ServerId, u64> {
-    let mut held = BTreeMap::new();
-    for source in plan.logs.iter().flat_map(|l| &l.segments) {
-        if source.closed {
-            for holder in &source.holders {
-                *held.entry(holder.backup).or_insert(0) += u64::from(source.length);
-            }
-        }
-    }
-    held
 }
 
 fn request_for(

@@ -51,6 +51,8 @@ pub struct Plan {
     pub next_segment: SegmentId,
     /// Bytes the rebuild reads.
     pub bytes: u64,
+    /// Segment memory the rebuilt streamlet takes on its new owner (a whole segment each).
+    pub memory_bytes: u64,
 }
 
 /// A usable copy of one segment.
@@ -93,6 +95,7 @@ pub fn plan(target: &Target, listings: &[Listing]) -> Result<Plan, String> {
     }
     let mut logs = Vec::new();
     let mut bytes = 0u64;
+    let mut segments_planned = 0u64;
     for log in (0..target.config.logs_per_streamlet).map(LogId) {
         let segments = by_log.remove(&log).unwrap_or_default();
         let reported = target.reported_heads.get(&log).copied();
@@ -103,6 +106,7 @@ pub fn plan(target: &Target, listings: &[Listing]) -> Result<Plan, String> {
             next_group = next_group.max(source.group.0 + 1);
             next_segment = next_segment.max(source.segment.0 + 1);
             bytes += u64::from(source.length);
+            segments_planned += 1;
         }
         logs.push(recovery);
     }
@@ -111,6 +115,7 @@ pub fn plan(target: &Target, listings: &[Listing]) -> Result<Plan, String> {
         next_group: GroupId(next_group),
         next_segment: SegmentId(next_segment),
         bytes,
+        memory_bytes: segments_planned.saturating_mul(u64::from(target.config.segment_size_bytes)),
     })
 }
 

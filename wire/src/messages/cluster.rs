@@ -159,6 +159,8 @@ wire_message! {
         /// Log heads that changed since the last heartbeat the coordinator answered.
         #[cfg_attr(test, proptest(strategy = "small_vec::<LogHead>()"))]
         pub heads: Vec<LogHead>,
+        /// Segment memory the broker has left (the coordinator places rebuilds by it).
+        pub segment_memory_free_bytes: u64,
     }
 }
 
