@@ -410,14 +410,21 @@ impl BackupStore {
     /// Drops every replica of exactly this (crashed, recovered) generation: what recovery
     /// adopted belongs to other primaries by now, the rest is garbage. Returns how many.
     pub fn drop_generation(&self, retired: ServerId) -> usize {
-        let gone: Vec<Arc<Replica>> = {
-            let mut index = self.lock();
-            let keys: Vec<ReplicaKey> = index
+        self.remove_selected(|index| {
+            index
                 .by_id
                 .iter()
                 .filter(|(_, r)| r.primary == retired)
                 .map(|(k, _)| *k)
-                .collect();
+                .collect()
+        })
+    }
+
+    /// Removes the replicas `select` names from the index, then discards their files.
+    fn remove_selected(&self, select: impl FnOnce(&Index) -> Vec<ReplicaKey>) -> usize {
+        let removed: Vec<Arc<Replica>> = {
+            let mut index = self.lock();
+            let keys = select(&index);
             keys.into_iter()
                 .filter_map(|key| {
                     let replica = index.by_id.remove(&key)?;
@@ -426,10 +433,10 @@ impl BackupStore {
                 })
                 .collect()
         };
-        for replica in &gone {
+        for replica in &removed {
             self.discard(replica);
         }
-        gone.len()
+        removed.len()
     }
 
     /// The replica the key names, if it is `primary`'s replica of `id`.
@@ -468,26 +475,14 @@ impl BackupStore {
         id: &ReplicaId,
         keep: impl Fn(&Arc<Replica>) -> bool,
     ) -> usize {
-        let removed: Vec<Arc<Replica>> = {
-            let mut index = self.lock();
-            let keys: Vec<ReplicaKey> = index
+        self.remove_selected(|index| {
+            index
                 .by_id
                 .range((primary.index, *id, 0)..=(primary.index, *id, u32::MAX))
                 .filter(|(_, r)| !keep(r))
                 .map(|(k, _)| *k)
-                .collect();
-            keys.into_iter()
-                .filter_map(|key| {
-                    let replica = index.by_id.remove(&key)?;
-                    index.by_key.remove(&replica.key);
-                    Some(replica)
-                })
                 .collect()
-        };
-        for replica in &removed {
-            self.discard(replica);
-        }
-        removed.len()
+        })
     }
 
     /// Makes the newest replica of `id` current at `epoch` (and complete, if it was filling),

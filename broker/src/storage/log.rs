@@ -285,13 +285,7 @@ impl Log {
         now: Instant,
     ) -> Result<(), StorageError> {
         let capacity = shared.config.segment_size_bytes as usize;
-        let lease =
-            shared
-                .memory
-                .try_reserve(capacity as u64)
-                .ok_or(StorageError::Backpressure {
-                    bytes_max: shared.memory.bytes_max(),
-                })?;
+        let lease = shared.reserve_segment()?;
         let segments_per_group = shared.config.segments_per_group as usize;
         let group_full = state
             .groups

@@ -63,17 +63,13 @@ impl Log {
                 .and_then(Result::ok)
                 .filter(|e| e.header.entry_type == EntryType::LogDigest)
                 .and_then(|e| {
-                    LogDigest::decode_exact(bytes::Bytes::copy_from_slice(e.payload)).ok()
+                    // `e.payload` lies inside `recovered.bytes` (the iterator walks them),
+                    // as `slice_ref` requires.
+                    LogDigest::decode_exact(recovered.bytes.slice_ref(e.payload)).ok()
                 })
                 .filter(|d| d.segment == id && d.log == self.id() && d.group == recovered.group)
                 .ok_or_else(|| corrupt(id, "does not open with its own log digest"))?;
-            let lease =
-                shared
-                    .memory
-                    .try_reserve(capacity as u64)
-                    .ok_or(StorageError::Backpressure {
-                        bytes_max: shared.memory.bytes_max(),
-                    })?;
+            let lease = shared.reserve_segment()?;
             let segment =
                 Segment::recovered(id, capacity, &recovered.bytes, digest.base_offset, lease)
                     .ok_or_else(|| corrupt(id, "is not a valid prefix"))?;

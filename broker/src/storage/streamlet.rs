@@ -9,7 +9,7 @@
 
 use super::error::StorageError;
 use super::log::{Appended, Log};
-use super::memory::SegmentMemory;
+use super::memory::{MemoryLease, SegmentMemory};
 use super::rebuild::{RebuildSummary, RecoveredSegment};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -53,6 +53,18 @@ pub struct StreamletShared {
     /// Appended but not yet replicated bytes a log may hold (replicated streams only).
     pub replication_backlog_bytes_max: u64,
     pub producers_per_log_max: usize,
+}
+
+impl StreamletShared {
+    /// Memory for one more segment of this streamlet, or `Backpressure` when the broker's
+    /// segment budget has none left.
+    pub fn reserve_segment(&self) -> Result<MemoryLease, StorageError> {
+        self.memory
+            .try_reserve(u64::from(self.config.segment_size_bytes))
+            .ok_or(StorageError::Backpressure {
+                bytes_max: self.memory.bytes_max(),
+            })
+    }
 }
 
 /// Whether a request may be served here, and if not, why.
