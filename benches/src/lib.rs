@@ -17,6 +17,10 @@
 
 pub mod chaos;
 pub mod cpu;
+pub mod floor;
 pub mod harness;
+pub mod latency;
+pub mod plot;
 pub mod produce;
+pub mod progress;
 pub mod recovery;

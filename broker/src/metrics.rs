@@ -24,6 +24,8 @@ pub const REPLICATION_WRITES_IN_FLIGHT: &str = "tailstream_replication_writes_in
 pub const REPLICA_RECREATIONS: &str = "tailstream_replica_recreations_total";
 pub const BACKUP_CLAIMS_REJECTED: &str = "tailstream_backup_claims_rejected_total";
 pub const INVARIANT_VIOLATIONS: &str = "tailstream_invariant_violations_total";
+pub const APPEND_LOCK_CONTENDED: &str = "tailstream_append_lock_contended_total";
+pub const APPEND_LOCK_WAIT: &str = "tailstream_append_lock_wait_seconds";
 
 const COUNTERS: &[(&str, Unit, &str)] = &[
     (
@@ -56,6 +58,11 @@ const COUNTERS: &[(&str, Unit, &str)] = &[
         PRODUCE_BACKPRESSURE,
         Unit::Count,
         "Produce requests refused because segment memory was full.",
+    ),
+    (
+        APPEND_LOCK_CONTENDED,
+        Unit::Count,
+        "Appends that found their log's lock held (producers sharing a log; more logs per streamlet spread them).",
     ),
     (FETCH_REQUESTS, Unit::Count, "Fetch requests received."),
     (FETCHED_BYTES, Unit::Bytes, "Entry bytes sent to consumers."),
@@ -113,6 +120,12 @@ pub fn describe(segment_memory_bytes_max: u64) {
         "Time from issuing a replica write to its completion."
     );
     let _ = metrics::histogram!(REPLICATION_WRITE_LATENCY);
+    describe_histogram!(
+        APPEND_LOCK_WAIT,
+        Unit::Seconds,
+        "Time a contended append waited for its log's lock (uncontended appends are not recorded)."
+    );
+    let _ = metrics::histogram!(APPEND_LOCK_WAIT);
     describe_histogram!(
         PRODUCE_LATENCY,
         Unit::Seconds,

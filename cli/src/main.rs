@@ -3,7 +3,7 @@
 //! - `dev`: a local cluster (coordinator + N broker processes) with the embedded config.
 //! - `coordinator`, `broker`: one server process each (what `dev` starts).
 //! - `stream create|list|describe`, `produce`, `consume`: talk to a cluster.
-//! - `bench produce|recovery|chaos`: benchmarks (they live in the `tailstream-bench` crate).
+//! - `bench produce|recovery|chaos|plot`: benchmarks (they live in the `tailstream-bench` crate).
 //!
 //! Every command finds the coordinator through `--coordinator`, else `$TAILSTREAM_COORDINATOR`,
 //! else `coordinator.rpc_addr` of the configuration.
@@ -63,6 +63,8 @@ enum BenchCommand {
     /// Crash brokers at random under a running load; check every acked record is read back
     /// exactly once, in order.
     Chaos(tailstream_bench::chaos::ChaosBenchArgs),
+    /// Turn benchmark JSON lines into SVG figures (throughput, replication, latency, recovery).
+    Plot(tailstream_bench::plot::PlotArgs),
 }
 
 fn init_tracing(default_filter: &str) {
@@ -120,6 +122,7 @@ fn main() -> ExitCode {
             Command::Bench(BenchCommand::Chaos(args)) => {
                 tailstream_bench::chaos::run(config, args).await
             }
+            Command::Bench(BenchCommand::Plot(args)) => tailstream_bench::plot::run(args),
         }
     });
     // Servers and clients may leave background tasks (connections, timers): don't wait.

@@ -14,6 +14,9 @@ use tailstream_wire::StreamletId;
 use tailstream_wire::records::RecordBatchBuilder;
 use tokio::sync::OwnedSemaphorePermit;
 
+/// How long past its linger time a batch that cannot be sent yet stays open.
+const SEAL_ANYWAY: Duration = Duration::from_millis(100);
+
 /// A batch that takes no more records; the sender gives it a sequence number.
 #[derive(Debug)]
 pub(crate) struct SealedBatch {
@@ -171,12 +174,24 @@ impl Accumulator {
         self.ready.push(open.seal(streamlet));
     }
 
-    /// Seals every batch whose first record has waited `linger` or longer.
-    pub fn seal_expired(&mut self, now: Instant, linger: Duration) {
+    /// Seals every batch whose first record has waited `linger` or longer and whose streamlet
+    /// `can_send` at once. A batch that could not be sent stays open and keeps filling (as
+    /// Kafka's producer does: with `linger_ms = 0` records go out as soon as a request slot is
+    /// free, in one batch per slot), unless it has waited `linger + SEAL_ANYWAY`: then it is
+    /// sealed so that its delivery timeout starts counting.
+    pub fn seal_expired(
+        &mut self,
+        now: Instant,
+        linger: Duration,
+        can_send: impl Fn(StreamletId) -> bool,
+    ) {
         let expired: Vec<StreamletId> = self
             .open
             .iter()
-            .filter(|(_, b)| now.saturating_duration_since(b.opened_at) >= linger)
+            .filter(|(streamlet, b)| {
+                let waited = now.saturating_duration_since(b.opened_at);
+                waited >= linger && (can_send(**streamlet) || waited >= linger + SEAL_ANYWAY)
+            })
             .map(|(s, _)| *s)
             .collect();
         for streamlet in expired {
@@ -248,13 +263,36 @@ mod tests {
         assert!(!b.wake_sender);
         let linger = Duration::from_millis(5);
         assert_eq!(acc.next_deadline(linger), Some(now + linger));
-        acc.seal_expired(now, linger);
+        acc.seal_expired(now, linger, |_| true);
         assert!(acc.take_ready().is_empty());
-        acc.seal_expired(now + linger, linger);
+        acc.seal_expired(now + linger, linger, |_| true);
         let sealed = acc.take_ready();
         assert_eq!(sealed.len(), 1);
         assert_eq!(sealed[0].builder.record_count(), 2);
         assert_eq!(sealed[0].streamlet, streamlet_for_key(b"k", 4));
         assert_eq!(acc.next_deadline(linger), None);
+    }
+
+    #[test]
+    fn an_expired_batch_waits_open_while_its_streamlet_cannot_send() {
+        let budget = Arc::new(Semaphore::new(1 << 20));
+        let mut acc = Accumulator::new(1, 1 << 16, 0);
+        let now = Instant::now();
+        acc.append(record(None, b"a", &budget), || (now, 0));
+        let linger = Duration::ZERO;
+        acc.seal_expired(now, linger, |_| false);
+        assert!(acc.take_ready().is_empty(), "no slot: stays open");
+        acc.append(record(None, b"b", &budget), || (now, 0));
+        acc.seal_expired(now, linger, |_| true);
+        let sealed = acc.take_ready();
+        assert_eq!(sealed.len(), 1);
+        assert_eq!(sealed[0].builder.record_count(), 2, "filled while waiting");
+        acc.append(record(None, b"c", &budget), || (now, 0));
+        acc.seal_expired(now + SEAL_ANYWAY, linger, |_| false);
+        assert_eq!(
+            acc.take_ready().len(),
+            1,
+            "sealed anyway once it waited too long"
+        );
     }
 }

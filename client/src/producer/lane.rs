@@ -122,6 +122,12 @@ impl Lane {
         self.paused_until = Some(self.paused_until.map_or(until, |t| t.max(until)));
     }
 
+    /// Whether a batch sealed now would be sent at once: nothing queued ahead of it, not
+    /// draining, not paused. (The broker's request window is the sender's to check.)
+    pub fn would_send_now(&self, now: Instant) -> bool {
+        self.queued.is_empty() && !self.draining && self.paused_until.is_none_or(|t| now >= t)
+    }
+
     /// The next batch to send, if the lane may send now.
     pub fn peek_sendable(&self, now: Instant) -> Option<(BatchSequence, &Bytes)> {
         if self.draining || self.paused_until.is_some_and(|t| now < t) {

@@ -171,9 +171,11 @@ impl Sender {
     /// the order the batches were sealed.
     fn take_sealed(&mut self, linger: Duration) {
         let sealed = {
+            let now = Instant::now();
+            let can_send = |streamlet: StreamletId| self.can_send_now(streamlet, now);
             let mut accumulator = self.lock_accumulator();
             if linger != Duration::MAX {
-                accumulator.seal_expired(Instant::now(), linger);
+                accumulator.seal_expired(now, linger, can_send);
             }
             accumulator.take_ready()
         };
@@ -182,6 +184,24 @@ impl Sender {
                 lane.push(batch);
             }
         }
+    }
+
+    /// Whether a batch of `streamlet` sealed now would be sent at once: its lane has nothing
+    /// queued and its owner has a free request slot (or no connection yet, which starts one).
+    fn can_send_now(&self, streamlet: StreamletId, now: Instant) -> bool {
+        let Some(placement) = self.metadata.streamlets.get(streamlet.0 as usize) else {
+            return true;
+        };
+        let lane_ready = self
+            .lanes
+            .get(streamlet.0 as usize)
+            .is_some_and(|lane| lane.would_send_now(now));
+        let max_in_flight = self.config.max_in_flight.max(1) as usize;
+        let slot_free = self
+            .brokers
+            .get(&placement.owner_addr)
+            .is_none_or(|broker| broker.in_flight < max_in_flight);
+        placement.state == PlacementState::Serving && lane_ready && slot_free
     }
 
     fn expire(&mut self) {

@@ -1,0 +1,520 @@
+//! `tailstream bench produce`: produce throughput, latency and CPU against real processes.
+//!
+//! Starts a local cluster of `--brokers` processes (or joins `--join ADDR`), creates a fresh
+//! stream and runs P producers (one producer id each, so with P <= Q they land on distinct
+//! logs), in one of two modes:
+//! - closed loop ([`closed`], the default): N records as fast as they are taken; measures
+//!   saturated throughput (latencies are then mostly queueing in the producer's buffer);
+//! - open loop ([`open`], `--rate R --duration-s D`): records on a fixed schedule, latency
+//!   counted from each record's scheduled send time.
+//!
+//! After a warm-up it measures, over one interval: records/s and MiB/s acknowledged, record
+//! latency percentiles, CPU per GiB of each role (the primary, each backup, this client),
+//! user and system apart, and, for R > 0, the kernel's floor for the same bytes
+//! ([`crate::floor`]) and the brokers' CPU as a multiple of it.
+
+mod closed;
+mod open;
+mod report;
+
+use crate::cpu::{CpuTime, own_cpu_time, total_cpu_time};
+use crate::latency;
+use crate::progress::ProgressLine;
+use clap::Args;
+use hdrhistogram::Histogram;
+pub use report::ProduceBenchReport;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tailstream_client::{Cluster, Producer, RecordAck};
+use tailstream_config::{Config, ReplicationMode};
+use tailstream_launcher::LocalCluster;
+
+#[derive(Args, Debug, Clone)]
+pub struct ProduceBenchArgs {
+    /// P: concurrent producers.
+    #[arg(long, default_value_t = 1)]
+    pub producers: u32,
+    /// B: bytes per record value.
+    #[arg(long, default_value_t = 100)]
+    pub record_bytes: usize,
+    /// S: producer batch size in bytes.
+    #[arg(long, default_value_t = 65536)]
+    pub batch_bytes: u32,
+    /// Q: logs per streamlet.
+    #[arg(long, default_value_t = 4)]
+    pub logs: u32,
+    /// N: records in total (closed loop).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub records: u64,
+    /// Open loop: send this many records per second in total, on a fixed schedule, and count
+    /// latency from each record's scheduled send time.
+    #[arg(long)]
+    pub rate: Option<u64>,
+    /// Open loop: seconds measured after the warm-up.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration_s: f64,
+    /// Streamlets of the benchmark stream.
+    #[arg(long, default_value_t = 1)]
+    pub streamlets: u32,
+    /// R: backups per segment.
+    #[arg(long, default_value_t = 0)]
+    pub replicas: u32,
+    /// How segments reach their backups: `one-sided` (Tailwind) or `rpc` (the baseline).
+    /// Applies to the cluster the benchmark starts.
+    #[arg(long, default_value = "one-sided", value_parser = ["one-sided", "rpc"])]
+    pub replication: String,
+    /// Brokers to start when not joining a cluster (at least R + 1 are started).
+    #[arg(long, default_value_t = 1)]
+    pub brokers: u32,
+    /// Join the cluster whose coordinator is at this address instead of starting one.
+    #[arg(long)]
+    pub join: Option<String>,
+    /// The producer's linger time; default 5 in closed loop, 0 in open loop (a batch goes out
+    /// as soon as a request slot is free).
+    #[arg(long)]
+    pub linger_ms: Option<u64>,
+    #[arg(long, default_value_t = 8)]
+    pub max_in_flight: u32,
+    /// Seconds of load before measuring starts (connections, buffer pools, memory settle).
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup_s: f64,
+    /// Stop producing after this long and report what was acknowledged.
+    #[arg(long, default_value_t = 300)]
+    pub time_limit_s: u64,
+    /// Skip measuring the kernel's floor (R > 0).
+    #[arg(long)]
+    pub no_floor: bool,
+    /// Print one JSON object instead of a table row.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl ProduceBenchArgs {
+    fn linger_ms(&self) -> u64 {
+        self.linger_ms
+            .unwrap_or(if self.rate.is_some() { 0 } else { 5 })
+    }
+}
+
+/// What one producer task measured.
+#[derive(Debug)]
+struct ProducerOutcome {
+    failed: u64,
+    latency_us: Histogram<u64>,
+    /// Open loop: how late the sending thread sent records after their scheduled time.
+    send_lag_us: Histogram<u64>,
+    /// When the last measured record was acknowledged.
+    last_measured_ack: Option<Instant>,
+}
+
+impl ProducerOutcome {
+    fn new() -> Self {
+        Self {
+            failed: 0,
+            latency_us: latency::histogram(),
+            send_lag_us: latency::histogram(),
+            last_measured_ack: None,
+        }
+    }
+
+    fn settle<E>(
+        &mut self,
+        progress: &Progress,
+        sent: Instant,
+        measured: bool,
+        result: Result<RecordAck, E>,
+    ) {
+        match result {
+            Ok(ack) => {
+                progress.acked.fetch_add(1, Ordering::Relaxed);
+                if measured {
+                    progress.measured.fetch_add(1, Ordering::Relaxed);
+                    let micros = ack.acked_at.saturating_duration_since(sent).as_micros();
+                    latency::record(&mut self.latency_us, micros as u64);
+                    self.last_measured_ack = self.last_measured_ack.max(Some(ack.acked_at));
+                }
+            }
+            Err(_) => self.failed += 1,
+        }
+    }
+
+    fn merge(&mut self, other: ProducerOutcome) -> Result<(), String> {
+        self.failed += other.failed;
+        self.latency_us
+            .add(&other.latency_us)
+            .map_err(|e| e.to_string())?;
+        self.send_lag_us
+            .add(&other.send_lag_us)
+            .map_err(|e| e.to_string())?;
+        self.last_measured_ack = self.last_measured_ack.max(other.last_measured_ack);
+        Ok(())
+    }
+}
+
+/// What the producer tasks and the measuring task share.
+#[derive(Debug, Default)]
+struct Progress {
+    /// Records acknowledged so far, all producers together.
+    acked: Arc<AtomicU64>,
+    /// Of those, records that count (sent once measuring started).
+    measured: AtomicU64,
+    /// Closed loop: set once the warm-up is over; records sent from then on are measured.
+    measuring: AtomicBool,
+}
+
+pub async fn run(
+    config: Config,
+    config_path: Option<PathBuf>,
+    join: Option<String>,
+    args: ProduceBenchArgs,
+) -> Result<(), String> {
+    let report = measure(config, config_path, join, &args).await?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&report).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!("{}", report.table_row());
+    }
+    Ok(())
+}
+
+pub async fn measure(
+    config: Config,
+    _config_path: Option<PathBuf>,
+    join: Option<String>,
+    args: &ProduceBenchArgs,
+) -> Result<ProduceBenchReport, String> {
+    if args.producers == 0 {
+        return Err("--producers must be positive".into());
+    }
+    match args.rate {
+        Some(0) => return Err("--rate must be positive".into()),
+        None if args.records == 0 => return Err("--records must be positive".into()),
+        _ => {}
+    }
+    if args.rate.is_some() && args.duration_s.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)
+    {
+        return Err("--duration-s must be positive".into());
+    }
+    let data_dir = crate::harness::BenchDir::new("tailstream-bench-")?;
+    let (local, coordinator) = match join {
+        Some(addr) => (None, addr),
+        None => {
+            // The effective config (embedded default + the user's file) with the replication
+            // mode asked for, written whole for the children.
+            let mut effective = config.clone();
+            effective.replication.mode = match args.replication.as_str() {
+                "rpc" => ReplicationMode::Rpc,
+                _ => ReplicationMode::OneSided,
+            };
+            let cluster = crate::harness::start_cluster(
+                None,
+                &effective,
+                data_dir.path(),
+                brokers_to_start(args),
+                &crate::harness::log_filter("warn"),
+            )
+            .await?;
+            let addr = cluster.coordinator_addr().to_string();
+            (Some(cluster), addr)
+        }
+    };
+    let result = run_producers(&config, &coordinator, local.as_ref(), args).await;
+    if let Some(cluster) = local {
+        cluster.stop().await;
+    }
+    data_dir.finish(result.is_err());
+    let mut report = result?;
+    if report.replicas > 0 && !args.no_floor && report.measured_records > 0 {
+        report.add_floor(args)?;
+    }
+    Ok(report)
+}
+
+/// The broker processes in each role for the benchmark stream: owners of its streamlets
+/// (primaries) and the others (backups, or idle).
+#[derive(Debug, Default)]
+struct Roles {
+    primaries: Vec<u32>,
+    others: Vec<u32>,
+}
+
+impl Roles {
+    fn cpu(&self) -> (CpuTime, CpuTime) {
+        (
+            total_cpu_time(&self.primaries),
+            total_cpu_time(&self.others),
+        )
+    }
+}
+
+async fn roles(
+    cluster: &Cluster,
+    local: Option<&LocalCluster>,
+    stream: &str,
+    streamlets: u32,
+) -> Result<Roles, String> {
+    let Some(local) = local else {
+        return Ok(Roles::default());
+    };
+    let mut owners = Vec::new();
+    for streamlet in 0..streamlets as usize {
+        owners.push(crate::harness::owner_of(cluster, local, stream, streamlet).await?);
+    }
+    let mut roles = Roles::default();
+    for (index, broker) in local.brokers().enumerate() {
+        if let Some(pid) = broker.pid() {
+            if owners.contains(&index) {
+                roles.primaries.push(pid);
+            } else {
+                roles.others.push(pid);
+            }
+        }
+    }
+    Ok(roles)
+}
+
+/// CPU of every role at one instant.
+#[derive(Clone, Copy, Debug, Default)]
+struct CpuSnapshot {
+    primaries: CpuTime,
+    others: CpuTime,
+    client: CpuTime,
+}
+
+impl CpuSnapshot {
+    fn take(roles: &Roles) -> Self {
+        let (primaries, others) = roles.cpu();
+        Self {
+            primaries,
+            others,
+            client: own_cpu_time(),
+        }
+    }
+
+    fn since(self, before: CpuSnapshot) -> CpuSnapshot {
+        CpuSnapshot {
+            primaries: self.primaries - before.primaries,
+            others: self.others - before.others,
+            client: self.client - before.client,
+        }
+    }
+}
+
+async fn run_producers(
+    config: &Config,
+    coordinator: &str,
+    local: Option<&LocalCluster>,
+    args: &ProduceBenchArgs,
+) -> Result<ProduceBenchReport, String> {
+    let cluster = Cluster::new(
+        coordinator,
+        &config.client,
+        config.producer.request_timeout_ms,
+    );
+    let brokers = if local.is_some() {
+        brokers_to_start(args)
+    } else {
+        args.replicas + 1
+    };
+    crate::harness::wait_for_brokers(&cluster, brokers).await?;
+    let mut stream = config.stream_defaults.clone();
+    stream.logs_per_streamlet = args.logs;
+    stream.replicas = args.replicas;
+    // Small groups and bounded retention keep broker memory flat however long the run.
+    stream.segments_per_group = 4;
+    stream.retention_bytes = 256 << 20;
+    let name = format!("bench-{}", unique_suffix());
+    cluster
+        .create_stream(&name, args.streamlets.max(1), stream)
+        .await
+        .map_err(|e| e.to_string())?;
+    let roles = roles(&cluster, local, &name, args.streamlets.max(1)).await?;
+
+    let mut producer_config = config.producer.clone();
+    producer_config.batch_size_bytes = args.batch_bytes;
+    producer_config.linger_ms = args.linger_ms();
+    producer_config.max_in_flight = args.max_in_flight;
+    producer_config.buffer_bytes_max = producer_config
+        .buffer_bytes_max
+        .max(4 * u64::from(args.batch_bytes) * u64::from(args.max_in_flight));
+    let mut producers = Vec::new();
+    for _ in 0..args.producers {
+        let producer = Producer::new(cluster.clone(), &name, producer_config.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        producers.push(producer);
+    }
+    let progress = Arc::new(Progress::default());
+    let _line = ProgressLine::start("records", progress.acked.clone());
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(args.time_limit_s);
+    let warmup = Duration::from_secs_f64(args.warmup_s.max(0.0));
+    let load = match args.rate {
+        None => Load::closed(producers, args, deadline, &progress),
+        Some(rate) => Load::open(producers, args, rate, started, warmup, deadline, &progress),
+    };
+    // Warm-up: connections, buffer pools and segment memory settle before measuring.
+    while started.elapsed() < warmup && !load.finished() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    if started.elapsed() < warmup {
+        return Err(format!(
+            "the run ended within the {:.1} s warm-up: too short to measure (send more \
+             --records, or shorten --warmup-s)",
+            args.warmup_s
+        ));
+    }
+    progress.measuring.store(true, Ordering::Relaxed);
+    let measure_start = Instant::now();
+    let acked_before = progress.acked.load(Ordering::Relaxed);
+    let cpu_before = CpuSnapshot::take(&roles);
+    let outcome = load.join().await?;
+    let cpu = CpuSnapshot::take(&roles).since(cpu_before);
+    let measure_end = Instant::now();
+    let acked_total = progress.acked.load(Ordering::Relaxed);
+    let interval = Interval {
+        // Closed loop: every record acknowledged in the interval counts. Open loop: the
+        // records scheduled in it, until the last of them was acknowledged.
+        records: match args.rate {
+            None => acked_total - acked_before,
+            Some(_) => progress.measured.load(Ordering::Relaxed),
+        },
+        elapsed_s: match args.rate {
+            None => measure_end.duration_since(measure_start).as_secs_f64(),
+            Some(_) => outcome
+                .last_measured_ack
+                .map_or(0.0, |at| at.duration_since(measure_start).as_secs_f64())
+                .max(args.duration_s),
+        },
+    };
+    if interval.records == 0 {
+        return Err("no record was acknowledged in the measured interval".into());
+    }
+    Ok(ProduceBenchReport::new(
+        args,
+        local.map_or(0, |c| c.spec().brokers),
+        acked_total,
+        &outcome,
+        interval,
+        &roles,
+        cpu,
+    ))
+}
+
+/// The measured interval: its length and the records acknowledged in it.
+#[derive(Clone, Copy, Debug)]
+struct Interval {
+    records: u64,
+    elapsed_s: f64,
+}
+
+/// The producers at work, in either mode.
+enum Load {
+    Closed(Vec<tokio::task::JoinHandle<Result<ProducerOutcome, String>>>),
+    Open(Vec<std::thread::JoinHandle<Result<ProducerOutcome, String>>>),
+}
+
+impl Load {
+    fn closed(
+        producers: Vec<Producer>,
+        args: &ProduceBenchArgs,
+        deadline: Instant,
+        progress: &Arc<Progress>,
+    ) -> Self {
+        let count = producers.len() as u64;
+        let (per_producer, remainder) = (args.records / count, args.records % count);
+        Load::Closed(
+            producers
+                .into_iter()
+                .enumerate()
+                .map(|(i, producer)| {
+                    let records = per_producer + u64::from((i as u64) < remainder);
+                    tokio::spawn(closed::produce(
+                        producer,
+                        records,
+                        args.record_bytes,
+                        deadline,
+                        progress.clone(),
+                    ))
+                })
+                .collect(),
+        )
+    }
+
+    fn open(
+        producers: Vec<Producer>,
+        args: &ProduceBenchArgs,
+        rate: u64,
+        start: Instant,
+        warmup: Duration,
+        deadline: Instant,
+        progress: &Arc<Progress>,
+    ) -> Self {
+        let schedule = open::Schedule {
+            start,
+            records_per_sec: rate as f64 / producers.len() as f64,
+            warmup,
+            duration: Duration::from_secs_f64(args.duration_s),
+            deadline,
+        };
+        Load::Open(
+            producers
+                .into_iter()
+                .map(|producer| {
+                    open::spawn(
+                        producer,
+                        schedule,
+                        args.record_bytes,
+                        tokio::runtime::Handle::current(),
+                        progress.clone(),
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    fn finished(&self) -> bool {
+        match self {
+            Load::Closed(tasks) => tasks.iter().all(|t| t.is_finished()),
+            Load::Open(threads) => threads.iter().all(|t| t.is_finished()),
+        }
+    }
+
+    async fn join(self) -> Result<ProducerOutcome, String> {
+        let mut total = ProducerOutcome::new();
+        match self {
+            Load::Closed(tasks) => {
+                for task in tasks {
+                    total.merge(task.await.map_err(|e| e.to_string())??)?;
+                }
+            }
+            Load::Open(threads) => {
+                for thread in threads {
+                    let outcome = tokio::task::spawn_blocking(move || thread.join())
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .map_err(|_| "an open-loop producer thread panicked".to_string())??;
+                    total.merge(outcome)?;
+                }
+            }
+        }
+        Ok(total)
+    }
+}
+
+fn brokers_to_start(args: &ProduceBenchArgs) -> u32 {
+    args.brokers.max(args.replicas + 1).max(1)
+}
+
+/// Distinct per run, so runs against one joined cluster never collide.
+fn unique_suffix() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    (nanos as u64) ^ u64::from(std::process::id()).rotate_left(32)
+}

@@ -1,0 +1,139 @@
+//! Open-loop load: records are sent on a fixed schedule (record k of a producer at
+//! `start + k / rate`), whatever the broker does, and each record's latency is counted from
+//! its *scheduled* send time to its acknowledgement. A stalled broker thus shows up as
+//! latency of every record that should have been sent meanwhile (no coordinated omission).
+//!
+//! Each producer runs on its own OS thread, sleeping until the next record is due and then
+//! sending every due record in one go: tokio's timers tick in milliseconds, far coarser than
+//! the gaps between records. How late the thread itself sends is reported as send lag.
+
+use super::{ProducerOutcome, Progress};
+use crate::latency;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tailstream_client::{AckFuture, Producer};
+use tokio::runtime::Handle;
+
+/// One producer's schedule.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Schedule {
+    pub start: Instant,
+    pub records_per_sec: f64,
+    /// Records scheduled before `start + warmup` are sent but not measured.
+    pub warmup: Duration,
+    pub duration: Duration,
+    /// Nothing is sent after this, however far behind the schedule the sender is.
+    pub deadline: Instant,
+}
+
+impl Schedule {
+    /// Records in the whole run (warm-up included).
+    fn records(&self) -> u64 {
+        ((self.warmup + self.duration).as_secs_f64() * self.records_per_sec).ceil() as u64
+    }
+
+    /// The index of the first measured record.
+    fn first_measured(&self) -> u64 {
+        (self.warmup.as_secs_f64() * self.records_per_sec).ceil() as u64
+    }
+
+    fn send_time(&self, record: u64) -> Instant {
+        self.start + Duration::from_secs_f64(record as f64 / self.records_per_sec)
+    }
+
+    /// How many records are due at `now` (scheduled at or before it).
+    fn due_at(&self, now: Instant) -> u64 {
+        let elapsed = now.saturating_duration_since(self.start).as_secs_f64();
+        ((elapsed * self.records_per_sec).floor() as u64 + 1).min(self.records())
+    }
+}
+
+/// Runs one producer on its schedule on a thread of its own; `runtime` drives the producer.
+pub(super) fn spawn(
+    producer: Producer,
+    schedule: Schedule,
+    record_bytes: usize,
+    runtime: Handle,
+    progress: Arc<Progress>,
+) -> std::thread::JoinHandle<Result<ProducerOutcome, String>> {
+    std::thread::spawn(move || {
+        let mut outcome = ProducerOutcome::new();
+        // (scheduled time, measured, ack)
+        let mut pending: VecDeque<(Instant, bool, AckFuture)> = VecDeque::new();
+        let mut value = vec![b'x'; record_bytes];
+        let (records, first_measured) = (schedule.records(), schedule.first_measured());
+        let mut next = 0u64;
+        while next < records {
+            let now = Instant::now();
+            if now >= schedule.deadline {
+                break;
+            }
+            let due = schedule.due_at(now);
+            // Every due record in one trip into the runtime.
+            runtime.block_on(async {
+                while next < due {
+                    let scheduled = schedule.send_time(next);
+                    let measured = next >= first_measured;
+                    if measured {
+                        let lag = now.saturating_duration_since(scheduled).as_micros();
+                        latency::record(&mut outcome.send_lag_us, lag as u64);
+                    }
+                    let stamp = next.to_le_bytes();
+                    let n = stamp.len().min(value.len());
+                    value[..n].copy_from_slice(&stamp[..n]);
+                    let ack = producer
+                        .send(None, &value)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    pending.push_back((scheduled, measured, ack));
+                    next += 1;
+                }
+                Ok::<_, String>(())
+            })?;
+            while let Some(result) = pending.front().and_then(|(_, _, ack)| ack.try_result()) {
+                if let Some((scheduled, measured, _)) = pending.pop_front() {
+                    outcome.settle(&progress, scheduled, measured, result);
+                }
+            }
+            if next < records {
+                let wake = schedule.send_time(next);
+                let now = Instant::now();
+                if wake > now {
+                    std::thread::sleep(wake - now);
+                }
+            }
+        }
+        runtime.block_on(async {
+            producer.flush().await.map_err(|e| e.to_string())?;
+            for (scheduled, measured, ack) in pending {
+                outcome.settle(&progress, scheduled, measured, ack.wait().await);
+            }
+            Ok::<_, String>(())
+        })?;
+        Ok(outcome)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schedule_spaces_records_evenly_and_measures_after_the_warmup() {
+        let start = Instant::now();
+        let schedule = Schedule {
+            start,
+            records_per_sec: 1000.0,
+            warmup: Duration::from_secs(1),
+            duration: Duration::from_secs(2),
+            deadline: start + Duration::from_secs(10),
+        };
+        assert_eq!(schedule.records(), 3000);
+        assert_eq!(schedule.first_measured(), 1000);
+        assert_eq!(schedule.send_time(500), start + Duration::from_millis(500));
+        assert_eq!(schedule.due_at(start), 1, "record 0 is due at once");
+        assert_eq!(schedule.due_at(start + Duration::from_micros(2500)), 3);
+        assert_eq!(schedule.due_at(start + Duration::from_secs(60)), 3000);
+    }
+}
