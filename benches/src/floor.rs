@@ -5,12 +5,18 @@
 //!
 //! It is measured in this process after the brokers' load has stopped, from this process's
 //! own CPU time (so the sender and every receiver count, as the primary and every backup do).
+//!
+//! For latency the floor is a round trip: one small message over loopback TCP to a thread
+//! that echoes it, with the receiver idle in between (as it is between a producer's requests
+//! at moderate load). On a virtual machine most of it is waking an idle vCPU. An ack at R > 0
+//! needs at least two such trips in sequence (client to primary, primary to its backups).
 
 use crate::cpu::{CpuTime, own_cpu_time};
+use crate::latency::{self, LatencySummary};
 use serde::Serialize;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What pushing `bytes_per_receiver` to each of `receivers` cost.
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -89,6 +95,43 @@ pub fn measure(
     })
 }
 
+/// Idle time between two round trips: long enough for the echoing thread to park.
+const ROUND_TRIP_GAP: Duration = Duration::from_micros(200);
+
+/// Round-trip latency of `samples` 64-byte ping-pongs over loopback TCP, each after an idle
+/// gap.
+pub fn round_trip(samples: u32) -> std::io::Result<LatencySummary> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut stream, _) = listener.accept()?;
+        stream.set_nodelay(true)?;
+        let mut message = [0u8; 64];
+        loop {
+            match stream.read_exact(&mut message) {
+                Ok(()) => stream.write_all(&message)?,
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    });
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_nodelay(true)?;
+    let mut histogram = latency::histogram();
+    let mut message = [0x5au8; 64];
+    for _ in 0..samples {
+        std::thread::sleep(ROUND_TRIP_GAP);
+        let started = Instant::now();
+        stream.write_all(&message)?;
+        stream.read_exact(&mut message)?;
+        latency::record(&mut histogram, started.elapsed().as_micros() as u64);
+    }
+    drop(stream);
+    echo.join()
+        .map_err(|_| std::io::Error::other("the echo thread panicked"))??;
+    LatencySummary::of(&histogram).ok_or_else(|| std::io::Error::other("no round trip measured"))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -97,5 +140,12 @@ mod tests {
         assert_eq!(floor.receivers, 3);
         assert_eq!(floor.bytes_per_receiver, 1 << 20);
         assert!(floor.cpu.total_s() >= 0.0);
+    }
+
+    #[test]
+    fn round_trips_are_measured() {
+        let summary = super::round_trip(20).expect("loopback works");
+        assert_eq!(summary.samples, 20);
+        assert!(summary.p50_us >= 1);
     }
 }

@@ -21,9 +21,9 @@
 
 use crate::budget::{BodyBudget, BodyPermit};
 use crate::listener::{Closed, ConnectionLimits, accept_loop};
-use crate::write::{OutFrame, write_frames};
+use crate::write::{OutFrame, Outgoing, write_answers};
 use bytes::{Bytes, BytesMut};
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, FutureExt};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -177,8 +177,8 @@ async fn serve_connection<S: Service>(
     let (reader, writer) = stream.into_split();
     let in_flight_max = limits.requests_in_flight_per_connection_max.max(1);
     // One slot more than requests in flight: room for a GoAway.
-    let (out_tx, out_rx) = mpsc::channel::<OutFrame>(in_flight_max + 1);
-    let writer = tokio::spawn(write_frames(writer, out_rx));
+    let (out_tx, out_rx) = mpsc::channel::<Outgoing>(in_flight_max + 1);
+    let writer = tokio::spawn(write_answers(writer, out_rx));
     let mut connection = Connection {
         reader,
         out_tx,
@@ -206,7 +206,7 @@ async fn serve_connection<S: Service>(
 /// One connection's reader side.
 struct Connection {
     reader: tokio::net::tcp::OwnedReadHalf,
-    out_tx: mpsc::Sender<OutFrame>,
+    out_tx: mpsc::Sender<Outgoing>,
     in_flight: Arc<Semaphore>,
     in_flight_max: usize,
     decoder: FrameDecoder,
@@ -286,7 +286,7 @@ impl Connection {
                         Response::empty(),
                         None,
                     );
-                    if self.out_tx.try_send(go_away).is_err() {
+                    if self.out_tx.try_send(Outgoing::Frame(go_away)).is_err() {
                         return Closed::Idle;
                     }
                     going_away = Some(Instant::now() + GO_AWAY_GRACE);
@@ -313,7 +313,7 @@ impl Connection {
                     if let Some((request_id, opcode_raw, status)) = error.reply_to() {
                         let response = Response::error(status, error.to_string());
                         let frame = OutFrame::response(opcode_raw, request_id, response, None);
-                        let _ = self.out_tx.try_send(frame);
+                        let _ = self.out_tx.try_send(Outgoing::Frame(frame));
                     }
                     return Err(Closed::BadInput(format!("bad frame: {error}")));
                 }
@@ -336,7 +336,7 @@ impl Connection {
                     format!("unknown opcode {}", header.opcode_raw),
                 );
                 let out = respond(header, response, permit);
-                if self.out_tx.send(out).await.is_err() {
+                if self.out_tx.send(Outgoing::Frame(out)).await.is_err() {
                     return Err(Closed::Io("writer gone".into()));
                 }
                 continue;
@@ -351,7 +351,7 @@ impl Connection {
                 Reply::Ready(response) => {
                     if self
                         .out_tx
-                        .send(respond(header, response, permit))
+                        .send(Outgoing::Frame(respond(header, response, permit)))
                         .await
                         .is_err()
                     {
@@ -359,11 +359,12 @@ impl Connection {
                     }
                 }
                 Reply::Later(future) => {
-                    let out_tx = self.out_tx.clone();
-                    tokio::spawn(async move {
-                        let response = future.await;
-                        let _ = out_tx.send(respond(header, response, permit)).await;
-                    });
+                    // The writer drives it: the answer's wake-up is the writer's own.
+                    let answer =
+                        Box::pin(future.map(move |response| respond(header, response, permit)));
+                    if self.out_tx.send(Outgoing::Later(answer)).await.is_err() {
+                        return Err(Closed::Io("writer gone".into()));
+                    }
                 }
             }
         }

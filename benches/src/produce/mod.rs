@@ -232,6 +232,9 @@ pub async fn measure(
     if report.replicas > 0 && !args.no_floor && report.measured_records > 0 {
         report.add_floor(args)?;
     }
+    if report.rate.is_some() && !args.no_floor {
+        report.add_round_trip_floor()?;
+    }
     Ok(report)
 }
 

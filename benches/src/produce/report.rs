@@ -5,6 +5,9 @@ use crate::cpu::CpuTime;
 use crate::latency::LatencySummary;
 use serde::Serialize;
 
+/// Round trips measured for the latency floor (about a second's worth).
+const ROUND_TRIPS: u32 = 4000;
+
 /// One benchmark run's result. Every rate and CPU figure covers the measured interval (after
 /// the warm-up); CPU figures are `null` when the processes cannot be seen (`--join`).
 #[derive(Debug, Serialize)]
@@ -57,6 +60,9 @@ pub struct ProduceBenchReport {
     pub floor_system_cpu_seconds_per_gib: Option<f64>,
     /// `cpu_seconds_per_gib` over `floor_cpu_seconds_per_gib`.
     pub broker_cpu_over_floor: Option<f64>,
+    /// Open loop: a loopback round trip to an idle thread on this machine (see `floor`).
+    pub floor_round_trip_p50_us: Option<u64>,
+    pub floor_round_trip_p99_us: Option<u64>,
 }
 
 impl ProduceBenchReport {
@@ -122,6 +128,8 @@ impl ProduceBenchReport {
             floor_user_cpu_seconds_per_gib: None,
             floor_system_cpu_seconds_per_gib: None,
             broker_cpu_over_floor: None,
+            floor_round_trip_p50_us: None,
+            floor_round_trip_p99_us: None,
         }
     }
 
@@ -149,6 +157,15 @@ impl ProduceBenchReport {
         Ok(())
     }
 
+    /// Measures a round trip's floor on this machine (open loop: it bounds the latencies).
+    pub(super) fn add_round_trip_floor(&mut self) -> Result<(), String> {
+        let trip = crate::floor::round_trip(ROUND_TRIPS)
+            .map_err(|e| format!("measuring a loopback round trip: {e}"))?;
+        self.floor_round_trip_p50_us = Some(trip.p50_us);
+        self.floor_round_trip_p99_us = Some(trip.p99_us);
+        Ok(())
+    }
+
     pub(super) fn table_row(&self) -> String {
         let us = |v: Option<u64>| v.map_or("-".into(), |v| v.to_string());
         let secs = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}"));
@@ -158,7 +175,7 @@ impl ProduceBenchReport {
         format!(
             "R={} {:>9} {:>3} producers {:>2} logs {:>7} B batches {load}: {:>11.0} records/s \
              {:>7.1} MiB/s  latency p50 {:>6} p99 {:>6} p999 {:>6} max {:>7} us  cpu s/GiB: \
-             brokers {} primary {} backup {} client {} floor {} (x{})",
+             brokers {} primary {} backup {} client {} floor {} (x{})  round trip p50 {} us",
             self.replicas,
             self.replication,
             self.producers,
@@ -176,6 +193,7 @@ impl ProduceBenchReport {
             secs(self.client_cpu_seconds_per_gib),
             secs(self.floor_cpu_seconds_per_gib),
             secs(self.broker_cpu_over_floor),
+            us(self.floor_round_trip_p50_us),
         )
     }
 }

@@ -13,6 +13,9 @@ use super::lane::{AnswerEffect, Backoff, Lane};
 use crate::cluster::Cluster;
 use crate::error::ClientError;
 use bytes::Bytes;
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -67,6 +70,9 @@ pub(crate) struct Sender {
     last_refresh: Option<Instant>,
     events_tx: mpsc::UnboundedSender<Event>,
     events: mpsc::UnboundedReceiver<Event>,
+    /// Requests in flight, polled by this task itself: an answer wakes the sender directly,
+    /// with no task per request in between (one wake-up less per request on the ack path).
+    answers: FuturesUnordered<BoxFuture<'static, Event>>,
     next_lane: usize,
 }
 
@@ -95,6 +101,7 @@ impl Sender {
             last_refresh: None,
             events_tx,
             events,
+            answers: FuturesUnordered::new(),
             next_lane: 0,
         };
         sender.publish_unavailable();
@@ -130,6 +137,9 @@ impl Sender {
                     }
                 },
                 _ = wake_up.notified() => {}
+                Some(event) = self.answers.next(), if !self.answers.is_empty() => {
+                    self.on_event(event);
+                }
                 Some(event) = self.events.recv() => self.on_event(event),
                 _ = tokio::time::sleep_until(wake.into()), if wake > Instant::now() => {}
                 _ = expiry.tick() => self.expire(),
@@ -367,17 +377,15 @@ impl Sender {
                     Ok(pending) => {
                         lane.mark_sent();
                         broker.in_flight += 1;
-                        let events = self.events_tx.clone();
                         let (addr, streamlet) = (addr.clone(), lane.streamlet);
-                        tokio::spawn(async move {
-                            let answer = pending.wait().await;
-                            let _ = events.send(Event::Answer {
+                        self.answers.push(Box::pin(async move {
+                            Event::Answer {
                                 addr,
                                 streamlet,
                                 sequence,
-                                answer,
-                            });
-                        });
+                                answer: pending.wait().await,
+                            }
+                        }));
                     }
                     Err(RpcError::Busy { .. }) => break,
                     Err(_) => {
