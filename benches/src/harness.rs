@@ -44,6 +44,57 @@ impl BenchDir {
     }
 }
 
+/// A benchmark's cluster: one it started (in a scratch directory) or one it joined.
+#[derive(Debug)]
+pub struct BenchCluster {
+    pub local: Option<LocalCluster>,
+    pub coordinator: String,
+    dir: BenchDir,
+}
+
+impl BenchCluster {
+    /// Joins the coordinator at `join`, or starts `brokers` brokers running `config` with
+    /// replication in `mode` ("rpc" or "one-sided").
+    pub async fn start_or_join(
+        config: &Config,
+        join: Option<String>,
+        mode: &str,
+        brokers: u32,
+    ) -> Result<Self, String> {
+        let dir = BenchDir::new("tailstream-bench-")?;
+        let (local, coordinator) = match join {
+            Some(addr) => (None, addr),
+            None => {
+                // The effective config (embedded default + the user's file) with the
+                // replication mode asked for, written whole for the children.
+                let mut effective = config.clone();
+                effective.replication.mode = match mode {
+                    "rpc" => tailstream_config::ReplicationMode::Rpc,
+                    _ => tailstream_config::ReplicationMode::OneSided,
+                };
+                let cluster =
+                    start_cluster(None, &effective, dir.path(), brokers, &log_filter("warn"))
+                        .await?;
+                let addr = cluster.coordinator_addr().to_string();
+                (Some(cluster), addr)
+            }
+        };
+        Ok(Self {
+            local,
+            coordinator,
+            dir,
+        })
+    }
+
+    /// Stops what it started; keeps the data and logs when `failed` (or asked to).
+    pub async fn finish(self, failed: bool) {
+        if let Some(cluster) = self.local {
+            cluster.stop().await;
+        }
+        self.dir.finish(failed);
+    }
+}
+
 /// The children's log filter: `TAILSTREAM_BENCH_LOG` (e.g. `info`), else `default`.
 pub fn log_filter(default: &str) -> String {
     std::env::var("TAILSTREAM_BENCH_LOG").unwrap_or_else(|_| default.to_string())

@@ -2,6 +2,25 @@
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The instant record stamps count from (this process's first use of them).
+fn base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+/// `at` as nanoseconds since this process's stamp base: what a record carries in its value so
+/// that its consumer (in this process) can tell when it was meant to be sent.
+pub fn stamp(at: Instant) -> u64 {
+    at.saturating_duration_since(base()).as_nanos() as u64
+}
+
+/// The instant a [`stamp`] stands for.
+pub fn unstamp(nanos: u64) -> Instant {
+    base() + Duration::from_nanos(nanos)
+}
 
 /// Highest latency a histogram holds: 10 minutes, in microseconds (longer is clamped).
 const LATENCY_US_MAX: u64 = 600_000_000;
@@ -42,6 +61,12 @@ impl LatencySummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stamps_round_trip_to_the_nanosecond() {
+        let at = Instant::now() + Duration::from_nanos(12_345);
+        assert_eq!(unstamp(stamp(at)), at);
+    }
 
     #[test]
     fn an_empty_histogram_has_no_summary() {

@@ -16,7 +16,9 @@
 //! (nothing lost, duplicated or reordered), not its timings.
 
 pub mod chaos;
+pub mod consume;
 pub mod cpu;
+pub mod e2e;
 pub mod floor;
 pub mod harness;
 pub mod latency;

@@ -3,7 +3,7 @@
 //! - `dev`: a local cluster (coordinator + N broker processes) with the embedded config.
 //! - `coordinator`, `broker`: one server process each (what `dev` starts).
 //! - `stream create|list|describe`, `produce`, `consume`: talk to a cluster.
-//! - `bench produce|recovery|chaos|plot`: benchmarks (they live in the `tailstream-bench` crate).
+//! - `bench produce|e2e|consume|recovery|chaos|plot`: benchmarks (they live in the `tailstream-bench` crate).
 //!
 //! Every command finds the coordinator through `--coordinator`, else `$TAILSTREAM_COORDINATOR`,
 //! else `coordinator.rpc_addr` of the configuration.
@@ -63,6 +63,10 @@ enum BenchCommand {
     /// Crash brokers at random under a running load; check every acked record is read back
     /// exactly once, in order.
     Chaos(tailstream_bench::chaos::ChaosBenchArgs),
+    /// Produce on a fixed schedule and time each record until a consumer has it.
+    E2e(tailstream_bench::e2e::E2eBenchArgs),
+    /// Fill a stream, then read it with C consumers at once; report read throughput.
+    Consume(tailstream_bench::consume::ConsumeBenchArgs),
     /// Turn benchmark JSON lines into SVG figures (throughput, replication, latency, recovery).
     Plot(tailstream_bench::plot::PlotArgs),
 }
@@ -121,6 +125,12 @@ fn main() -> ExitCode {
             }
             Command::Bench(BenchCommand::Chaos(args)) => {
                 tailstream_bench::chaos::run(config, args).await
+            }
+            Command::Bench(BenchCommand::E2e(args)) => {
+                tailstream_bench::e2e::run(config, args).await
+            }
+            Command::Bench(BenchCommand::Consume(args)) => {
+                tailstream_bench::consume::run(config, args).await
             }
             Command::Bench(BenchCommand::Plot(args)) => tailstream_bench::plot::run(args),
         }

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tailstream_client::{Cluster, Producer, RecordAck};
-use tailstream_config::{Config, ReplicationMode};
+use tailstream_config::Config;
 use tailstream_launcher::LocalCluster;
 
 #[derive(Args, Debug, Clone)]
@@ -200,34 +200,15 @@ pub async fn measure(
     {
         return Err("--duration-s must be positive".into());
     }
-    let data_dir = crate::harness::BenchDir::new("tailstream-bench-")?;
-    let (local, coordinator) = match join {
-        Some(addr) => (None, addr),
-        None => {
-            // The effective config (embedded default + the user's file) with the replication
-            // mode asked for, written whole for the children.
-            let mut effective = config.clone();
-            effective.replication.mode = match args.replication.as_str() {
-                "rpc" => ReplicationMode::Rpc,
-                _ => ReplicationMode::OneSided,
-            };
-            let cluster = crate::harness::start_cluster(
-                None,
-                &effective,
-                data_dir.path(),
-                brokers_to_start(args),
-                &crate::harness::log_filter("warn"),
-            )
-            .await?;
-            let addr = cluster.coordinator_addr().to_string();
-            (Some(cluster), addr)
-        }
-    };
-    let result = run_producers(&config, &coordinator, local.as_ref(), args).await;
-    if let Some(cluster) = local {
-        cluster.stop().await;
-    }
-    data_dir.finish(result.is_err());
+    let cluster = crate::harness::BenchCluster::start_or_join(
+        &config,
+        join,
+        &args.replication,
+        brokers_to_start(args),
+    )
+    .await?;
+    let result = run_producers(&config, &cluster.coordinator, cluster.local.as_ref(), args).await;
+    cluster.finish(result.is_err()).await;
     let mut report = result?;
     if report.replicas > 0 && !args.no_floor && report.measured_records > 0 {
         report.add_floor(args)?;
@@ -314,6 +295,32 @@ async fn run_producers(
     local: Option<&LocalCluster>,
     args: &ProduceBenchArgs,
 ) -> Result<ProduceBenchReport, String> {
+    let prepared = prepare(config, coordinator, local, args, BOUNDED_RETENTION_BYTES).await?;
+    drive(prepared, local, args).await
+}
+
+/// Retention of the produce benchmark's stream: small, so broker memory stays flat however
+/// long the run.
+const BOUNDED_RETENTION_BYTES: u64 = 256 << 20;
+
+/// A fresh benchmark stream and its producers.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    pub cluster: Arc<Cluster>,
+    pub stream: String,
+    roles: Roles,
+    pub producers: Vec<Producer>,
+}
+
+/// Waits for the brokers, creates a fresh stream as `args` say (with `retention_bytes`, 0 for
+/// none) and P producers for it.
+pub(crate) async fn prepare(
+    config: &Config,
+    coordinator: &str,
+    local: Option<&LocalCluster>,
+    args: &ProduceBenchArgs,
+    retention_bytes: u64,
+) -> Result<Prepared, String> {
     let cluster = Cluster::new(
         coordinator,
         &config.client,
@@ -328,9 +335,8 @@ async fn run_producers(
     let mut stream = config.stream_defaults.clone();
     stream.logs_per_streamlet = args.logs;
     stream.replicas = args.replicas;
-    // Small groups and bounded retention keep broker memory flat however long the run.
     stream.segments_per_group = 4;
-    stream.retention_bytes = 256 << 20;
+    stream.retention_bytes = retention_bytes;
     let name = format!("bench-{}", unique_suffix());
     cluster
         .create_stream(&name, args.streamlets.max(1), stream)
@@ -352,6 +358,23 @@ async fn run_producers(
             .map_err(|e| e.to_string())?;
         producers.push(producer);
     }
+    Ok(Prepared {
+        cluster,
+        stream: name,
+        roles,
+        producers,
+    })
+}
+
+/// Runs the load `args` describe on a prepared stream and measures it.
+pub(crate) async fn drive(
+    prepared: Prepared,
+    local: Option<&LocalCluster>,
+    args: &ProduceBenchArgs,
+) -> Result<ProduceBenchReport, String> {
+    let Prepared {
+        roles, producers, ..
+    } = prepared;
     let progress = Arc::new(Progress::default());
     let _line = ProgressLine::start("records", progress.acked.clone());
     let started = Instant::now();

@@ -79,7 +79,8 @@ pub(super) fn spawn(
                         let lag = now.saturating_duration_since(scheduled).as_micros();
                         latency::record(&mut outcome.send_lag_us, lag as u64);
                     }
-                    let stamp = next.to_le_bytes();
+                    // The scheduled send time, for an end-to-end consumer to read back.
+                    let stamp = latency::stamp(scheduled).to_le_bytes();
                     let n = stamp.len().min(value.len());
                     value[..n].copy_from_slice(&stamp[..n]);
                     let ack = producer

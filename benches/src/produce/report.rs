@@ -166,7 +166,7 @@ impl ProduceBenchReport {
         Ok(())
     }
 
-    pub(super) fn table_row(&self) -> String {
+    pub fn table_row(&self) -> String {
         let us = |v: Option<u64>| v.map_or("-".into(), |v| v.to_string());
         let secs = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}"));
         let load = self
