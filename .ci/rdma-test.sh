@@ -25,6 +25,8 @@ cp "$binary" "$work/rdma-test"
 cat > "$work/run.sh" <<SCRIPT
 set -e
 export TAILSTREAM_RDMA_TEST=required
+# Scratch directories (the backups' buffers) in the VM's tmpfs, not on the shared filesystem.
+export TMPDIR=/run
 export RUST_BACKTRACE=1
 $work/rdma-test --nocapture --test-threads 1
 SCRIPT

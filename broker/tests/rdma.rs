@@ -1,10 +1,14 @@
 //! One-sided RDMA WRITE on real verbs: a primary writes appends into a backup's registered
 //! buffer, the backup's scan recovers exactly the completed prefix, and a write with a wrong
-//! key is refused. Runs where an RDMA device exists (CI runs it under soft-RoCE in a VM, with
+//! key is refused; and (`cpu`) a backup's own CPU time over one-sided writes is a fraction of
+//! what the RPC mode costs it. Runs where an RDMA device exists (CI runs it under soft-RoCE in a VM, with
 //! `TAILSTREAM_RDMA_TEST=required`, through `.ci/rdma-test.sh`); elsewhere it says why it
 //! skipped, unless required.
 #![cfg(feature = "rdma")]
 #![allow(clippy::unwrap_used)] // tests may unwrap freely (see clippy.toml)
+
+#[path = "rdma/cpu.rs"]
+mod cpu;
 
 use bytes::Bytes;
 use std::sync::Arc;
@@ -50,6 +54,37 @@ fn replica() -> ReplicaId {
     }
 }
 
+/// A backup (store and RPC service, nothing else) on 127.0.0.1: its address, the sender that
+/// keeps it serving, and its directory.
+async fn start_backup(
+    limits: BackupLimits,
+) -> (String, tokio::sync::watch::Sender<bool>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(BackupStore::load(dir.path(), limits).unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let server_limits = ServerLimits {
+        connections: ConnectionLimits {
+            connections_max: 8,
+            connections_per_address_max: 8,
+        },
+        requests_in_flight_per_connection_max: 64,
+        frame_body_bytes_max: 1 << 20,
+        idle_timeout: Duration::from_secs(60),
+        request_read_timeout: Duration::from_secs(30),
+        body_budget: BodyBudget::new("members", 16 << 20),
+    };
+    tokio::spawn(serve(
+        listener,
+        "peer",
+        Arc::new(BackupOnly(BackupService::new(store, "127.0.0.1:1".into()))),
+        server_limits,
+        stopped,
+    ));
+    (addr, stop, dir)
+}
+
 async fn valid_bytes(client: &RpcClient) -> u32 {
     let listed: ListReplicasResponse = client
         .call(
@@ -76,33 +111,11 @@ async fn rdma_writes_land_in_the_registered_buffer_and_a_wrong_key_is_refused() 
         eprintln!("skipped: {reason}");
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
     let limits = BackupLimits {
         open_buffers_max: 8,
         open_buffer_bytes_max: 1 << 26,
     };
-    let store = Arc::new(BackupStore::load(dir.path(), limits).unwrap());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let (_stop, stopped) = tokio::sync::watch::channel(false);
-    let server_limits = ServerLimits {
-        connections: ConnectionLimits {
-            connections_max: 8,
-            connections_per_address_max: 8,
-        },
-        requests_in_flight_per_connection_max: 8,
-        frame_body_bytes_max: 1 << 20,
-        idle_timeout: Duration::from_secs(60),
-        request_read_timeout: Duration::from_secs(10),
-        body_budget: BodyBudget::new("members", 4 << 20),
-    };
-    tokio::spawn(serve(
-        listener,
-        "peer",
-        Arc::new(BackupOnly(BackupService::new(store, "127.0.0.1:1".into()))),
-        server_limits,
-        stopped,
-    ));
+    let (addr, _stop, _dir) = start_backup(limits).await;
 
     // The primary connects a queue pair (endpoints over our RPC), then opens a replica: the
     // backup registers a region for it and returns its token.

@@ -14,10 +14,14 @@
 //! ([`crate::floor`]) and the brokers' CPU as a multiple of it.
 
 mod closed;
+mod load;
 mod open;
 mod report;
+mod roles;
 
-use crate::cpu::{CpuTime, own_cpu_time, total_cpu_time};
+use load::Load;
+use roles::{CpuSnapshot, Roles, roles};
+
 use crate::latency;
 use crate::progress::ProgressLine;
 use clap::Args;
@@ -219,76 +223,6 @@ pub async fn measure(
     Ok(report)
 }
 
-/// The broker processes in each role for the benchmark stream: owners of its streamlets
-/// (primaries) and the others (backups, or idle).
-#[derive(Debug, Default)]
-struct Roles {
-    primaries: Vec<u32>,
-    others: Vec<u32>,
-}
-
-impl Roles {
-    fn cpu(&self) -> (CpuTime, CpuTime) {
-        (
-            total_cpu_time(&self.primaries),
-            total_cpu_time(&self.others),
-        )
-    }
-}
-
-async fn roles(
-    cluster: &Cluster,
-    local: Option<&LocalCluster>,
-    stream: &str,
-    streamlets: u32,
-) -> Result<Roles, String> {
-    let Some(local) = local else {
-        return Ok(Roles::default());
-    };
-    let mut owners = Vec::new();
-    for streamlet in 0..streamlets as usize {
-        owners.push(crate::harness::owner_of(cluster, local, stream, streamlet).await?);
-    }
-    let mut roles = Roles::default();
-    for (index, broker) in local.brokers().enumerate() {
-        if let Some(pid) = broker.pid() {
-            if owners.contains(&index) {
-                roles.primaries.push(pid);
-            } else {
-                roles.others.push(pid);
-            }
-        }
-    }
-    Ok(roles)
-}
-
-/// CPU of every role at one instant.
-#[derive(Clone, Copy, Debug, Default)]
-struct CpuSnapshot {
-    primaries: CpuTime,
-    others: CpuTime,
-    client: CpuTime,
-}
-
-impl CpuSnapshot {
-    fn take(roles: &Roles) -> Self {
-        let (primaries, others) = roles.cpu();
-        Self {
-            primaries,
-            others,
-            client: own_cpu_time(),
-        }
-    }
-
-    fn since(self, before: CpuSnapshot) -> CpuSnapshot {
-        CpuSnapshot {
-            primaries: self.primaries - before.primaries,
-            others: self.others - before.others,
-            client: self.client - before.client,
-        }
-    }
-}
-
 async fn run_producers(
     config: &Config,
     coordinator: &str,
@@ -437,100 +371,6 @@ pub(crate) async fn drive(
 struct Interval {
     records: u64,
     elapsed_s: f64,
-}
-
-/// The producers at work, in either mode.
-enum Load {
-    Closed(Vec<tokio::task::JoinHandle<Result<ProducerOutcome, String>>>),
-    Open(Vec<std::thread::JoinHandle<Result<ProducerOutcome, String>>>),
-}
-
-impl Load {
-    fn closed(
-        producers: Vec<Producer>,
-        args: &ProduceBenchArgs,
-        deadline: Instant,
-        progress: &Arc<Progress>,
-    ) -> Self {
-        let count = producers.len() as u64;
-        let (per_producer, remainder) = (args.records / count, args.records % count);
-        Load::Closed(
-            producers
-                .into_iter()
-                .enumerate()
-                .map(|(i, producer)| {
-                    let records = per_producer + u64::from((i as u64) < remainder);
-                    tokio::spawn(closed::produce(
-                        producer,
-                        records,
-                        args.record_bytes,
-                        deadline,
-                        progress.clone(),
-                    ))
-                })
-                .collect(),
-        )
-    }
-
-    fn open(
-        producers: Vec<Producer>,
-        args: &ProduceBenchArgs,
-        rate: u64,
-        start: Instant,
-        warmup: Duration,
-        deadline: Instant,
-        progress: &Arc<Progress>,
-    ) -> Self {
-        let schedule = open::Schedule {
-            start,
-            records_per_sec: rate as f64 / producers.len() as f64,
-            warmup,
-            duration: Duration::from_secs_f64(args.duration_s),
-            deadline,
-        };
-        Load::Open(
-            producers
-                .into_iter()
-                .map(|producer| {
-                    open::spawn(
-                        producer,
-                        schedule,
-                        args.record_bytes,
-                        tokio::runtime::Handle::current(),
-                        progress.clone(),
-                    )
-                })
-                .collect(),
-        )
-    }
-
-    fn finished(&self) -> bool {
-        match self {
-            Load::Closed(tasks) => tasks.iter().all(|t| t.is_finished()),
-            Load::Open(threads) => threads.iter().all(|t| t.is_finished()),
-        }
-    }
-
-    async fn join(self) -> Result<ProducerOutcome, String> {
-        let mut total = ProducerOutcome::new();
-        match self {
-            Load::Closed(tasks) => {
-                for task in tasks {
-                    total.merge(task.await.map_err(|e| e.to_string())??)?;
-                }
-            }
-            Load::Open(threads) => {
-                for thread in threads {
-                    let outcome = tokio::task::spawn_blocking(move || thread.join())
-                        .await
-                        .map_err(|e| e.to_string())?
-                        .map_err(|_| "an open-loop producer thread panicked".to_string())??;
-                    total.merge(outcome)?;
-                }
-            }
-        }
-        Ok(total)
-    }
 }
 
 fn brokers_to_start(args: &ProduceBenchArgs) -> u32 {

@@ -1,0 +1,100 @@
+//! The producers at work, closed or open loop, and joining them.
+
+use super::{ProduceBenchArgs, ProducerOutcome, Progress, closed, open};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tailstream_client::Producer;
+
+/// The producers at work, in either mode.
+pub(super) enum Load {
+    Closed(Vec<tokio::task::JoinHandle<Result<ProducerOutcome, String>>>),
+    Open(Vec<std::thread::JoinHandle<Result<ProducerOutcome, String>>>),
+}
+
+impl Load {
+    pub fn closed(
+        producers: Vec<Producer>,
+        args: &ProduceBenchArgs,
+        deadline: Instant,
+        progress: &Arc<Progress>,
+    ) -> Self {
+        let count = producers.len() as u64;
+        let (per_producer, remainder) = (args.records / count, args.records % count);
+        Load::Closed(
+            producers
+                .into_iter()
+                .enumerate()
+                .map(|(i, producer)| {
+                    let records = per_producer + u64::from((i as u64) < remainder);
+                    tokio::spawn(closed::produce(
+                        producer,
+                        records,
+                        args.record_bytes,
+                        deadline,
+                        progress.clone(),
+                    ))
+                })
+                .collect(),
+        )
+    }
+
+    pub fn open(
+        producers: Vec<Producer>,
+        args: &ProduceBenchArgs,
+        rate: u64,
+        start: Instant,
+        warmup: Duration,
+        deadline: Instant,
+        progress: &Arc<Progress>,
+    ) -> Self {
+        let schedule = open::Schedule {
+            start,
+            records_per_sec: rate as f64 / producers.len() as f64,
+            warmup,
+            duration: Duration::from_secs_f64(args.duration_s),
+            deadline,
+        };
+        Load::Open(
+            producers
+                .into_iter()
+                .map(|producer| {
+                    open::spawn(
+                        producer,
+                        schedule,
+                        args.record_bytes,
+                        tokio::runtime::Handle::current(),
+                        progress.clone(),
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    pub fn finished(&self) -> bool {
+        match self {
+            Load::Closed(tasks) => tasks.iter().all(|t| t.is_finished()),
+            Load::Open(threads) => threads.iter().all(|t| t.is_finished()),
+        }
+    }
+
+    pub async fn join(self) -> Result<ProducerOutcome, String> {
+        let mut total = ProducerOutcome::new();
+        match self {
+            Load::Closed(tasks) => {
+                for task in tasks {
+                    total.merge(task.await.map_err(|e| e.to_string())??)?;
+                }
+            }
+            Load::Open(threads) => {
+                for thread in threads {
+                    let outcome = tokio::task::spawn_blocking(move || thread.join())
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .map_err(|_| "an open-loop producer thread panicked".to_string())??;
+                    total.merge(outcome)?;
+                }
+            }
+        }
+        Ok(total)
+    }
+}
