@@ -36,6 +36,11 @@ pub fn record(histogram: &mut Histogram<u64>, micros: u64) {
     histogram.saturating_record(micros.clamp(1, LATENCY_US_MAX));
 }
 
+/// Records `count` samples of `micros` at once.
+pub fn record_n(histogram: &mut Histogram<u64>, micros: u64, count: u64) {
+    histogram.saturating_record_n(micros.clamp(1, LATENCY_US_MAX), count);
+}
+
 /// Percentiles of a latency histogram, in microseconds; `None` when nothing was measured.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct LatencySummary {

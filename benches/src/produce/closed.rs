@@ -64,5 +64,6 @@ pub(super) async fn produce(
     for (sent, measured, ack) in pending {
         outcome.settle(&progress, sent, measured, ack.wait().await);
     }
+    outcome.finish(&progress);
     Ok(outcome)
 }

@@ -16,22 +16,22 @@
 mod closed;
 mod load;
 mod open;
+mod outcome;
 mod report;
 mod roles;
 
 use load::Load;
+use outcome::ProducerOutcome;
 use roles::{CpuSnapshot, Roles, roles};
 
-use crate::latency;
 use crate::progress::ProgressLine;
 use clap::Args;
-use hdrhistogram::Histogram;
 pub use report::ProduceBenchReport;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tailstream_client::{Cluster, Producer, RecordAck};
+use tailstream_client::{Cluster, Producer};
 use tailstream_config::Config;
 use tailstream_launcher::LocalCluster;
 
@@ -99,61 +99,6 @@ impl ProduceBenchArgs {
     fn linger_ms(&self) -> u64 {
         self.linger_ms
             .unwrap_or(if self.rate.is_some() { 0 } else { 5 })
-    }
-}
-
-/// What one producer task measured.
-#[derive(Debug)]
-struct ProducerOutcome {
-    failed: u64,
-    latency_us: Histogram<u64>,
-    /// Open loop: how late the sending thread sent records after their scheduled time.
-    send_lag_us: Histogram<u64>,
-    /// When the last measured record was acknowledged.
-    last_measured_ack: Option<Instant>,
-}
-
-impl ProducerOutcome {
-    fn new() -> Self {
-        Self {
-            failed: 0,
-            latency_us: latency::histogram(),
-            send_lag_us: latency::histogram(),
-            last_measured_ack: None,
-        }
-    }
-
-    fn settle<E>(
-        &mut self,
-        progress: &Progress,
-        sent: Instant,
-        measured: bool,
-        result: Result<RecordAck, E>,
-    ) {
-        match result {
-            Ok(ack) => {
-                progress.acked.fetch_add(1, Ordering::Relaxed);
-                if measured {
-                    progress.measured.fetch_add(1, Ordering::Relaxed);
-                    let micros = ack.acked_at.saturating_duration_since(sent).as_micros();
-                    latency::record(&mut self.latency_us, micros as u64);
-                    self.last_measured_ack = self.last_measured_ack.max(Some(ack.acked_at));
-                }
-            }
-            Err(_) => self.failed += 1,
-        }
-    }
-
-    fn merge(&mut self, other: ProducerOutcome) -> Result<(), String> {
-        self.failed += other.failed;
-        self.latency_us
-            .add(&other.latency_us)
-            .map_err(|e| e.to_string())?;
-        self.send_lag_us
-            .add(&other.send_lag_us)
-            .map_err(|e| e.to_string())?;
-        self.last_measured_ack = self.last_measured_ack.max(other.last_measured_ack);
-        Ok(())
     }
 }
 

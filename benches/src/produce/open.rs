@@ -112,6 +112,7 @@ pub(super) fn spawn(
             }
             Ok::<_, String>(())
         })?;
+        outcome.finish(&progress);
         Ok(outcome)
     })
 }

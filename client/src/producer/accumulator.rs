@@ -35,19 +35,8 @@ struct OpenBatch {
     opened_at: Instant,
     /// Wall-clock time the batch was opened: the timestamp of its records.
     timestamp_ms: i64,
-    permit: Option<OwnedSemaphorePermit>,
-}
-
-impl OpenBatch {
-    fn seal(self, streamlet: StreamletId) -> SealedBatch {
-        SealedBatch {
-            streamlet,
-            builder: self.builder,
-            cell: self.cell,
-            opened_at: self.opened_at,
-            permit: self.permit,
-        }
-    }
+    /// Producer buffer bytes its records take, still inside the accumulator's credit.
+    reserved_bytes: usize,
 }
 
 /// One record, as `send` was given it.
@@ -55,7 +44,6 @@ impl OpenBatch {
 pub(crate) struct PendingRecord<'a> {
     pub key: Option<&'a [u8]>,
     pub value: Option<&'a [u8]>,
-    pub permit: OwnedSemaphorePermit,
 }
 
 #[derive(Debug)]
@@ -68,6 +56,12 @@ pub(crate) struct Accumulator {
     round_robin: RoundRobin,
     /// Streamlets that do not serve (recovering or lost): keyless records go elsewhere.
     unavailable: BTreeSet<StreamletId>,
+    /// Producer buffer bytes taken from the buffer's semaphore in chunks, so that a record
+    /// costs no semaphore operation: records reserve from it, and a batch takes its records'
+    /// bytes out of it as its own permit when sealed.
+    credit: Option<OwnedSemaphorePermit>,
+    /// The part of `credit` reserved by open batches.
+    credit_reserved: usize,
 }
 
 /// What appending one record did.
@@ -87,6 +81,21 @@ impl Accumulator {
             batch_size_bytes,
             round_robin: RoundRobin::starting_at(round_robin_start),
             unavailable: BTreeSet::new(),
+            credit: None,
+            credit_reserved: 0,
+        }
+    }
+
+    /// Buffer bytes held and not reserved by any open batch.
+    pub fn credit_free(&self) -> usize {
+        self.credit.as_ref().map_or(0, |c| c.num_permits()) - self.credit_reserved
+    }
+
+    /// Adds buffer bytes taken from the producer's semaphore.
+    pub fn add_credit(&mut self, permit: OwnedSemaphorePermit) {
+        match &mut self.credit {
+            Some(credit) => credit.merge(permit),
+            slot @ None => *slot = Some(permit),
         }
     }
 
@@ -101,20 +110,29 @@ impl Accumulator {
             .current_usable(self.streamlets, |s| !self.unavailable.contains(&s))
     }
 
-    /// Appends `record` to its streamlet's open batch. `clock` (monotonic and wall-clock time)
-    /// is read only when a batch is opened: records take their batch's opening time as their
-    /// timestamp (within `linger_ms` of when they were sent), which keeps clock reads off the
-    /// per-record path.
+    /// The producer buffer bytes `record` takes.
+    pub fn record_bytes(key: Option<&[u8]>, value: Option<&[u8]>) -> usize {
+        RecordBatchBuilder::record_len_bound(
+            key.map_or(0, <[u8]>::len),
+            value.map_or(0, <[u8]>::len),
+            0,
+        )
+    }
+
+    /// Appends `record` to its streamlet's open batch, reserving its bytes from the credit;
+    /// without enough credit it changes nothing and says how many bytes are missing. `clock`
+    /// (monotonic and wall-clock time) is read only when a batch is opened: records take their
+    /// batch's opening time as their timestamp (within `linger_ms` of when they were sent),
+    /// which keeps clock reads off the per-record path.
     pub fn append(
         &mut self,
         record: PendingRecord<'_>,
         clock: impl FnOnce() -> (Instant, i64),
-    ) -> Appended {
-        let bound = RecordBatchBuilder::record_len_bound(
-            record.key.map_or(0, <[u8]>::len),
-            record.value.map_or(0, <[u8]>::len),
-            0,
-        );
+    ) -> Result<Appended, usize> {
+        let bound = Self::record_bytes(record.key, record.value);
+        if self.credit_free() < bound {
+            return Err(bound - self.credit_free());
+        }
         let ready_before = self.ready.len();
         let mut streamlet = self.route(record.key);
         // A record that would overflow a non-empty open batch seals it first.
@@ -137,24 +155,22 @@ impl Accumulator {
                 cell: BatchCell::new(),
                 opened_at,
                 timestamp_ms,
-                permit: None,
+                reserved_bytes: 0,
             }
         });
         let index = open.builder.record_count();
         open.builder
             .push(open.timestamp_ms, record.key, record.value, &[]);
-        match &mut open.permit {
-            Some(permit) => permit.merge(record.permit),
-            slot @ None => *slot = Some(record.permit),
-        }
+        open.reserved_bytes += bound;
+        self.credit_reserved += bound;
         let ack = AckFuture::new(open.cell.clone(), index);
         if open.builder.encoded_len() >= self.batch_size_bytes {
             self.seal(streamlet);
         }
-        Appended {
+        Ok(Appended {
             ack,
             wake_sender: opened || self.ready.len() > ready_before,
-        }
+        })
     }
 
     fn route(&self, key: Option<&[u8]>) -> StreamletId {
@@ -171,7 +187,19 @@ impl Accumulator {
         if streamlet == self.keyless_streamlet() {
             self.round_robin.advance_past(streamlet);
         }
-        self.ready.push(open.seal(streamlet));
+        // Invariant: open batches' bytes are inside the credit (`append` reserved them).
+        self.credit_reserved -= open.reserved_bytes;
+        let permit = self
+            .credit
+            .as_mut()
+            .and_then(|credit| credit.split(open.reserved_bytes));
+        self.ready.push(SealedBatch {
+            streamlet,
+            builder: open.builder,
+            cell: open.cell,
+            opened_at: open.opened_at,
+            permit,
+        });
     }
 
     /// Seals every batch whose first record has waited `linger` or longer and whose streamlet
@@ -222,26 +250,27 @@ mod tests {
     use super::*;
     use tokio::sync::Semaphore;
 
-    fn record<'a>(
-        key: Option<&'a [u8]>,
-        value: &'a [u8],
-        budget: &Arc<Semaphore>,
-    ) -> PendingRecord<'a> {
-        let permit = budget.clone().try_acquire_many_owned(1).unwrap();
+    fn record<'a>(key: Option<&'a [u8]>, value: &'a [u8]) -> PendingRecord<'a> {
         PendingRecord {
             key,
             value: Some(value),
-            permit,
         }
+    }
+
+    /// An accumulator holding all of `budget` as credit.
+    fn with_credit(mut acc: Accumulator, budget: &Arc<Semaphore>) -> Accumulator {
+        let all = budget.available_permits() as u32;
+        acc.add_credit(budget.clone().try_acquire_many_owned(all).unwrap());
+        acc
     }
 
     #[test]
     fn batches_seal_by_size_and_keyless_records_stick_to_one_streamlet_per_batch() {
         let budget = Arc::new(Semaphore::new(1 << 20));
-        let mut acc = Accumulator::new(3, 1024, 0);
+        let mut acc = with_credit(Accumulator::new(3, 1024, 0), &budget);
         let now = Instant::now();
         for _ in 0..100 {
-            acc.append(record(None, &[7; 100], &budget), || (now, 0));
+            acc.append(record(None, &[7; 100]), || (now, 0)).unwrap();
         }
         let sealed = acc.take_ready();
         assert!(sealed.len() >= 8);
@@ -255,11 +284,11 @@ mod tests {
     #[test]
     fn keyed_records_follow_their_key_and_linger_seals_partial_batches() {
         let budget = Arc::new(Semaphore::new(1 << 20));
-        let mut acc = Accumulator::new(4, 1 << 16, 0);
+        let mut acc = with_credit(Accumulator::new(4, 1 << 16, 0), &budget);
         let now = Instant::now();
-        let a = acc.append(record(Some(b"k"), b"v1", &budget), || (now, 0));
+        let a = acc.append(record(Some(b"k"), b"v1"), || (now, 0)).unwrap();
         assert!(a.wake_sender && acc.take_ready().is_empty());
-        let b = acc.append(record(Some(b"k"), b"v2", &budget), || (now, 0));
+        let b = acc.append(record(Some(b"k"), b"v2"), || (now, 0)).unwrap();
         assert!(!b.wake_sender);
         let linger = Duration::from_millis(5);
         assert_eq!(acc.next_deadline(linger), Some(now + linger));
@@ -276,23 +305,58 @@ mod tests {
     #[test]
     fn an_expired_batch_waits_open_while_its_streamlet_cannot_send() {
         let budget = Arc::new(Semaphore::new(1 << 20));
-        let mut acc = Accumulator::new(1, 1 << 16, 0);
+        let mut acc = with_credit(Accumulator::new(1, 1 << 16, 0), &budget);
         let now = Instant::now();
-        acc.append(record(None, b"a", &budget), || (now, 0));
+        acc.append(record(None, b"a"), || (now, 0)).unwrap();
         let linger = Duration::ZERO;
         acc.seal_expired(now, linger, |_| false);
         assert!(acc.take_ready().is_empty(), "no slot: stays open");
-        acc.append(record(None, b"b", &budget), || (now, 0));
+        acc.append(record(None, b"b"), || (now, 0)).unwrap();
         acc.seal_expired(now, linger, |_| true);
         let sealed = acc.take_ready();
         assert_eq!(sealed.len(), 1);
         assert_eq!(sealed[0].builder.record_count(), 2, "filled while waiting");
-        acc.append(record(None, b"c", &budget), || (now, 0));
+        acc.append(record(None, b"c"), || (now, 0)).unwrap();
         acc.seal_expired(now + SEAL_ANYWAY, linger, |_| false);
         assert_eq!(
             acc.take_ready().len(),
             1,
             "sealed anyway once it waited too long"
+        );
+    }
+
+    #[test]
+    fn records_reserve_credit_and_a_sealed_batch_takes_exactly_its_bytes() {
+        let budget = Arc::new(Semaphore::new(1000));
+        let mut acc = Accumulator::new(1, 1 << 16, 0);
+        let now = Instant::now();
+        assert!(
+            acc.append(record(None, b"a"), || (now, 0)).is_err(),
+            "no credit"
+        );
+        acc.add_credit(budget.clone().try_acquire_many_owned(1000).unwrap());
+        acc.append(record(None, b"a"), || (now, 0)).unwrap();
+        let one = Accumulator::record_bytes(None, Some(b"a"));
+        assert_eq!(acc.credit_free(), 1000 - one);
+        acc.seal_all();
+        let sealed = acc.take_ready();
+        assert_eq!(
+            sealed[0].permit.as_ref().map(|p| p.num_permits()),
+            Some(one)
+        );
+        assert_eq!(acc.credit_free(), 1000 - one);
+        drop(sealed);
+        assert_eq!(
+            budget.available_permits(),
+            one,
+            "a settled batch gives its bytes back"
+        );
+        let missing = acc
+            .append(record(None, &[0; 2000]), || (now, 0))
+            .expect_err("not enough credit");
+        assert_eq!(
+            missing,
+            Accumulator::record_bytes(None, Some(&[0; 2000])) - acc.credit_free()
         );
     }
 }

@@ -26,12 +26,21 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tailstream_config::ProducerConfig;
 use tailstream_wire::batch::{BATCH_HEADER_BYTES, PRODUCE_BATCH_BYTES_MAX};
 use tailstream_wire::messages::StreamMetadata;
-use tailstream_wire::records::RecordBatchBuilder;
 use tailstream_wire::{ProducerId, StreamletId};
 use tokio::sync::{Notify, Semaphore, mpsc};
 
 /// Commands (flushes) queued to the sender task before the caller waits.
 const COMMANDS_MAX: usize = 64;
+/// Producer buffer bytes `send` takes from the buffer's semaphore at a time.
+const BUFFER_CREDIT_CHUNK_BYTES: usize = 64 << 10;
+
+/// Monotonic and wall-clock time, read when a batch is opened.
+fn wall_and_monotonic_now() -> (Instant, i64) {
+    let wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    (Instant::now(), i64::try_from(wall).unwrap_or(i64::MAX))
+}
 
 #[derive(Debug)]
 struct Shared {
@@ -41,6 +50,7 @@ struct Shared {
     commands: mpsc::Sender<Command>,
     wake_sender: Arc<Notify>,
     buffer: Arc<Semaphore>,
+    buffer_bytes_max: usize,
     record_bytes_max: usize,
 }
 
@@ -98,6 +108,7 @@ impl Producer {
                 commands,
                 wake_sender,
                 buffer: Arc::new(Semaphore::new(buffer_permits)),
+                buffer_bytes_max: buffer_permits,
                 record_bytes_max,
             }),
         })
@@ -115,34 +126,42 @@ impl Producer {
     /// buffer is full); the returned future resolves when the record is acknowledged.
     pub async fn send(&self, key: Option<&[u8]>, value: &[u8]) -> Result<AckFuture, ClientError> {
         let shared = &self.shared;
-        let bytes =
-            RecordBatchBuilder::record_len_bound(key.map_or(0, <[u8]>::len), value.len(), 0);
+        let bytes = Accumulator::record_bytes(key, Some(value));
         if bytes > shared.record_bytes_max {
             return Err(ClientError::RecordTooLarge {
                 bytes,
                 max: shared.record_bytes_max,
             });
         }
-        // `bytes` is at most record_bytes_max, which fits the semaphore.
-        let permit = shared
-            .buffer
-            .clone()
-            .acquire_many_owned(bytes as u32)
-            .await
-            .map_err(|_| ClientError::Closed)?;
-        let record = PendingRecord {
-            key,
-            value: Some(value),
-            permit,
-        };
-        let appended = {
-            let mut accumulator = shared.accumulator.lock().unwrap_or_else(|p| p.into_inner());
-            accumulator.append(record, || {
-                let wall = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis());
-                (Instant::now(), i64::try_from(wall).unwrap_or(i64::MAX))
-            })
+        let appended = loop {
+            let chunk = {
+                let mut accumulator = shared.accumulator.lock().unwrap_or_else(|p| p.into_inner());
+                let record = PendingRecord {
+                    key,
+                    value: Some(value),
+                };
+                match accumulator.append(record, wall_and_monotonic_now) {
+                    Ok(appended) => break appended,
+                    // Buffer bytes come from the semaphore in chunks, so most records take
+                    // none there. A chunk never asks for more than the buffer can give once
+                    // every batch has settled (else it could wait forever); `missing` always
+                    // fits, as a record is at most record_bytes_max, itself at most the buffer.
+                    Err(missing) => BUFFER_CREDIT_CHUNK_BYTES
+                        .min(shared.buffer_bytes_max - accumulator.credit_free())
+                        .max(missing),
+                }
+            };
+            let permit = shared
+                .buffer
+                .clone()
+                .acquire_many_owned(chunk as u32)
+                .await
+                .map_err(|_| ClientError::Closed)?;
+            shared
+                .accumulator
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .add_credit(permit);
         };
         if appended.wake_sender {
             shared.wake_sender.notify_one();
