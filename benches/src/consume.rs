@@ -132,18 +132,29 @@ async fn measure(
         .map(|mut consumer| {
             let read = read.clone();
             tokio::spawn(async move {
+                // The instant this consumer read the last record of all, if it did.
+                let mut finished_at = None;
                 while read.load(Ordering::Relaxed) < records && Instant::now() < deadline {
                     let got = consumer.poll(POLL).await.map_err(|e| e.to_string())?;
-                    read.fetch_add(got.len() as u64, Ordering::Relaxed);
+                    let count = got.len() as u64;
+                    let before = read.fetch_add(count, Ordering::Relaxed);
+                    if count > 0 && before < records && before + count >= records {
+                        finished_at = Some(Instant::now());
+                    }
                 }
-                Ok::<_, String>(())
+                Ok::<_, String>(finished_at)
             })
         })
         .collect();
+    let mut finished_at = None;
     for task in tasks {
-        task.await.map_err(|e| e.to_string())??;
+        finished_at = finished_at.or(task.await.map_err(|e| e.to_string())??);
     }
-    let elapsed_s = started.elapsed().as_secs_f64();
+    // Until the last record was read, not until the other consumers' idle polls returned.
+    let elapsed_s = finished_at
+        .unwrap_or_else(Instant::now)
+        .duration_since(started)
+        .as_secs_f64();
     let brokers_cpu = total_cpu_time(&pids) - brokers_before;
     let client_cpu = own_cpu_time() - client_before;
     let total = read.load(Ordering::Relaxed);

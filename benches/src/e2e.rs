@@ -1,11 +1,12 @@
 //! `tailstream bench e2e`: produce-to-consume latency. An open-loop load (as `bench produce
-//! --rate`) writes each record's scheduled send time into its value; C consumers long-poll
-//! the stream from its beginning and count, for every record scheduled after the warm-up,
-//! the time from that scheduled send to the moment a consumer has it. Consumers only see
+//! --rate`) writes each record's scheduled send time, and whether it falls in the measured
+//! interval, into its value; C consumers long-poll the stream from its beginning and count,
+//! for every measured record, the time from that scheduled send to the moment a consumer has
+//! it. Consumers only see
 //! committed records, so this includes replication to every backup.
 
 use crate::latency::{self, LatencySummary};
-use crate::produce::{self, ProduceBenchArgs, ProduceBenchReport};
+use crate::produce::{self, ProduceBenchArgs, ProduceBenchReport, STAMP_BYTES, measured_send_time};
 use clap::Args;
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -47,8 +48,10 @@ pub async fn run(config: Config, args: E2eBenchArgs) -> Result<(), String> {
     if produce_args.rate.is_none() {
         return Err("bench e2e needs --rate (records/s, sent on a fixed schedule)".into());
     }
-    if produce_args.record_bytes < 8 || args.consumers == 0 {
-        return Err("bench e2e needs --record-bytes >= 8 and at least one consumer".into());
+    if produce_args.record_bytes < STAMP_BYTES || args.consumers == 0 {
+        return Err(format!(
+            "bench e2e needs --record-bytes >= {STAMP_BYTES} and at least one consumer"
+        ));
     }
     let cluster = crate::harness::BenchCluster::start_or_join(
         &config,
@@ -91,7 +94,6 @@ async fn measure(
     let prepared = produce::prepare(config, &cluster.coordinator, local, produce_args, 0).await?;
     let consumed = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let measure_from = Instant::now() + Duration::from_secs_f64(produce_args.warmup_s.max(0.0));
     let mut readers = Vec::new();
     for member in 0..args.consumers {
         let consumer = Consumer::new(
@@ -107,12 +109,7 @@ async fn measure(
         )
         .await
         .map_err(|e| format!("consumer: {e}"))?;
-        readers.push(tokio::spawn(read(
-            consumer,
-            measure_from,
-            consumed.clone(),
-            stop.clone(),
-        )));
+        readers.push(tokio::spawn(read(consumer, consumed.clone(), stop.clone())));
     }
     let client: Arc<Cluster> = prepared.cluster.clone();
     let produced = produce::drive(prepared, local, produce_args).await;
@@ -148,10 +145,9 @@ async fn measure(
     })
 }
 
-/// One consumer: reads until told to stop, timing every record scheduled after `measure_from`.
+/// One consumer: reads until told to stop, timing every record the load marked as measured.
 async fn read(
     mut consumer: Consumer,
-    measure_from: Instant,
     consumed: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
 ) -> Result<Histogram<u64>, String> {
@@ -160,16 +156,8 @@ async fn read(
         let records = consumer.poll(POLL).await.map_err(|e| e.to_string())?;
         let now = Instant::now();
         for record in &records {
-            let Some(stamp) = record
-                .value
-                .as_ref()
-                .and_then(|v| v.get(..8))
-                .and_then(|b| <[u8; 8]>::try_from(b).ok())
-            else {
-                continue;
-            };
-            let scheduled = latency::unstamp(u64::from_le_bytes(stamp));
-            if scheduled >= measure_from {
+            let scheduled = record.value.as_deref().and_then(measured_send_time);
+            if let Some(scheduled) = scheduled {
                 let micros = now.saturating_duration_since(scheduled).as_micros();
                 latency::record(&mut histogram, micros as u64);
             }

@@ -71,7 +71,8 @@ impl BrokerService {
             metrics::histogram!(m::PRODUCE_LATENCY).record(started.elapsed().as_secs_f64());
             return Reply::Ready(Response::ok(&response));
         }
-        Reply::Later(Box::pin(async move {
+        // Waiting for the commit holds nothing and does nothing: the writer may drive it.
+        Reply::Awaiting(Box::pin(async move {
             match produced.commit.wait().await {
                 Ok(()) => {
                     metrics::histogram!(m::PRODUCE_LATENCY).record(started.elapsed().as_secs_f64());

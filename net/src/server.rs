@@ -104,8 +104,14 @@ impl Response {
 /// What a service gives back for a request.
 pub enum Reply {
     Ready(Response),
-    /// The answer comes later; the connection keeps reading and dispatching meanwhile.
+    /// The answer comes later; the connection keeps reading and dispatching meanwhile. The
+    /// future runs in a task of its own, to the end, even if the connection closes first.
     Later(BoxFuture<'static, Response>),
+    /// The answer only waits for something (a produce for its commit): the future holds no
+    /// lock and does no work a client would miss if it were dropped. The connection's writer
+    /// drives it, which saves a task and a wake-up per request; it is dropped with the
+    /// connection, and is not polled while the writer waits on a slow socket.
+    Awaiting(BoxFuture<'static, Response>),
 }
 
 impl std::fmt::Debug for Reply {
@@ -113,6 +119,7 @@ impl std::fmt::Debug for Reply {
         match self {
             Reply::Ready(response) => f.debug_tuple("Ready").field(response).finish(),
             Reply::Later(_) => f.write_str("Later(..)"),
+            Reply::Awaiting(_) => f.write_str("Awaiting(..)"),
         }
     }
 }
@@ -359,6 +366,14 @@ impl Connection {
                     }
                 }
                 Reply::Later(future) => {
+                    let out_tx = self.out_tx.clone();
+                    tokio::spawn(async move {
+                        let response = future.await;
+                        let answer = respond(header, response, permit);
+                        let _ = out_tx.send(Outgoing::Frame(answer)).await;
+                    });
+                }
+                Reply::Awaiting(future) => {
                     // The writer drives it: the answer's wake-up is the writer's own.
                     let answer =
                         Box::pin(future.map(move |response| respond(header, response, permit)));

@@ -75,14 +75,14 @@ pub(crate) async fn write_frames<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
-/// What a server connection queues for its writer: an answer ready now, or one that will be
-/// ready later (a produce waiting for its commit).
+/// What a server connection queues for its writer: an answer ready now, or one that only
+/// waits (`Reply::Awaiting`: a produce waiting for its commit).
 pub(crate) enum Outgoing {
     Frame(OutFrame),
     Later(BoxFuture<'static, OutFrame>),
 }
 
-/// The server's writer: writes ready answers, and itself drives the answers that come later,
+/// The server's writer: writes ready answers, and itself drives the answers that only wait,
 /// so a commit wakes this task directly (no task per request in between: one wake-up less on
 /// every produce's ack path). Answers ready together go out in one flush. Ends when the
 /// reader is gone and every later answer is written.

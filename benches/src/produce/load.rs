@@ -47,17 +47,22 @@ impl Load {
         deadline: Instant,
         progress: &Arc<Progress>,
     ) -> Self {
-        let schedule = open::Schedule {
-            start,
-            records_per_sec: rate as f64 / producers.len() as f64,
-            warmup,
-            duration: Duration::from_secs_f64(args.duration_s),
-            deadline,
-        };
+        let count = producers.len() as u32;
         Load::Open(
             producers
                 .into_iter()
-                .map(|producer| {
+                .zip(0u32..)
+                .map(|(producer, index)| {
+                    // Producer i starts i records' time after the first, so that together
+                    // they offer evenly spaced records, not bursts of P.
+                    let offset = Duration::from_secs_f64(f64::from(index) / rate as f64);
+                    let schedule = open::Schedule {
+                        start: start + offset,
+                        records_per_sec: rate as f64 / f64::from(count),
+                        warmup,
+                        duration: Duration::from_secs_f64(args.duration_s),
+                        deadline,
+                    };
                     open::spawn(
                         producer,
                         schedule,

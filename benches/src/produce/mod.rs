@@ -21,6 +21,7 @@ mod report;
 mod roles;
 
 use load::Load;
+pub(crate) use open::{STAMP_BYTES, measured_send_time};
 use outcome::ProducerOutcome;
 use roles::{CpuSnapshot, Roles, roles};
 
@@ -276,25 +277,25 @@ pub(crate) async fn drive(
     }
     progress.measuring.store(true, Ordering::Relaxed);
     let measure_start = Instant::now();
-    let acked_before = progress.acked.load(Ordering::Relaxed);
     let cpu_before = CpuSnapshot::take(&roles);
     let outcome = load.join().await?;
     let cpu = CpuSnapshot::take(&roles).since(cpu_before);
-    let measure_end = Instant::now();
     let acked_total = progress.acked.load(Ordering::Relaxed);
     let interval = Interval {
         // Closed loop: every record acknowledged in the interval counts. Open loop: the
         // records scheduled in it, until the last of them was acknowledged.
-        records: match args.rate {
-            None => acked_total - acked_before,
-            Some(_) => progress.measured.load(Ordering::Relaxed),
-        },
-        elapsed_s: match args.rate {
-            None => measure_end.duration_since(measure_start).as_secs_f64(),
-            Some(_) => outcome
+        // The records sent after measuring started, until the last of them was acknowledged
+        // (open loop: at least the scheduled duration). Counting records sent, not acks
+        // received, keeps warm-up records out whatever the producers' bookkeeping lags.
+        records: progress.measured.load(Ordering::Relaxed),
+        elapsed_s: {
+            let acked_until = outcome
                 .last_measured_ack
-                .map_or(0.0, |at| at.duration_since(measure_start).as_secs_f64())
-                .max(args.duration_s),
+                .map_or(0.0, |at| at.duration_since(measure_start).as_secs_f64());
+            match args.rate {
+                None => acked_until,
+                Some(_) => acked_until.max(args.duration_s),
+            }
         },
     };
     if interval.records == 0 {

@@ -49,6 +49,26 @@ impl Schedule {
     }
 }
 
+/// Bytes at the start of a value that carry its stamp: the scheduled send time (8 bytes,
+/// little-endian nanoseconds, see `latency::stamp`) and 1 if the record is measured.
+pub(crate) const STAMP_BYTES: usize = 9;
+
+/// Writes the stamp into as much of `value` as it has room for.
+fn stamp_value(value: &mut [u8], scheduled: Instant, measured: bool) {
+    let mut stamp = [0u8; STAMP_BYTES];
+    stamp[..8].copy_from_slice(&latency::stamp(scheduled).to_le_bytes());
+    stamp[8] = u8::from(measured);
+    let n = STAMP_BYTES.min(value.len());
+    value[..n].copy_from_slice(&stamp[..n]);
+}
+
+/// The scheduled send time of a measured record, from its value's stamp.
+pub(crate) fn measured_send_time(value: &[u8]) -> Option<Instant> {
+    let stamp = value.get(..STAMP_BYTES)?;
+    let nanos = u64::from_le_bytes(stamp[..8].try_into().ok()?);
+    (stamp[8] == 1).then(|| latency::unstamp(nanos))
+}
+
 /// Runs one producer on its schedule on a thread of its own; `runtime` drives the producer.
 pub(super) fn spawn(
     producer: Producer,
@@ -58,6 +78,10 @@ pub(super) fn spawn(
     progress: Arc<Progress>,
 ) -> std::thread::JoinHandle<Result<ProducerOutcome, String>> {
     std::thread::spawn(move || {
+        // Linux lets a sleeping thread wake up to 50 us late by default (timer slack), which
+        // would count as latency of every record sent on that wake-up. Best effort: without
+        // it the lag shows in `send_lag_*`.
+        let _ = nix::sys::prctl::set_timerslack(1);
         let mut outcome = ProducerOutcome::new();
         // (scheduled time, measured, ack)
         let mut pending: VecDeque<(Instant, bool, AckFuture)> = VecDeque::new();
@@ -76,13 +100,14 @@ pub(super) fn spawn(
                     let scheduled = schedule.send_time(next);
                     let measured = next >= first_measured;
                     if measured {
-                        let lag = now.saturating_duration_since(scheduled).as_micros();
-                        latency::record(&mut outcome.send_lag_us, lag as u64);
+                        // Read per record: a send that waited for buffer space delays the
+                        // ones after it, and that lag must show.
+                        let lag = Instant::now().saturating_duration_since(scheduled);
+                        latency::record(&mut outcome.send_lag_us, lag.as_micros() as u64);
                     }
-                    // The scheduled send time, for an end-to-end consumer to read back.
-                    let stamp = latency::stamp(scheduled).to_le_bytes();
-                    let n = stamp.len().min(value.len());
-                    value[..n].copy_from_slice(&stamp[..n]);
+                    // The scheduled send time and whether it is measured, for an end-to-end
+                    // consumer to read back.
+                    stamp_value(&mut value, scheduled, measured);
                     let ack = producer
                         .send(None, &value)
                         .await
@@ -137,5 +162,18 @@ mod tests {
         assert_eq!(schedule.due_at(start), 1, "record 0 is due at once");
         assert_eq!(schedule.due_at(start + Duration::from_micros(2500)), 3);
         assert_eq!(schedule.due_at(start + Duration::from_secs(60)), 3000);
+    }
+
+    #[test]
+    fn stamps_carry_the_send_time_of_measured_records_only() {
+        let at = Instant::now();
+        let mut value = vec![0u8; 100];
+        stamp_value(&mut value, at, true);
+        assert_eq!(measured_send_time(&value), Some(at));
+        stamp_value(&mut value, at, false);
+        assert_eq!(measured_send_time(&value), None);
+        let mut short = vec![0u8; 4];
+        stamp_value(&mut short, at, true);
+        assert_eq!(measured_send_time(&short), None);
     }
 }

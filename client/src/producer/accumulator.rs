@@ -91,6 +91,14 @@ impl Accumulator {
         self.credit.as_ref().map_or(0, |c| c.num_permits()) - self.credit_reserved
     }
 
+    /// Gives the credit no open batch holds back to the producer's semaphore.
+    pub fn release_free_credit(&mut self) {
+        let free = self.credit_free();
+        if let Some(credit) = self.credit.as_mut() {
+            drop(credit.split(free));
+        }
+    }
+
     /// Adds buffer bytes taken from the producer's semaphore.
     pub fn add_credit(&mut self, permit: OwnedSemaphorePermit) {
         match &mut self.credit {
@@ -239,9 +247,18 @@ impl Accumulator {
         std::mem::take(&mut self.ready)
     }
 
-    /// When the oldest open batch's linger time is up.
-    pub fn next_deadline(&self, linger: Duration) -> Option<Instant> {
-        self.open.values().map(|b| b.opened_at + linger).min()
+    /// The next instant after `now` at which an open batch must be looked at: its linger time
+    /// is up, or, for one held open past it (its streamlet could not send), the moment it is
+    /// sealed anyway.
+    pub fn next_deadline(&self, now: Instant, linger: Duration) -> Option<Instant> {
+        self.open
+            .values()
+            .map(|b| {
+                let due = b.opened_at + linger;
+                if due > now { due } else { due + SEAL_ANYWAY }
+            })
+            .filter(|due| *due > now)
+            .min()
     }
 }
 
@@ -291,7 +308,7 @@ mod tests {
         let b = acc.append(record(Some(b"k"), b"v2"), || (now, 0)).unwrap();
         assert!(!b.wake_sender);
         let linger = Duration::from_millis(5);
-        assert_eq!(acc.next_deadline(linger), Some(now + linger));
+        assert_eq!(acc.next_deadline(now, linger), Some(now + linger));
         acc.seal_expired(now, linger, |_| true);
         assert!(acc.take_ready().is_empty());
         acc.seal_expired(now + linger, linger, |_| true);
@@ -299,7 +316,7 @@ mod tests {
         assert_eq!(sealed.len(), 1);
         assert_eq!(sealed[0].builder.record_count(), 2);
         assert_eq!(sealed[0].streamlet, streamlet_for_key(b"k", 4));
-        assert_eq!(acc.next_deadline(linger), None);
+        assert_eq!(acc.next_deadline(now + linger, linger), None);
     }
 
     #[test]
@@ -311,6 +328,11 @@ mod tests {
         let linger = Duration::ZERO;
         acc.seal_expired(now, linger, |_| false);
         assert!(acc.take_ready().is_empty(), "no slot: stays open");
+        assert_eq!(
+            acc.next_deadline(now, linger),
+            Some(now + SEAL_ANYWAY),
+            "the timer still fires when it must be sealed anyway"
+        );
         acc.append(record(None, b"b"), || (now, 0)).unwrap();
         acc.seal_expired(now, linger, |_| true);
         let sealed = acc.take_ready();
@@ -345,10 +367,13 @@ mod tests {
             Some(one)
         );
         assert_eq!(acc.credit_free(), 1000 - one);
+        acc.release_free_credit();
+        assert_eq!(acc.credit_free(), 0);
+        assert_eq!(budget.available_permits(), 1000 - one);
         drop(sealed);
         assert_eq!(
             budget.available_permits(),
-            one,
+            1000,
             "a settled batch gives its bytes back"
         );
         let missing = acc

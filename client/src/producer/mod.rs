@@ -134,27 +134,35 @@ impl Producer {
             });
         }
         let appended = loop {
-            let chunk = {
+            let missing = {
                 let mut accumulator = shared.accumulator.lock().unwrap_or_else(|p| p.into_inner());
                 let record = PendingRecord {
                     key,
                     value: Some(value),
                 };
-                match accumulator.append(record, wall_and_monotonic_now) {
+                let missing = match accumulator.append(record, wall_and_monotonic_now) {
                     Ok(appended) => break appended,
-                    // Buffer bytes come from the semaphore in chunks, so most records take
-                    // none there. A chunk never asks for more than the buffer can give once
-                    // every batch has settled (else it could wait forever); `missing` always
-                    // fits, as a record is at most record_bytes_max, itself at most the buffer.
-                    Err(missing) => BUFFER_CREDIT_CHUNK_BYTES
-                        .min(shared.buffer_bytes_max - accumulator.credit_free())
-                        .max(missing),
+                    Err(missing) => missing,
+                };
+                // Buffer bytes come from the semaphore in chunks, so most records take none
+                // there: a chunk if one is free now...
+                let chunk = BUFFER_CREDIT_CHUNK_BYTES
+                    .max(missing)
+                    .min(shared.buffer_bytes_max);
+                if let Ok(permit) = shared.buffer.clone().try_acquire_many_owned(chunk as u32) {
+                    accumulator.add_credit(permit);
+                    continue;
                 }
+                // ...else this record waits for exactly its bytes, and credit no batch holds
+                // goes back first: nobody may wait on bytes that sit unused here.
+                accumulator.release_free_credit();
+                Accumulator::record_bytes(key, Some(value))
             };
+            // `missing` is at most record_bytes_max, itself at most the buffer: it fits.
             let permit = shared
                 .buffer
                 .clone()
-                .acquire_many_owned(chunk as u32)
+                .acquire_many_owned(missing as u32)
                 .await
                 .map_err(|_| ClientError::Closed)?;
             shared

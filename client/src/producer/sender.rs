@@ -154,8 +154,11 @@ impl Sender {
 
     fn next_wake(&self, linger: Duration) -> Instant {
         let far = Instant::now() + Duration::from_secs(3600);
-        let linger_deadline = self.lock_accumulator().next_deadline(linger).unwrap_or(far);
         let now = Instant::now();
+        let linger_deadline = self
+            .lock_accumulator()
+            .next_deadline(now, linger)
+            .unwrap_or(far);
         let pause = self
             .lanes
             .iter()
