@@ -3,9 +3,10 @@
 //! its *scheduled* send time to its acknowledgement. A stalled broker thus shows up as
 //! latency of every record that should have been sent meanwhile (no coordinated omission).
 //!
-//! Each producer runs on its own OS thread, sleeping until the next record is due and then
-//! sending every due record in one go: tokio's timers tick in milliseconds, far coarser than
-//! the gaps between records. How late the thread itself sends is reported as send lag.
+//! Each producer runs on its own OS thread, sleeping until the next record is due (at least
+//! `SLEEP_MIN`) and then sending every due record in one go: tokio's timers tick in
+//! milliseconds, far coarser than the gaps between records. How late the thread itself sends
+//! is reported as send lag.
 
 use super::{ProducerOutcome, Progress};
 use crate::latency;
@@ -48,6 +49,10 @@ impl Schedule {
         ((elapsed * self.records_per_sec).floor() as u64 + 1).min(self.records())
     }
 }
+
+/// The shortest sleep between two bursts of sends: at most 20 000 wake-ups a second, and a
+/// record sent at most this late (its latency counts it; `send_lag_*` shows it).
+const SLEEP_MIN: Duration = Duration::from_micros(50);
 
 /// Bytes at the start of a value that carry its stamp: the scheduled send time (8 bytes,
 /// little-endian nanoseconds, see `latency::stamp`) and 1 if the record is measured.
@@ -123,10 +128,13 @@ pub(super) fn spawn(
                 }
             }
             if next < records {
+                // Wake for the next record, but not sooner than `SLEEP_MIN` from now: each
+                // wake-up costs the machine CPU (on a VM, ~10-40 us), and a generator waking
+                // every few microseconds would take a core from the system it measures.
                 let wake = schedule.send_time(next);
                 let now = Instant::now();
                 if wake > now {
-                    std::thread::sleep(wake - now);
+                    std::thread::sleep((wake - now).max(SLEEP_MIN));
                 }
             }
         }
