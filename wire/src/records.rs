@@ -4,7 +4,7 @@
 use crate::batch::{BATCH_HEADER_BYTES, BATCH_RECORDS_MAX, BatchError, BatchInfo, write_header};
 use crate::ids::{BatchSequence, ProducerId};
 use crate::record_scan::RecordCursor;
-use crate::varint::{put_varlong, varlong_len};
+use crate::varint::{VarlongRun, put_varlong, varlong_len};
 use bytes::{BufMut, Bytes, BytesMut};
 
 pub use crate::record_scan::RECORD_HEADERS_MAX;
@@ -100,15 +100,20 @@ impl RecordBatchBuilder {
             body_len += varlong_len(opt_len(*hvalue)) + hvalue.map_or(0, <[u8]>::len);
         }
         let out = &mut self.buf;
-        put_varlong(out, body_len as i64);
-        out.put_u8(0);
-        put_varlong(out, ts_delta);
-        put_varlong(out, offset_delta);
-        for field in [key, value] {
-            put_varlong(out, opt_len(field));
-            if let Some(bytes) = field {
-                out.put_slice(bytes);
-            }
+        // The framing before the key in one copy (length, attributes 0, deltas, key length).
+        let mut head = VarlongRun::default();
+        for framing in [body_len as i64, 0, ts_delta, offset_delta, opt_len(key)] {
+            // Invariant: a run holds 6 varints, and these are 5.
+            let pushed = head.push(framing);
+            debug_assert!(pushed);
+        }
+        out.put_slice(head.as_bytes());
+        if let Some(bytes) = key {
+            out.put_slice(bytes);
+        }
+        put_varlong(out, opt_len(value));
+        if let Some(bytes) = value {
+            out.put_slice(bytes);
         }
         put_varlong(out, headers.len() as i64);
         for (hkey, hvalue) in headers {

@@ -27,6 +27,52 @@ pub fn put_varlong(out: &mut BytesMut, value: i64) {
     out.put_u8(v as u8);
 }
 
+/// Bytes a [`VarlongRun`] holds: room for 6 varints of any size.
+const VARLONG_RUN_BYTES: usize = 6 * VARLONG_BYTES_MAX;
+
+/// A few varints encoded on the stack, to be appended with one copy: per-byte `put_u8` calls
+/// cost more than a small record's value.
+#[derive(Debug)]
+pub struct VarlongRun {
+    bytes: [u8; VARLONG_RUN_BYTES],
+    len: usize,
+}
+
+impl Default for VarlongRun {
+    fn default() -> Self {
+        Self {
+            bytes: [0; VARLONG_RUN_BYTES],
+            len: 0,
+        }
+    }
+}
+
+impl VarlongRun {
+    /// Adds `value`; returns false (adding nothing) when the run might not have room for it.
+    pub fn push(&mut self, value: i64) -> bool {
+        let Some(room) = self.bytes.get_mut(self.len..self.len + VARLONG_BYTES_MAX) else {
+            return false;
+        };
+        let mut v = zigzag(value);
+        // A u64 takes at most VARLONG_BYTES_MAX groups of 7 bits: the loop ends within `room`.
+        for byte in room.iter_mut() {
+            self.len += 1;
+            if v < 0x80 {
+                *byte = v as u8;
+                break;
+            }
+            *byte = (v as u8) | 0x80;
+            v >>= 7;
+        }
+        true
+    }
+
+    /// The varints pushed so far, back to back.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
 /// Bytes `put_varlong` writes for `value`.
 pub fn varlong_len(value: i64) -> usize {
     (64 - (zigzag(value) | 1).leading_zeros() as usize).div_ceil(7)
@@ -183,6 +229,19 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn a_run_encodes_as_put_varlong_does(values in proptest::collection::vec(any::<i64>(), 0..8)) {
+            let mut run = VarlongRun::default();
+            let mut expected = BytesMut::new();
+            for value in &values {
+                if run.push(*value) {
+                    put_varlong(&mut expected, *value);
+                }
+            }
+            prop_assert_eq!(run.as_bytes(), &expected[..]);
+            prop_assert!(values.len() < 6 || expected.len() >= 6);
+        }
+
         #[test]
         fn every_value_round_trips(value in any::<i64>()) {
             let mut out = BytesMut::new();
