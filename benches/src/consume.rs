@@ -10,7 +10,6 @@ use serde::Serialize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tailstream_client::{Consumer, Membership, StartFrom};
 use tailstream_config::Config;
 
 #[derive(Args, Debug, Clone)]
@@ -104,24 +103,7 @@ async fn measure(
     let pids: Vec<u32> = local
         .map(|c| c.brokers().filter_map(|b| b.pid()).collect())
         .unwrap_or_default();
-    let mut consumers = Vec::new();
-    for member in 0..args.consumers {
-        consumers.push(
-            Consumer::new(
-                client.clone(),
-                &stream,
-                config.consumer.clone(),
-                StartFrom::Beginning,
-                Membership {
-                    member,
-                    members: args.consumers,
-                },
-                &[],
-            )
-            .await
-            .map_err(|e| format!("consumer: {e}"))?,
-        );
-    }
+    let consumers = crate::harness::consumers(&client, &stream, config, args.consumers).await?;
     let read = Arc::new(AtomicU64::new(0));
     let _line = crate::progress::ProgressLine::start("records read", read.clone());
     let deadline = Instant::now() + Duration::from_secs(args.read_time_limit_s);

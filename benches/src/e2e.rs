@@ -13,7 +13,7 @@ use serde::Serialize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tailstream_client::{Cluster, Consumer, Membership, StartFrom};
+use tailstream_client::{Cluster, Consumer};
 use tailstream_config::Config;
 
 #[derive(Args, Debug, Clone)]
@@ -94,23 +94,12 @@ async fn measure(
     let prepared = produce::prepare(config, &cluster.coordinator, local, produce_args, 0).await?;
     let consumed = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let mut readers = Vec::new();
-    for member in 0..args.consumers {
-        let consumer = Consumer::new(
-            prepared.cluster.clone(),
-            &prepared.stream,
-            config.consumer.clone(),
-            StartFrom::Beginning,
-            Membership {
-                member,
-                members: args.consumers,
-            },
-            &[],
-        )
-        .await
-        .map_err(|e| format!("consumer: {e}"))?;
-        readers.push(tokio::spawn(read(consumer, consumed.clone(), stop.clone())));
-    }
+    let readers: Vec<_> =
+        crate::harness::consumers(&prepared.cluster, &prepared.stream, config, args.consumers)
+            .await?
+            .into_iter()
+            .map(|consumer| tokio::spawn(read(consumer, consumed.clone(), stop.clone())))
+            .collect();
     let client: Arc<Cluster> = prepared.cluster.clone();
     let produced = produce::drive(prepared, local, produce_args).await;
     // Whatever happened to the load, the consumers stop once they have read what was acked.

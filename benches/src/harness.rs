@@ -136,6 +136,34 @@ pub fn client(config: &Config, coordinator: &str) -> Arc<Cluster> {
     )
 }
 
+/// `count` consumers of `stream` from its beginning, consumer i reading every `count`-th log
+/// starting at the i-th.
+pub async fn consumers(
+    cluster: &Arc<Cluster>,
+    stream: &str,
+    config: &Config,
+    count: u32,
+) -> Result<Vec<tailstream_client::Consumer>, String> {
+    let mut consumers = Vec::new();
+    for member in 0..count {
+        let consumer = tailstream_client::Consumer::new(
+            cluster.clone(),
+            stream,
+            config.consumer.clone(),
+            tailstream_client::StartFrom::Beginning,
+            tailstream_client::Membership {
+                member,
+                members: count,
+            },
+            &[],
+        )
+        .await
+        .map_err(|e| format!("consumer: {e}"))?;
+        consumers.push(consumer);
+    }
+    Ok(consumers)
+}
+
 /// Waits (at most 20 s) until the coordinator counts `brokers` live brokers.
 pub async fn wait_for_brokers(cluster: &Cluster, brokers: u32) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(20);

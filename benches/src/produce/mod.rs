@@ -201,11 +201,7 @@ pub(crate) async fn prepare(
     args: &ProduceBenchArgs,
     retention_bytes: u64,
 ) -> Result<Prepared, String> {
-    let cluster = Cluster::new(
-        coordinator,
-        &config.client,
-        config.producer.request_timeout_ms,
-    );
+    let cluster = crate::harness::client(config, coordinator);
     let brokers = if local.is_some() {
         brokers_to_start(args)
     } else {

@@ -165,13 +165,7 @@ async fn a_backup_spends_under_a_tenth_of_the_rpc_modes_cpu_on_one_sided_writes(
     if std::env::var_os(BACKUP_CHILD_ENV).is_some() {
         return;
     }
-    if let Err(reason) = tailstream_broker::rdma::probe() {
-        assert_ne!(
-            std::env::var("TAILSTREAM_RDMA_TEST").as_deref(),
-            Ok("required"),
-            "{reason}"
-        );
-        eprintln!("skipped: {reason}");
+    if !super::rdma_here() {
         return;
     }
     let mut child = Command::new(std::env::current_exe().unwrap())
