@@ -98,27 +98,38 @@ pub fn measure(
 /// Idle time between two round trips: long enough for the echoing thread to park.
 const ROUND_TRIP_GAP: Duration = Duration::from_micros(200);
 
-/// Round-trip latency of `samples` 64-byte ping-pongs over loopback TCP, each after an idle
-/// gap.
-pub fn round_trip(samples: u32) -> std::io::Result<LatencySummary> {
-    let listener = TcpListener::bind("127.0.0.1:0")?;
-    let addr = listener.local_addr()?;
-    let echo = std::thread::spawn(move || -> std::io::Result<()> {
-        let (mut stream, _) = listener.accept()?;
-        stream.set_nodelay(true)?;
-        let mut message = [0u8; 64];
-        loop {
-            match stream.read_exact(&mut message) {
-                Ok(()) => stream.write_all(&message)?,
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-                Err(e) => return Err(e),
-            }
+/// A 64-byte message, as small as a latency-bound produce request.
+const MESSAGE_BYTES: usize = 64;
+
+/// Round-trip latency of `samples` 64-byte messages over loopback TCP, each after an idle
+/// gap. With `replicas` = 0 it is a plain ping-pong with an echoing thread. Otherwise the
+/// message goes to a relay thread (the primary) that forwards it to `replicas` echoing
+/// threads (the backups) one after the other, waits for every echo and only then answers:
+/// the fewest kernel trips a replicated ack can take, with nothing else done on the way.
+pub fn round_trip(replicas: u32, samples: u32) -> std::io::Result<LatencySummary> {
+    let mut threads = Vec::new();
+    let mut backups = Vec::new();
+    for _ in 0..replicas {
+        let (addr, thread) = spawn_echo(|stream, message| stream.write_all(message))?;
+        threads.push(thread);
+        backups.push(TcpStream::connect(addr)?);
+    }
+    let (addr, relay) = spawn_echo(move |client, message| {
+        for backup in &mut backups {
+            backup.set_nodelay(true)?;
+            backup.write_all(message)?;
         }
-    });
+        let mut echo = [0u8; MESSAGE_BYTES];
+        for backup in &mut backups {
+            backup.read_exact(&mut echo)?;
+        }
+        client.write_all(message)
+    })?;
+    threads.push(relay);
     let mut stream = TcpStream::connect(addr)?;
     stream.set_nodelay(true)?;
     let mut histogram = latency::histogram();
-    let mut message = [0x5au8; 64];
+    let mut message = [0x5au8; MESSAGE_BYTES];
     for _ in 0..samples {
         std::thread::sleep(ROUND_TRIP_GAP);
         let started = Instant::now();
@@ -126,10 +137,38 @@ pub fn round_trip(samples: u32) -> std::io::Result<LatencySummary> {
         stream.read_exact(&mut message)?;
         latency::record(&mut histogram, started.elapsed().as_micros() as u64);
     }
+    // Closing the client ends the relay, whose backup connections close in turn.
     drop(stream);
-    echo.join()
-        .map_err(|_| std::io::Error::other("the echo thread panicked"))??;
+    for thread in threads.into_iter().rev() {
+        thread
+            .join()
+            .map_err(|_| std::io::Error::other("an echo thread panicked"))??;
+    }
     LatencySummary::of(&histogram).ok_or_else(|| std::io::Error::other("no round trip measured"))
+}
+
+type EchoThread = std::thread::JoinHandle<std::io::Result<()>>;
+
+/// A thread that accepts one connection and calls `answer` for every message read from it
+/// until the peer closes.
+fn spawn_echo(
+    mut answer: impl FnMut(&mut TcpStream, &[u8]) -> std::io::Result<()> + Send + 'static,
+) -> std::io::Result<(std::net::SocketAddr, EchoThread)> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let thread = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut stream, _) = listener.accept()?;
+        stream.set_nodelay(true)?;
+        let mut message = [0u8; MESSAGE_BYTES];
+        loop {
+            match stream.read_exact(&mut message) {
+                Ok(()) => answer(&mut stream, &message)?,
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    });
+    Ok((addr, thread))
 }
 
 #[cfg(test)]
@@ -144,8 +183,10 @@ mod tests {
 
     #[test]
     fn round_trips_are_measured() {
-        let summary = super::round_trip(20).expect("loopback works");
-        assert_eq!(summary.samples, 20);
-        assert!(summary.p50_us >= 1);
+        for replicas in [0, 3] {
+            let summary = super::round_trip(replicas, 20).expect("loopback works");
+            assert_eq!(summary.samples, 20);
+            assert!(summary.p50_us >= 1);
+        }
     }
 }

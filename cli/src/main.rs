@@ -29,6 +29,11 @@ struct Cli {
     /// The coordinator's RPC address.
     #[arg(long, global = true, env = "TAILSTREAM_COORDINATOR")]
     coordinator: Option<String>,
+    /// Threads of this process's async runtime (default: one per core). Servers that share a
+    /// machine should split its cores: `dev` and the benchmarks do so for the processes they
+    /// start, since every extra thread per process costs cross-thread wake-ups on each request.
+    #[arg(long, global = true, env = "TAILSTREAM_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
+    worker_threads: Option<u16>,
     #[command(subcommand)]
     command: Command,
 }
@@ -94,10 +99,11 @@ fn main() -> ExitCode {
         Command::Coordinator(_) | Command::Broker(_) | Command::Dev(_)
     );
     init_tracing(if servers { "info" } else { "warn" });
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = cli.worker_threads {
+        builder.worker_threads(usize::from(threads));
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("tailstream: starting the runtime: {error}");

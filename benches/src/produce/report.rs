@@ -60,7 +60,8 @@ pub struct ProduceBenchReport {
     pub floor_system_cpu_seconds_per_gib: Option<f64>,
     /// `cpu_seconds_per_gib` over `floor_cpu_seconds_per_gib`.
     pub broker_cpu_over_floor: Option<f64>,
-    /// Open loop: a loopback round trip to an idle thread on this machine (see `floor`).
+    /// Open loop: the fewest loopback trips an ack at this R takes on this machine, between
+    /// idle threads doing nothing else (a ping-pong at R = 0; see `floor::round_trip`).
     pub floor_round_trip_p50_us: Option<u64>,
     pub floor_round_trip_p99_us: Option<u64>,
 }
@@ -159,7 +160,7 @@ impl ProduceBenchReport {
 
     /// Measures a round trip's floor on this machine (open loop: it bounds the latencies).
     pub(super) fn add_round_trip_floor(&mut self) -> Result<(), String> {
-        let trip = crate::floor::round_trip(ROUND_TRIPS)
+        let trip = crate::floor::round_trip(self.replicas, ROUND_TRIPS)
             .map_err(|e| format!("measuring a loopback round trip: {e}"))?;
         self.floor_round_trip_p50_us = Some(trip.p50_us);
         self.floor_round_trip_p99_us = Some(trip.p99_us);
