@@ -55,8 +55,27 @@ pub struct ScanOutcome {
     pub stop_at: usize,
 }
 
+/// Whether a scan checks batch payloads against their CRC32 (the small payloads of trailers
+/// and log digests are always checked: recovery plans from digests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum PayloadChecks {
+    /// Every payload: what deciding which bytes to serve needs.
+    Verify = 0,
+    /// Headers, the trailer chain and digests only: the structure, for a check that the
+    /// bytes end where the writer said (a backup closing a replica) without reading the data.
+    SkipBatches = 1,
+}
+
 /// Algorithm 1 over `buf`. Never panics and never reads outside `buf`.
 pub fn scan_segment(buf: &[u8]) -> ScanOutcome {
+    scan_segment_with(buf, PayloadChecks::Verify)
+}
+
+/// Algorithm 1 over `buf`, checking batch payloads or not. With `PayloadChecks::SkipBatches`
+/// a flipped bit in a batch's payload goes unnoticed: the outcome says where the structure
+/// ends, not that the data is intact.
+pub fn scan_segment_with(buf: &[u8], payloads: PayloadChecks) -> ScanOutcome {
     let mut chain = HeaderChain::new();
     let mut pos = 0usize;
     let mut outcome = ScanOutcome {
@@ -91,7 +110,8 @@ pub fn scan_segment(buf: &[u8]) -> ScanOutcome {
         else {
             break ScanStop::LengthPastEnd;
         };
-        if crc32fast::hash(payload) != header.payload_crc32 {
+        let check = payloads == PayloadChecks::Verify || header.entry_type != EntryType::Batch;
+        if check && crc32fast::hash(payload) != header.payload_crc32 {
             break if header.entry_type == EntryType::Trailer {
                 ScanStop::TrailerMismatch
             } else {
@@ -148,7 +168,16 @@ pub struct Corruption {
 /// Verifies a closed segment: its valid prefix must be exactly `expected_len` bytes. A closed
 /// replica that fails this is corrupt and must never be served.
 pub fn verify_closed(buf: &[u8], expected_len: usize) -> Result<ScanOutcome, Corruption> {
-    let outcome = scan_segment(buf);
+    verify_closed_with(buf, expected_len, PayloadChecks::Verify)
+}
+
+/// `verify_closed`, checking payloads or only the structure (see `PayloadChecks`).
+pub fn verify_closed_with(
+    buf: &[u8],
+    expected_len: usize,
+    payloads: PayloadChecks,
+) -> Result<ScanOutcome, Corruption> {
+    let outcome = scan_segment_with(buf, payloads);
     if outcome.valid_len == expected_len {
         Ok(outcome)
     } else {
@@ -341,6 +370,35 @@ mod tests {
         for bit in 0..length * 8 {
             let mut flipped = image.bytes.clone();
             flipped[bit / 8] ^= 1 << (bit % 8);
+            assert!(verify_closed(&flipped, length).is_err(), "bit {bit}");
+        }
+    }
+
+    /// Without batch payload checks, a flip inside a batch's payload goes unnoticed, while a flip
+    /// in any header or trailer still ends the structure there.
+    #[test]
+    fn a_structure_check_sees_every_header_and_trailer_flip_and_no_payload_flip() {
+        let (image, spans) = build(512, &[b"one".to_vec(), vec![9; 40], b"three".to_vec()]);
+        let length = spans.last().unwrap().1;
+        let skip = PayloadChecks::SkipBatches;
+        assert_eq!(
+            verify_closed_with(&image.bytes, length, skip)
+                .unwrap()
+                .batch_entries,
+            3
+        );
+        // Each batch's payload follows its header; the trailer comes after it.
+        let lens = [3, 40, 5];
+        let in_payload = |byte: usize| {
+            spans[1..].iter().zip(lens).any(|(span, len)| {
+                (span.0 + ENTRY_HEADER_BYTES..span.0 + ENTRY_HEADER_BYTES + len).contains(&byte)
+            })
+        };
+        for bit in 0..length * 8 {
+            let mut flipped = image.bytes.clone();
+            flipped[bit / 8] ^= 1 << (bit % 8);
+            let structure = verify_closed_with(&flipped, length, skip);
+            assert_eq!(structure.is_ok(), in_payload(bit / 8), "bit {bit}");
             assert!(verify_closed(&flipped, length).is_err(), "bit {bit}");
         }
     }

@@ -180,6 +180,41 @@ fn a_closed_replica_with_a_flipped_bit_is_never_served_and_then_reported_corrupt
     }
 }
 
+/// Close checks structure, not batch payloads (the backup's CPU does not read the data), so a
+/// payload damaged in the buffer closes, but the first read verifies the file whole and
+/// refuses it.
+#[test]
+fn a_payload_damaged_before_close_is_caught_by_the_first_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = ServerId::new(2, 1);
+    let (mut bytes, written) = image();
+    let store = BackupStore::load(dir.path(), LIMITS).unwrap();
+    store.open(&open(p, 1, 1, false)).unwrap();
+    // The last byte of "second batch", before its trailer (9-byte header, 4-byte value).
+    bytes[written - 9 - 4 - 1] ^= 0x10;
+    place(&store, p, 1, &bytes[..written]);
+    let replica = store.find(p, &id(1)).unwrap();
+    let close = ReplicaCloseRequest {
+        primary: p,
+        replica: id(1),
+        key: replica.key,
+        length: written as u32,
+    };
+    ops::close(&store, &close).unwrap();
+    let read = ops::read(
+        &store,
+        &ReadReplicaRequest {
+            primary: p,
+            replica: id(1),
+            epoch: 1,
+            offset: 0,
+            max_bytes: 1 << 20,
+        },
+    );
+    assert!(matches!(read, Err(BackupError::Corrupt(_))));
+    assert_eq!(ops::describe(&replica).state, ReplicaState::Corrupt);
+}
+
 #[test]
 fn closing_with_a_length_the_bytes_do_not_have_is_refused() {
     let dir = tempfile::tempdir().unwrap();
