@@ -372,6 +372,16 @@ async fn a_corrupt_claim_file_is_logged_counted_and_never_trusted() {
         let backup = (0..2)
             .find(|i| test.cluster.broker(*i).unwrap().rpc_addr.to_string() != owner)
             .unwrap();
+        let backup_addr = test.cluster.broker(backup).unwrap().rpc_addr.to_string();
+        let generation = test
+            .client()
+            .list_brokers()
+            .await
+            .unwrap()
+            .iter()
+            .find(|b| b.rpc_addr == backup_addr)
+            .map(|b| b.server_id.generation)
+            .unwrap();
         test.cluster.kill_broker(backup).await;
         let buffers = test
             .dir
@@ -401,7 +411,10 @@ async fn a_corrupt_claim_file_is_logged_counted_and_never_trusted() {
         assert_eq!(rejected, corrupted as f64);
         let log = std::fs::read_to_string(&restarted.log_file).unwrap();
         assert!(log.contains("rejecting a corrupt replica claim"), "{log}");
-        test.wait_for_brokers(2).await;
+        // Not before the killed incarnation is replaced: a stream created meanwhile may be
+        // placed on it, and an R = 0 streamlet is lost with its owner.
+        test.wait_for_new_incarnation(&backup_addr, generation)
+            .await;
         round_trip(&test, "after-claims", 100).await;
         test.stop().await;
     })

@@ -96,6 +96,25 @@ impl TestCluster {
         panic!("{brokers} brokers did not register");
     }
 
+    /// Waits until the broker at `rpc_addr` is registered again as a new, live incarnation
+    /// (generation above `previous`). Until then the coordinator still counts the killed one
+    /// as alive and may place new streamlets on it, which are then lost with it.
+    pub async fn wait_for_new_incarnation(&self, rpc_addr: &str, previous: u32) {
+        let client = self.client();
+        for _ in 0..400 {
+            let registered = client.list_brokers().await.is_ok_and(|brokers| {
+                brokers
+                    .iter()
+                    .any(|b| b.rpc_addr == rpc_addr && b.alive && b.server_id.generation > previous)
+            });
+            if registered {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the broker at {rpc_addr} did not register again");
+    }
+
     pub fn stream_config(&self) -> StreamConfig {
         self.config.stream_defaults.clone()
     }
