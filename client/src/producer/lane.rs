@@ -122,6 +122,11 @@ impl Lane {
         self.paused_until = Some(self.paused_until.map_or(until, |t| t.max(until)));
     }
 
+    /// Whether a request of this lane awaits its answer.
+    pub fn has_in_flight(&self) -> bool {
+        !self.in_flight.is_empty()
+    }
+
     /// Whether a batch sealed now would be sent at once: nothing queued ahead of it, not
     /// draining, not paused. (The broker's request window is the sender's to check.)
     pub fn would_send_now(&self, now: Instant) -> bool {
