@@ -1,15 +1,15 @@
 //! Closed-loop load: each producer sends its records as fast as the producer's buffer takes
 //! them. Measures saturated throughput; its latencies are mostly queueing in that buffer.
 
+use super::outcome::Pending;
 use super::{ProducerOutcome, Progress};
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
-use tailstream_client::{AckFuture, Producer};
+use tailstream_client::Producer;
 
 /// Unsettled records one producer task tracks before awaiting the oldest.
-const PENDING_MAX: usize = 1 << 20;
+const PENDING_MAX: u64 = 1 << 20;
 /// The send clock is read once per this many records (a clock read per 100-byte record costs
 /// more than the rest of `send`); latencies are thus up to that many records' send time late.
 const CLOCK_EVERY_RECORDS: u64 = 32;
@@ -23,8 +23,7 @@ pub(super) async fn produce(
     progress: Arc<Progress>,
 ) -> Result<ProducerOutcome, String> {
     let mut outcome = ProducerOutcome::new();
-    // (send time, counts for latency, ack)
-    let mut pending: VecDeque<(Instant, bool, AckFuture)> = VecDeque::new();
+    let mut pending = Pending::default();
     let mut value = vec![b'x'; record_bytes];
     let mut now = Instant::now();
     let mut measuring = false;
@@ -35,6 +34,12 @@ pub(super) async fn produce(
             if now >= deadline {
                 break;
             }
+            // Settled runs leave the queue once per clock reading: a run holds up to
+            // CLOCK_EVERY_RECORDS records, so looking more often finds nothing new.
+            pending.settle_known(&mut outcome, &progress);
+            while pending.records() > PENDING_MAX {
+                pending.settle_oldest(&mut outcome, &progress).await;
+            }
         }
         // Vary the value so batches are not trivially identical.
         let stamp = i.to_le_bytes();
@@ -44,26 +49,10 @@ pub(super) async fn produce(
             .send(None, &value)
             .await
             .map_err(|e| e.to_string())?;
-        pending.push_back((now, measuring, ack));
-        while let Some((sent, measured, front)) = pending.front() {
-            match front.try_result() {
-                Some(result) => {
-                    outcome.settle(&progress, *sent, *measured, result);
-                    pending.pop_front();
-                }
-                None if pending.len() > PENDING_MAX => {
-                    if let Some((sent, measured, ack)) = pending.pop_front() {
-                        outcome.settle(&progress, sent, measured, ack.wait().await);
-                    }
-                }
-                None => break,
-            }
-        }
+        pending.push(now, measuring, ack);
     }
     producer.flush().await.map_err(|e| e.to_string())?;
-    for (sent, measured, ack) in pending {
-        outcome.settle(&progress, sent, measured, ack.wait().await);
-    }
+    pending.settle_all(&mut outcome, &progress).await;
     outcome.finish(&progress);
     Ok(outcome)
 }

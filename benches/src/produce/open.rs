@@ -124,7 +124,7 @@ pub(super) fn spawn(
             })?;
             while let Some(result) = pending.front().and_then(|(_, _, ack)| ack.try_result()) {
                 if let Some((scheduled, measured, _)) = pending.pop_front() {
-                    outcome.settle(&progress, scheduled, measured, result);
+                    outcome.settle(&progress, scheduled, measured, result, 1);
                 }
             }
             if next < records {
@@ -141,7 +141,7 @@ pub(super) fn spawn(
         runtime.block_on(async {
             producer.flush().await.map_err(|e| e.to_string())?;
             for (scheduled, measured, ack) in pending {
-                outcome.settle(&progress, scheduled, measured, ack.wait().await);
+                outcome.settle(&progress, scheduled, measured, ack.wait().await, 1);
             }
             Ok::<_, String>(())
         })?;

@@ -1,14 +1,85 @@
-//! What one producer task measured, settled record by record. Settling is on the load
-//! generator's hot path (millions of records a second), so it touches nothing shared per
-//! record: acks reach the shared counters in bulk, and equal latencies in a row (records of one
-//! batch sent within one clock reading) enter the histogram at once.
+//! What one producer task measured. Settling is on the load generator's hot path (millions of
+//! records a second), so it touches nothing shared per record: acks reach the shared counters
+//! in bulk, records of one batch sent within one clock reading wait as one [`Pending`] run
+//! (they are acknowledged together, so their latency is one value), and equal latencies in a
+//! row enter the histogram at once.
 
 use super::Progress;
 use crate::latency;
 use hdrhistogram::Histogram;
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
-use tailstream_client::RecordAck;
+use tailstream_client::{AckFuture, RecordAck};
+
+/// Records sent with one send time, in one batch: settled together.
+#[derive(Debug)]
+struct Run {
+    sent: Instant,
+    measured: bool,
+    /// The ack of the run's last record (every record of the run has the same outcome).
+    ack: AckFuture,
+    records: u64,
+}
+
+/// Records sent and not settled yet, oldest first, as runs of records that share a batch and
+/// a send time.
+#[derive(Debug, Default)]
+pub(super) struct Pending {
+    runs: VecDeque<Run>,
+    records: u64,
+}
+
+impl Pending {
+    pub fn push(&mut self, sent: Instant, measured: bool, ack: AckFuture) {
+        self.records += 1;
+        if let Some(last) = self.runs.back_mut()
+            && last.sent == sent
+            && last.measured == measured
+            && last.ack.same_batch(&ack)
+        {
+            last.records += 1;
+            return;
+        }
+        self.runs.push_back(Run {
+            sent,
+            measured,
+            ack,
+            records: 1,
+        });
+    }
+
+    /// Records not settled yet.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// Settles the oldest runs whose outcome is known, stopping at the first that is not.
+    pub fn settle_known(&mut self, outcome: &mut ProducerOutcome, progress: &Progress) {
+        while let Some(result) = self.runs.front().and_then(|run| run.ack.try_result()) {
+            if let Some(run) = self.runs.pop_front() {
+                self.records -= run.records;
+                outcome.settle(progress, run.sent, run.measured, result, run.records);
+            }
+        }
+    }
+
+    /// Waits for the oldest run and settles it.
+    pub async fn settle_oldest(&mut self, outcome: &mut ProducerOutcome, progress: &Progress) {
+        if let Some(run) = self.runs.pop_front() {
+            self.records -= run.records;
+            let result = run.ack.wait().await;
+            outcome.settle(progress, run.sent, run.measured, result, run.records);
+        }
+    }
+
+    /// Waits for every run and settles it.
+    pub async fn settle_all(&mut self, outcome: &mut ProducerOutcome, progress: &Progress) {
+        while !self.runs.is_empty() {
+            self.settle_oldest(outcome, progress).await;
+        }
+    }
+}
 
 /// Acks a producer task settles before adding them to the shared counters.
 const PUBLISH_EVERY_ACKS: u64 = 256;
@@ -40,24 +111,26 @@ impl ProducerOutcome {
         }
     }
 
+    /// Settles `records` records sent at `sent` that ended in `result`.
     pub fn settle<E>(
         &mut self,
         progress: &Progress,
         sent: Instant,
         measured: bool,
         result: Result<RecordAck, E>,
+        records: u64,
     ) {
         match result {
             Ok(ack) => {
-                self.unpublished_acked += 1;
+                self.unpublished_acked += records;
                 if measured {
-                    self.unpublished_measured += 1;
+                    self.unpublished_measured += records;
                     let micros = ack.acked_at.saturating_duration_since(sent).as_micros() as u64;
                     if self.run.1 > 0 && self.run.0 == micros {
-                        self.run.1 += 1;
+                        self.run.1 += records;
                     } else {
                         self.end_run();
-                        self.run = (micros, 1);
+                        self.run = (micros, records);
                     }
                     self.last_measured_ack = self.last_measured_ack.max(Some(ack.acked_at));
                 }
@@ -65,7 +138,7 @@ impl ProducerOutcome {
                     self.publish(progress);
                 }
             }
-            Err(_) => self.failed += 1,
+            Err(_) => self.failed += records,
         }
     }
 
@@ -128,10 +201,11 @@ mod tests {
                 sent,
                 true,
                 ack(sent + Duration::from_micros(micros)),
+                1,
             );
         }
-        outcome.settle(&progress, sent, false, ack(sent));
-        outcome.settle(&progress, sent, true, Err::<RecordAck, ()>(()));
+        outcome.settle(&progress, sent, false, ack(sent), 1);
+        outcome.settle(&progress, sent, true, Err::<RecordAck, ()>(()), 1);
         assert_eq!(
             progress.acked.load(Ordering::Relaxed),
             0,
@@ -143,5 +217,15 @@ mod tests {
         assert_eq!(outcome.failed, 1);
         assert_eq!(outcome.latency_us.len(), 5);
         assert_eq!(outcome.latency_us.count_at(5), 4);
+        outcome.settle(&progress, sent, true, ack(sent), 1000);
+        outcome.settle(&progress, sent, true, Err::<RecordAck, ()>(()), 7);
+        outcome.finish(&progress);
+        assert_eq!(progress.measured.load(Ordering::Relaxed), 1005);
+        assert_eq!(
+            outcome.latency_us.count_at(0),
+            1000,
+            "a run counts every record"
+        );
+        assert_eq!(outcome.failed, 8);
     }
 }

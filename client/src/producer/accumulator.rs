@@ -307,6 +307,7 @@ mod tests {
         assert!(a.wake_sender && acc.take_ready().is_empty());
         let b = acc.append(record(Some(b"k"), b"v2"), || (now, 0)).unwrap();
         assert!(!b.wake_sender);
+        assert!(a.ack.same_batch(&b.ack), "one open batch");
         let linger = Duration::from_millis(5);
         assert_eq!(acc.next_deadline(now, linger), Some(now + linger));
         acc.seal_expired(now, linger, |_| true);
@@ -317,6 +318,8 @@ mod tests {
         assert_eq!(sealed[0].builder.record_count(), 2);
         assert_eq!(sealed[0].streamlet, streamlet_for_key(b"k", 4));
         assert_eq!(acc.next_deadline(now + linger, linger), None);
+        let c = acc.append(record(Some(b"k"), b"v3"), || (now, 0)).unwrap();
+        assert!(!c.ack.same_batch(&b.ack), "a new batch after sealing");
     }
 
     #[test]

@@ -123,6 +123,13 @@ impl AckFuture {
         Self { cell, index }
     }
 
+    /// Whether `other` is a record of the same batch as this one: the two are acknowledged
+    /// (or fail) together, at the same moment. Lets a caller that tracks many records keep
+    /// one entry per batch instead of one per record.
+    pub fn same_batch(&self, other: &AckFuture) -> bool {
+        Arc::ptr_eq(&self.cell, &other.cell)
+    }
+
     /// The outcome if it is already known.
     pub fn try_result(&self) -> Option<Result<RecordAck, ClientError>> {
         self.cell.record(self.index)
