@@ -13,6 +13,7 @@ pub const FETCH_REQUESTS: &str = "tailstream_fetch_requests_total";
 pub const FETCHED_BYTES: &str = "tailstream_fetched_bytes_total";
 pub const SEGMENT_MEMORY: &str = "tailstream_segment_memory_bytes";
 pub const SEGMENT_MEMORY_MAX: &str = "tailstream_segment_memory_max_bytes";
+pub const SEGMENT_BUFFERS_REUSED: &str = "tailstream_segment_buffers_reused_total";
 pub const RETENTION_FREED: &str = "tailstream_retention_freed_bytes_total";
 pub const BACKUP_WRITTEN_BYTES: &str = "tailstream_backup_written_bytes_total";
 pub const BACKUP_BUFFERS_USED: &str = "tailstream_backup_buffers_used";
@@ -63,6 +64,11 @@ const COUNTERS: &[(&str, Unit, &str)] = &[
         APPEND_LOCK_CONTENDED,
         Unit::Count,
         "Appends that found their log's lock held (producers sharing a log; more logs per streamlet spread them).",
+    ),
+    (
+        SEGMENT_BUFFERS_REUSED,
+        Unit::Count,
+        "New segments that reused a freed segment's buffer instead of fresh memory.",
     ),
     (FETCH_REQUESTS, Unit::Count, "Fetch requests received."),
     (FETCHED_BYTES, Unit::Bytes, "Entry bytes sent to consumers."),

@@ -6,6 +6,7 @@
 //! appender only ever touches bytes nobody else looks at yet.
 
 use crate::entry::{ENTRY_HEADER_BYTES, EntryHeader, EntryType, HeaderChain, TRAILER_BYTES};
+use bytes::{BufMut, BytesMut};
 use thiserror::Error;
 
 /// Bytes one append of a `payload_len`-byte payload takes: header, payload, trailer.
@@ -123,6 +124,50 @@ impl SegmentAppender {
         })
     }
 
+    /// Appends one entry whose payload is a copy of `payload`, then its trailer, at the end of
+    /// `out`, in `out`'s spare capacity. Nothing needs to be pre-zeroed: every byte of the
+    /// append is written here. `stamp` may change fields of the copied payload (the broker
+    /// stamps a batch's base offset) before its checksum is computed. `out` is never grown:
+    /// a segment is one fixed allocation whose written part is shared with readers, so an
+    /// append without room in `out`'s capacity is refused like one past the segment's end.
+    pub fn append_copy(
+        &mut self,
+        out: &mut BytesMut,
+        entry_type: EntryType,
+        payload: &[u8],
+        stamp: impl FnOnce(&mut [u8]),
+    ) -> Result<AppendedEntry, SegmentFull> {
+        let needed = append_bytes(payload.len());
+        let room = out.capacity() - out.len();
+        if needed > self.remaining() || needed > room {
+            return Err(SegmentFull {
+                needed,
+                remaining: self.remaining().min(room),
+            });
+        }
+        debug_assert_ne!(
+            entry_type,
+            EntryType::Trailer,
+            "trailers are written by the appender"
+        );
+        let header_at = out.len();
+        // The header's place, written once the payload's checksum is known.
+        out.put_bytes(0, ENTRY_HEADER_BYTES);
+        out.put_slice(payload);
+        let payload_slot = &mut out[header_at + ENTRY_HEADER_BYTES..];
+        stamp(payload_slot);
+        let header = EntryHeader::for_payload(entry_type, payload_slot).encode();
+        out[header_at..header_at + ENTRY_HEADER_BYTES].copy_from_slice(&header);
+        self.chain.push(&header);
+        out.put_slice(&self.chain.trailer());
+        let position = self.written;
+        self.written += needed;
+        Ok(AppendedEntry {
+            position,
+            end: self.written,
+        })
+    }
+
     /// `append_with` for a payload that is already in one slice.
     pub fn append(
         &mut self,
@@ -203,6 +248,44 @@ mod tests {
             .unwrap();
         assert_eq!(bytes, whole.bytes, "same bytes, trailer chain included");
         assert!(SegmentAppender::resume(512, &prefix[..prefix.len() - 1]).is_none());
+    }
+
+    #[test]
+    fn copying_appends_into_spare_capacity_write_the_same_bytes_and_never_grow_it() {
+        let mut image = SegmentImage::new(128);
+        image.append(EntryType::LogDigest, b"digest").unwrap();
+        image.append(EntryType::Batch, b"BATCH-one").unwrap();
+        let mut appender = SegmentAppender::new(128);
+        // Stale bytes from an earlier use of the memory must not matter.
+        let mut out = BytesMut::with_capacity(128);
+        out.put_bytes(0xAB, 128);
+        out.clear();
+        appender
+            .append_copy(&mut out, EntryType::LogDigest, b"digest", |_| {})
+            .unwrap();
+        let batch = appender
+            .append_copy(&mut out, EntryType::Batch, b"batch-one", |slot| {
+                slot[..5].copy_from_slice(b"BATCH")
+            })
+            .unwrap();
+        assert_eq!(&out[..], &image.bytes[..image.written()]);
+        assert_eq!(batch.end, out.len());
+        let capacity = out.capacity();
+        let before = out.clone();
+        let err = appender
+            .append_copy(&mut out, EntryType::Batch, &[1; 80], |_| {})
+            .unwrap_err();
+        assert_eq!(err.needed, append_bytes(80));
+        assert_eq!((out.capacity(), &out[..]), (capacity, &before[..]));
+        // Room in the appender but not in the buffer: refused too, never reallocated.
+        let mut small = BytesMut::with_capacity(16);
+        let mut fresh = SegmentAppender::new(1 << 20);
+        assert!(
+            fresh
+                .append_copy(&mut small, EntryType::Batch, &[0; 64], |_| {})
+                .is_err()
+        );
+        assert!(small.is_empty());
     }
 
     #[test]

@@ -54,6 +54,9 @@ impl AppendLocation {
 pub struct Appended {
     pub location: AppendLocation,
     pub duplicate: bool,
+    /// The append opened a new segment (the log grew by a segment: time to look at
+    /// size-based retention).
+    pub rolled: bool,
 }
 
 /// How far a log is committed: every byte of earlier segments, and `end` bytes of `segment`.
@@ -204,6 +207,7 @@ impl Log {
                 return Ok(Appended {
                     location,
                     duplicate: true,
+                    rolled: false,
                 });
             }
             SequenceCheck::DuplicateForgotten => {
@@ -251,9 +255,8 @@ impl Log {
             .head_mut()
             .ok_or_else(|| StorageError::invariant("no head segment after a roll"))?;
         let appended = head
-            .append(EntryType::Batch, batch.len(), |slot| {
-                slot.copy_from_slice(batch);
-                stamp_base_offset(slot, offset);
+            .append(EntryType::Batch, batch, |slot| {
+                stamp_base_offset(slot, offset)
             })
             // The size check above and the roll guarantee room; refusing is still safer
             // than writing anywhere else.
@@ -291,6 +294,7 @@ impl Log {
         Ok(Appended {
             location,
             duplicate: false,
+            rolled: !head_fits,
         })
     }
 
@@ -344,9 +348,7 @@ impl Log {
             segments: state.live_segments.clone(),
         }
         .to_bytes();
-        let appended = match segment.append(EntryType::LogDigest, digest.len(), |slot| {
-            slot.copy_from_slice(&digest)
-        }) {
+        let appended = match segment.append(EntryType::LogDigest, &digest, |_| {}) {
             Ok(appended) => appended,
             Err(_) => {
                 state.live_segments.pop();

@@ -1,9 +1,9 @@
 //! Storage: streamlets as MultiLogs, in memory, with no network I/O and no async.
 //!
 //! `store` (every streamlet this broker owns) → `streamlet` (a MultiLog of Q logs) → `log`
-//! (append lock, head segment, groups) → `group` → `segment` (pre-zeroed buffer of entries and
-//! trailers). `producers` keeps the idempotence state of each log, `memory` the broker-wide
-//! segment budget, `error` the reasons an operation is refused, `rebuild` makes a log again
+//! (append lock, head segment, groups) → `group` → `segment` (one buffer of entries and
+//! trailers, written front to back). `producers` keeps the idempotence state of each log,
+//! `memory` the broker-wide segment budget and the reuse of freed segments' buffers, `error` the reasons an operation is refused, `rebuild` makes a log again
 //! from its recovered segments (recovery), keeping every id, position and offset.
 
 pub mod error;

@@ -1,10 +1,13 @@
-//! One fixed-size segment on its primary: a pre-zeroed buffer written front to back.
+//! One fixed-size segment on its primary: one buffer written front to back.
 //!
 //! The written part is a list of immutable chunks, one per append (entry + trailer), all slices
-//! of the one zeroed allocation; the unwritten tail is a `BytesMut` that only the appender
-//! touches. Readers take zero-copy `Bytes` of committed chunks and send them without holding
-//! any lock, and the replication layer ships the very same chunks. Nothing is copied after the
-//! append's single copy of the batch into the segment.
+//! of the one allocation; the unwritten tail is an empty `BytesMut` whose spare capacity is
+//! the rest of that allocation, and only the appender touches it. Every exposed byte is
+//! written by an append, so the buffer needs no zeroing and is reused once the segment is
+//! freed and its readers are done (`MemoryLease::take_buffer`). Readers take zero-copy
+//! `Bytes` of committed chunks and send them without holding any lock, and the replication
+//! layer ships the very same chunks. Nothing is copied after the append's single copy of the
+//! batch into the segment.
 
 use super::memory::MemoryLease;
 use bytes::{Bytes, BytesMut};
@@ -38,7 +41,7 @@ pub struct Segment {
     appender: SegmentAppender,
     committed_bytes: usize,
     sealed: bool,
-    _lease: MemoryLease,
+    lease: MemoryLease,
 }
 
 impl Segment {
@@ -53,13 +56,11 @@ impl Segment {
             id,
             base_offset,
             chunks: Vec::new(),
-            // Pre-zeroed, as the trailer scheme needs; large zeroed allocations come from the
-            // kernel's zero pages, so untouched capacity costs no resident memory.
-            tail: BytesMut::zeroed(capacity_bytes),
+            tail: lease.take_buffer(),
             appender: SegmentAppender::new(capacity_bytes),
             committed_bytes: 0,
             sealed: false,
-            _lease: lease,
+            lease,
         }
     }
 
@@ -101,7 +102,7 @@ impl Segment {
             appender,
             committed_bytes: valid.len(),
             sealed: true,
-            _lease: lease,
+            lease,
         })
     }
 
@@ -138,26 +139,24 @@ impl Segment {
         !self.sealed && self.appender.fits(payload_len)
     }
 
-    /// Appends one entry (and its trailer). `fill` writes the payload into its slot.
+    /// Appends one entry (and its trailer) whose payload is a copy of `payload`, which
+    /// `stamp` may then change in place (before its checksum is taken).
     pub fn append(
         &mut self,
         entry_type: EntryType,
-        payload_len: usize,
-        fill: impl FnOnce(&mut [u8]),
+        payload: &[u8],
+        stamp: impl FnOnce(&mut [u8]),
     ) -> Result<AppendedEntry, SegmentFull> {
         if self.sealed {
             return Err(SegmentFull {
-                needed: payload_len,
+                needed: payload.len(),
                 remaining: 0,
             });
         }
         let appended = self
             .appender
-            .append_with(&mut self.tail, entry_type, payload_len, fill)?;
-        let bytes = self
-            .tail
-            .split_to(appended.end - appended.position)
-            .freeze();
+            .append_copy(&mut self.tail, entry_type, payload, stamp)?;
+        let bytes = self.tail.split().freeze();
         // Positions fit in u32: segments are at most 1 GiB (config::SEGMENT_SIZE_BYTES_MAX).
         let position = u32::try_from(appended.position).unwrap_or(u32::MAX);
         self.chunks.push(Chunk { position, bytes });
@@ -175,10 +174,10 @@ impl Segment {
         self.committed_bytes = self.committed_bytes.max(end.min(self.written_bytes()));
     }
 
-    /// No more appends; the unwritten tail is released.
+    /// No more appends. (The empty tail stays: it is how the buffer is reused once the
+    /// segment is freed.)
     pub fn seal(&mut self) {
         self.sealed = true;
-        self.tail = BytesMut::new();
     }
 
     /// Position of the first entry after the segment's log digest (what position 0 means in a
@@ -282,6 +281,12 @@ impl Segment {
     }
 }
 
+impl Drop for Segment {
+    fn drop(&mut self) {
+        self.lease.retire(std::mem::take(&mut self.tail));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,11 +301,7 @@ mod tests {
     }
 
     fn append(segment: &mut Segment, entry_type: EntryType, payload: &[u8]) -> AppendedEntry {
-        segment
-            .append(entry_type, payload.len(), |slot| {
-                slot.copy_from_slice(payload)
-            })
-            .unwrap()
+        segment.append(entry_type, payload, |_| {}).unwrap()
     }
 
     #[test]
@@ -400,6 +401,6 @@ mod tests {
         append(&mut s, EntryType::LogDigest, b"d");
         s.seal();
         assert!(!s.fits(1));
-        assert!(s.append(EntryType::Batch, 1, |_| {}).is_err());
+        assert!(s.append(EntryType::Batch, &[1], |_| {}).is_err());
     }
 }

@@ -159,15 +159,10 @@ impl Store {
 
     /// One retention pass over every streamlet; returns the bytes freed.
     pub fn enforce_retention(&self, now: Instant) -> u64 {
-        let freed = self
-            .streamlets()
+        self.streamlets()
             .iter()
             .map(|s| s.enforce_retention(now))
-            .sum();
-        if freed > 0 {
-            metrics::counter!(crate::metrics::RETENTION_FREED).increment(freed);
-        }
-        freed
+            .sum()
     }
 
     /// Appends to `streamlet`. When segment memory is full, runs a retention pass first and

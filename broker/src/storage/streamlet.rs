@@ -244,8 +244,16 @@ impl Streamlet {
         info: &BatchInfo,
         now: Instant,
     ) -> Result<Appended, StorageError> {
-        self.log_for(info.producer_id)
-            .append(&self.shared, batch, info, now)
+        let appended = self
+            .log_for(info.producer_id)
+            .append(&self.shared, batch, info, now)?;
+        // Size-based retention as soon as a log grows by a segment (the periodic pass is for
+        // age): the streamlet stays within `retention_bytes` plus one segment per log, and a
+        // freed segment's buffer is reused by the next one instead of fresh memory.
+        if appended.rolled && self.shared.config.retention_bytes > 0 {
+            self.enforce_retention(now);
+        }
+        Ok(appended)
     }
 
     pub fn list_groups(&self) -> Vec<LogGroups> {
@@ -255,6 +263,14 @@ impl Streamlet {
     /// Frees sealed groups older than `retention_ms`, then the oldest sealed groups while the
     /// streamlet holds more than `retention_bytes`. Returns the bytes freed.
     pub fn enforce_retention(&self, now: Instant) -> u64 {
+        let freed = self.free_past_retention(now);
+        if freed > 0 {
+            metrics::counter!(crate::metrics::RETENTION_FREED).increment(freed);
+        }
+        freed
+    }
+
+    fn free_past_retention(&self, now: Instant) -> u64 {
         let config = &self.shared.config;
         if config.retention_bytes == 0 && config.retention_ms == 0 {
             return 0;
