@@ -5,15 +5,27 @@
 //!  0     4    magic "TSF1"            rejects non-Tailstream peers (HTTP, garbage) at once
 //!  4     4    header_crc32            CRC32 of bytes 8..32, checked before any field is used
 //!  8     4    body_len                checked against the receiver's maximum before allocating
-//! 12     4    body_crc32              CRC32 of the body, checked before the body is decoded
+//! 12     4    body_crc32              CRC32 of the body (or of its first checked_bytes),
+//!                                      checked before the body is decoded
 //! 16     8    request_id              echoed in the response; clients pipeline
 //! 24     2    opcode                  what the request asks (responses echo it)
 //! 26     2    status                  0 in requests; the outcome in responses
 //! 28     1    flags                   bit 0: this frame is a response
+//!                                      bit 1: the body's tail checks itself (see below)
 //! 29     1    version                 FRAME_VERSION
-//! 30     2    reserved                zero
+//! 30     2    checked_bytes           with flag bit 1: the body bytes body_crc32 covers;
+//!                                      else zero
 //! ```
 //! All integers little-endian. The decoder is incremental: a partial frame is `Ok(None)`.
+//!
+//! **Self-checked tails.** A produce request ends in a record batch, which the broker verifies
+//! whole (CRC-32C, lengths, every record) before trusting any of it; a fetch answer ends in
+//! segment entries, which the consumer verifies whole (each entry's CRC32, each batch's
+//! CRC-32C). Checksumming those bytes a second time in the frame cost a tenth of a producer's
+//! and a broker's CPU, so for exactly those messages (`Opcode::tail_checks_itself`) the frame
+//! checksum covers only the message's own fields, the first body part, and the receiver
+//! refuses the flag on any other message. Every byte is still covered by a checksum that is
+//! verified before it is trusted.
 
 use crate::ids::RequestId;
 use crate::status::Status;
@@ -24,6 +36,7 @@ pub const FRAME_MAGIC: [u8; 4] = *b"TSF1";
 pub const FRAME_VERSION: u8 = 1;
 pub const FRAME_HEADER_BYTES: usize = 32;
 const FLAG_RESPONSE: u8 = 0b0000_0001;
+const FLAG_TAIL_SELF_CHECKED: u8 = 0b0000_0010;
 
 const _: () = assert!(FRAME_HEADER_BYTES == 4 + 4 + 4 + 4 + 8 + 2 + 2 + 1 + 1 + 2);
 
@@ -103,6 +116,18 @@ opcodes! {
     ReplicaAdopt = 58,
 }
 
+impl Opcode {
+    /// Whether this message's body ends in bytes that carry and are checked by their own
+    /// checksums (so the frame checksum may cover only the part before them): a produce
+    /// request's record batch, a fetch answer's segment entries.
+    pub fn tail_checks_itself(self, is_response: bool) -> bool {
+        matches!(
+            (self, is_response),
+            (Opcode::Produce, false) | (Opcode::Fetch, true)
+        )
+    }
+}
+
 /// A frame's fixed header, decoded and checksum-verified.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameHeader {
@@ -113,6 +138,8 @@ pub struct FrameHeader {
     pub request_id: RequestId,
     pub body_len: u32,
     pub body_crc32: u32,
+    /// The body bytes `body_crc32` covers when the rest checks itself; `None`: all of it.
+    pub checked_bytes: Option<u16>,
 }
 
 impl FrameHeader {
@@ -124,6 +151,7 @@ impl FrameHeader {
             request_id,
             body_len: 0,
             body_crc32: 0,
+            checked_bytes: None,
         }
     }
 
@@ -135,6 +163,7 @@ impl FrameHeader {
             request_id,
             body_len: 0,
             body_crc32: 0,
+            checked_bytes: None,
         }
     }
 
@@ -153,19 +182,37 @@ impl FrameHeader {
     }
 
     /// Encodes the header for a body made of `parts` (written after it, in order), filling in
-    /// the body length and checksum.
+    /// the body length and checksum. For a message whose tail checks itself, sent as its own
+    /// fields (the first part) followed by that tail, the checksum covers the first part only.
     pub fn encode_for_body(mut self, parts: &[&[u8]]) -> [u8; FRAME_HEADER_BYTES] {
+        let tail_checks_itself = self
+            .opcode()
+            .is_some_and(|opcode| opcode.tail_checks_itself(self.is_response));
+        self.checked_bytes = match parts {
+            [fields, _, ..] if tail_checks_itself => u16::try_from(fields.len()).ok(),
+            _ => None,
+        };
+        let checked_parts = if self.checked_bytes.is_some() {
+            1
+        } else {
+            parts.len()
+        };
         let mut crc = crc32fast::Hasher::new();
-        let mut len = 0usize;
-        for part in parts {
+        for part in &parts[..checked_parts] {
             crc.update(part);
-            len += part.len();
         }
+        let len: usize = parts.iter().map(|part| part.len()).sum();
         // Senders only build bodies from bounded data far below 4 GiB; saturate rather than
         // wrap so an impossible overflow is caught by the receiver's length check.
         self.body_len = u32::try_from(len).unwrap_or(u32::MAX);
         self.body_crc32 = crc.finalize();
         self.encode()
+    }
+
+    /// The body bytes the body checksum covers.
+    fn checked_len(&self) -> usize {
+        self.checked_bytes
+            .map_or(self.body_len as usize, usize::from)
     }
 
     fn encode(&self) -> [u8; FRAME_HEADER_BYTES] {
@@ -176,7 +223,12 @@ impl FrameHeader {
         out[16..24].copy_from_slice(&self.request_id.0.to_le_bytes());
         out[24..26].copy_from_slice(&self.opcode_raw.to_le_bytes());
         out[26..28].copy_from_slice(&self.status_raw.to_le_bytes());
-        out[28] = if self.is_response { FLAG_RESPONSE } else { 0 };
+        let mut flags = if self.is_response { FLAG_RESPONSE } else { 0 };
+        if let Some(checked) = self.checked_bytes {
+            flags |= FLAG_TAIL_SELF_CHECKED;
+            out[30..32].copy_from_slice(&checked.to_le_bytes());
+        }
+        out[28] = flags;
         out[29] = FRAME_VERSION;
         let crc = crc32fast::hash(&out[8..]);
         out[4..8].copy_from_slice(&crc.to_le_bytes());
@@ -199,14 +251,27 @@ impl FrameHeader {
         let le32 = |at: usize| u32::from_le_bytes([raw[at], raw[at + 1], raw[at + 2], raw[at + 3]]);
         let mut id = [0u8; 8];
         id.copy_from_slice(&raw[16..24]);
-        Ok(Self {
+        let flags = raw[28];
+        let header = Self {
             body_len: le32(8),
             body_crc32: le32(12),
             request_id: RequestId(u64::from_le_bytes(id)),
             opcode_raw: le16(24),
             status_raw: le16(26),
-            is_response: raw[28] & FLAG_RESPONSE != 0,
-        })
+            is_response: flags & FLAG_RESPONSE != 0,
+            checked_bytes: (flags & FLAG_TAIL_SELF_CHECKED != 0).then(|| le16(30)),
+        };
+        if let Some(checked) = header.checked_bytes {
+            // Only a message whose decoder verifies its tail may leave it out of the frame
+            // checksum, and the checked part lies within the body.
+            let allowed = header
+                .opcode()
+                .is_some_and(|opcode| opcode.tail_checks_itself(header.is_response));
+            if !allowed || u32::from(checked) > header.body_len {
+                return Err(FrameError::BadFlags(flags));
+            }
+        }
+        Ok(header)
     }
 }
 
@@ -227,6 +292,8 @@ pub enum FrameError {
     HeaderChecksum,
     #[error("unsupported frame version {0}")]
     UnsupportedVersion(u8),
+    #[error("frame flags {0:#04x} do not fit the frame")]
+    BadFlags(u8),
     #[error("frame body of {len} bytes exceeds the maximum of {max}")]
     TooLarge {
         len: u32,
@@ -304,7 +371,9 @@ impl FrameDecoder {
         }
         buf.advance(FRAME_HEADER_BYTES);
         let body = buf.split_to(header.body_len as usize).freeze();
-        if crc32fast::hash(&body) != header.body_crc32 {
+        // `decode` checked that the covered part lies within the body.
+        let checked = body.get(..header.checked_len()).unwrap_or(&body);
+        if crc32fast::hash(checked) != header.body_crc32 {
             return Err(FrameError::BodyChecksum {
                 request_id: header.request_id,
                 opcode_raw: header.opcode_raw,
@@ -381,6 +450,60 @@ mod tests {
                 Ok(Some(frame)) => panic!("bit {bit} flip accepted: {frame:?}"),
             }
         }
+    }
+
+    #[test]
+    fn only_a_self_checked_tail_is_left_out_of_the_body_checksum() {
+        let decoder = FrameDecoder::new(1024);
+        let header = FrameHeader::request(Opcode::Produce, RequestId(1));
+        let parts: [&[u8]; 2] = [b"fields", b"batch"];
+        let mut buf = BytesMut::from(&header.encode_for_body(&parts)[..]);
+        buf.extend_from_slice(b"fieldsbatch");
+        let good = buf.clone();
+        let frame = decoder.decode(&mut buf).unwrap().unwrap();
+        assert_eq!(frame.header.checked_bytes, Some(6));
+        assert_eq!(&frame.body[..], b"fieldsbatch");
+        // A flip in the fields is caught here; one in the tail is the batch's to catch.
+        for (at, caught) in [(FRAME_HEADER_BYTES, true), (FRAME_HEADER_BYTES + 8, false)] {
+            let mut bad = good.clone();
+            bad[at] ^= 1;
+            assert_eq!(decoder.decode(&mut bad).is_err(), caught, "flip at {at}");
+        }
+        // One part only, or any other message: the whole body is covered.
+        let whole =
+            FrameHeader::request(Opcode::Produce, RequestId(2)).encode_for_body(&[b"fieldsbatch"]);
+        assert_eq!(FrameHeader::decode(&whole).unwrap().checked_bytes, None);
+        let other =
+            FrameHeader::request(Opcode::CreateStream, RequestId(3)).encode_for_body(&parts);
+        assert_eq!(FrameHeader::decode(&other).unwrap().checked_bytes, None);
+        let answer = FrameHeader::response(Opcode::Fetch as u16, RequestId(4), Status::Ok)
+            .encode_for_body(&parts);
+        assert_eq!(FrameHeader::decode(&answer).unwrap().checked_bytes, Some(6));
+    }
+
+    #[test]
+    fn the_self_checked_flag_is_refused_where_the_tail_does_not_check_itself() {
+        let mut raw = FrameHeader::request(Opcode::Produce, RequestId(1))
+            .encode_for_body(&[b"fields", b"batch"]);
+        let reseal = |raw: &mut [u8; FRAME_HEADER_BYTES]| {
+            let crc = crc32fast::hash(&raw[8..]);
+            raw[4..8].copy_from_slice(&crc.to_le_bytes());
+        };
+        // A ping that claims it.
+        let mut ping = raw;
+        ping[24..26].copy_from_slice(&(Opcode::Ping as u16).to_le_bytes());
+        reseal(&mut ping);
+        assert!(matches!(
+            FrameHeader::decode(&ping),
+            Err(FrameError::BadFlags(_))
+        ));
+        // A checked part longer than the body.
+        raw[30..32].copy_from_slice(&100u16.to_le_bytes());
+        reseal(&mut raw);
+        assert!(matches!(
+            FrameHeader::decode(&raw),
+            Err(FrameError::BadFlags(_))
+        ));
     }
 
     #[test]

@@ -217,12 +217,18 @@ mod tests {
         assert_eq!(outcome.failed, 1);
         assert_eq!(outcome.latency_us.len(), 5);
         assert_eq!(outcome.latency_us.count_at(5), 4);
-        outcome.settle(&progress, sent, true, ack(sent), 1000);
+        outcome.settle(
+            &progress,
+            sent,
+            true,
+            ack(sent + Duration::from_micros(7)),
+            1000,
+        );
         outcome.settle(&progress, sent, true, Err::<RecordAck, ()>(()), 7);
         outcome.finish(&progress);
         assert_eq!(progress.measured.load(Ordering::Relaxed), 1005);
         assert_eq!(
-            outcome.latency_us.count_at(0),
+            outcome.latency_us.count_at(7),
             1000,
             "a run counts every record"
         );

@@ -238,12 +238,22 @@ fn size_retention_runs_on_roll_and_freed_segments_lend_their_buffers_to_new_ones
     let mut cfg = config(1, 4096, 1);
     cfg.retention_bytes = 3 * 4096;
     let memory = SegmentMemory::new(64 * 4096);
-    let s = Streamlet::new(StreamId(1), StreamletId(0), cfg, memory.clone(), 64, 64 << 20);
+    let s = Streamlet::new(
+        StreamId(1),
+        StreamletId(0),
+        cfg,
+        memory.clone(),
+        64,
+        64 << 20,
+    );
     let value = "r".repeat(1000);
     for seq in 0..40u32 {
         append(&s, &batch(1, seq, &[&value])).unwrap();
         let written: u64 = s.logs().iter().map(Log::written_bytes).sum();
-        assert!(written <= 4 * 4096, "within retention plus the head: {written}");
+        assert!(
+            written <= 4 * 4096,
+            "within retention plus the head: {written}"
+        );
     }
     assert!(
         memory.buffers_reused() > 5,
