@@ -100,21 +100,31 @@ impl RecordBatchBuilder {
             body_len += varlong_len(opt_len(*hvalue)) + hvalue.map_or(0, <[u8]>::len);
         }
         let out = &mut self.buf;
-        // The framing before the key in one copy (length, attributes 0, deltas, key length).
+        // The framing before the key in one copy (length, attributes 0, deltas, key length),
+        // and for a record without a key the value's length with it.
         let mut head = VarlongRun::default();
         for framing in [body_len as i64, 0, ts_delta, offset_delta, opt_len(key)] {
             // Invariant: a run holds 6 varints, and these are 5.
             let pushed = head.push(framing);
             debug_assert!(pushed);
         }
-        out.put_slice(head.as_bytes());
-        if let Some(bytes) = key {
-            out.put_slice(bytes);
+        match key {
+            None => {
+                // Invariant: the sixth varint of the run.
+                let pushed = head.push(opt_len(value));
+                debug_assert!(pushed);
+                out.put_slice(head.as_bytes());
+            }
+            Some(bytes) => {
+                out.put_slice(head.as_bytes());
+                out.put_slice(bytes);
+                put_varlong(out, opt_len(value));
+            }
         }
-        put_varlong(out, opt_len(value));
         if let Some(bytes) = value {
             out.put_slice(bytes);
         }
+        // The header count: one byte for up to 63 headers.
         put_varlong(out, headers.len() as i64);
         for (hkey, hvalue) in headers {
             put_varlong(out, hkey.len() as i64);

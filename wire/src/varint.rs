@@ -49,14 +49,17 @@ impl Default for VarlongRun {
 
 impl VarlongRun {
     /// Adds `value`; returns false (adding nothing) when the run might not have room for it.
+    /// (Inlined: a producer pushes six per record, and a call each cost a third of encoding.)
+    #[inline]
     pub fn push(&mut self, value: i64) -> bool {
         let Some(room) = self.bytes.get_mut(self.len..self.len + VARLONG_BYTES_MAX) else {
             return false;
         };
         let mut v = zigzag(value);
         // A u64 takes at most VARLONG_BYTES_MAX groups of 7 bits: the loop ends within `room`.
+        let mut written = 0;
         for byte in room.iter_mut() {
-            self.len += 1;
+            written += 1;
             if v < 0x80 {
                 *byte = v as u8;
                 break;
@@ -64,6 +67,7 @@ impl VarlongRun {
             *byte = (v as u8) | 0x80;
             v >>= 7;
         }
+        self.len += written;
         true
     }
 
