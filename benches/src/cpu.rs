@@ -67,6 +67,24 @@ pub fn cpu_time(pid: u32) -> Option<CpuTime> {
     parse_stat(&stat)
 }
 
+/// CPU time so far of the threads of `pid` named `name` (those alive now; unreadable ones
+/// count as zero).
+pub fn threads_cpu_time(pid: u32, name: &str) -> CpuTime {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return CpuTime::default();
+    };
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("stat")).ok())
+        .filter(|stat| thread_name(stat) == Some(name))
+        .filter_map(|stat| parse_stat(&stat))
+        .fold(CpuTime::default(), Add::add)
+}
+
+/// The command name in a stat line (between the first '(' and the last ')').
+fn thread_name(stat: &str) -> Option<&str> {
+    stat.get(stat.find('(')? + 1..stat.rfind(')')?)
+}
+
 /// CPU time of this process so far (every thread), or zero if unreadable.
 pub fn own_cpu_time() -> CpuTime {
     cpu_time(std::process::id()).unwrap_or_default()
@@ -124,7 +142,33 @@ mod tests {
         assert_eq!(time.user_s, 2.5);
         assert_eq!(time.system_s, 0.75);
         assert!(parse_stat("garbage").is_none());
+        assert_eq!(thread_name(line), Some("a (weird) name"));
         assert!(parse_stat("1 (x)").is_none());
+    }
+
+    #[test]
+    fn a_named_thread_of_this_process_is_found() {
+        let (spun_tx, spun) = std::sync::mpsc::channel::<()>();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let spinner = std::thread::Builder::new()
+            .name("cpu-test-spin".into())
+            .spawn(move || {
+                let started = std::time::Instant::now();
+                let mut spin = 0u64;
+                while started.elapsed() < std::time::Duration::from_millis(100) {
+                    spin = std::hint::black_box(spin.wrapping_add(spin >> 3 ^ 7));
+                }
+                let _ = spun_tx.send(());
+                let _ = released.recv();
+                spin
+            })
+            .unwrap();
+        spun.recv().unwrap();
+        let pid = std::process::id();
+        assert!(threads_cpu_time(pid, "cpu-test-spin").total_s() > 0.0);
+        assert_eq!(threads_cpu_time(pid, "no-such-thread").total_s(), 0.0);
+        release.send(()).unwrap();
+        spinner.join().unwrap();
     }
 
     #[test]

@@ -49,6 +49,10 @@ pub struct ProduceBenchReport {
     pub backup_cpu_seconds_per_gib: Option<f64>,
     pub backup_user_cpu_seconds_per_gib: Option<f64>,
     pub backup_system_cpu_seconds_per_gib: Option<f64>,
+    /// Of the backup's CPU, its software NIC threads' (one-sided writes landing in place; the
+    /// rest is closing, flushing and re-zeroing replicas, and membership). Null in RPC mode.
+    pub backup_nic_user_cpu_seconds_per_gib: Option<f64>,
+    pub backup_nic_system_cpu_seconds_per_gib: Option<f64>,
     /// This process: the producers (and the benchmark's own bookkeeping).
     pub client_cpu_seconds_per_gib: Option<f64>,
     pub client_user_cpu_seconds_per_gib: Option<f64>,
@@ -87,6 +91,11 @@ impl ProduceBenchReport {
             .per_process(args.replicas as usize)
             .per_gib(bytes)
             .filter(|_| seen && args.replicas > 0);
+        let backup_nic = cpu
+            .others_nic
+            .per_process(args.replicas as usize)
+            .per_gib(bytes)
+            .filter(|_| seen && args.replicas > 0 && args.replication == "one-sided");
         let brokers_cpu = (cpu.primaries + cpu.others).per_gib(bytes).filter(|_| seen);
         let client = cpu.client.per_gib(bytes);
         Self {
@@ -120,6 +129,8 @@ impl ProduceBenchReport {
             backup_cpu_seconds_per_gib: backup.map(CpuTime::total_s),
             backup_user_cpu_seconds_per_gib: backup.map(|c| c.user_s),
             backup_system_cpu_seconds_per_gib: backup.map(|c| c.system_s),
+            backup_nic_user_cpu_seconds_per_gib: backup_nic.map(|c| c.user_s),
+            backup_nic_system_cpu_seconds_per_gib: backup_nic.map(|c| c.system_s),
             client_cpu_seconds_per_gib: client.map(CpuTime::total_s),
             client_user_cpu_seconds_per_gib: client.map(|c| c.user_s),
             client_system_cpu_seconds_per_gib: client.map(|c| c.system_s),

@@ -1,6 +1,6 @@
 //! Which broker process plays which role for the benchmark stream, and their CPU time.
 
-use crate::cpu::{CpuTime, own_cpu_time, total_cpu_time};
+use crate::cpu::{CpuTime, own_cpu_time, threads_cpu_time, total_cpu_time};
 use tailstream_client::Cluster;
 use tailstream_launcher::LocalCluster;
 
@@ -12,12 +12,23 @@ pub(super) struct Roles {
     pub others: Vec<u32>,
 }
 
+/// The name of a backup's software NIC threads (`tailstream_broker::backup::nic`): their CPU
+/// is what one-sided writes cost a backup, apart from closing and flushing replicas.
+const NIC_THREAD: &str = "tailstream-nic";
+
 impl Roles {
     fn cpu(&self) -> (CpuTime, CpuTime) {
         (
             total_cpu_time(&self.primaries),
             total_cpu_time(&self.others),
         )
+    }
+
+    fn nic_cpu(&self) -> CpuTime {
+        self.others
+            .iter()
+            .map(|pid| threads_cpu_time(*pid, NIC_THREAD))
+            .fold(CpuTime::default(), |a, b| a + b)
     }
 }
 
@@ -52,6 +63,8 @@ pub(super) async fn roles(
 pub(super) struct CpuSnapshot {
     pub primaries: CpuTime,
     pub others: CpuTime,
+    /// The other brokers' software NIC threads (part of `others`).
+    pub others_nic: CpuTime,
     pub client: CpuTime,
 }
 
@@ -61,6 +74,7 @@ impl CpuSnapshot {
         Self {
             primaries,
             others,
+            others_nic: roles.nic_cpu(),
             client: own_cpu_time(),
         }
     }
@@ -69,6 +83,7 @@ impl CpuSnapshot {
         CpuSnapshot {
             primaries: self.primaries - before.primaries,
             others: self.others - before.others,
+            others_nic: self.others_nic - before.others_nic,
             client: self.client - before.client,
         }
     }
