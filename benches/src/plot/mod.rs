@@ -297,7 +297,14 @@ fn backup_cpu_figure(closed: &[&Value]) -> Figure {
     let replicated = with_replicas(closed, |n| n > 0);
     // Keyed by (mode, user/system) so the legend reads one-sided user, one-sided system, rpc ...
     let mut keyed = Vec::new();
-    for (kind, what, dash) in [(0, "user", SOLID), (1, "system", DASHED)] {
+    // The third kind is one-sided mode's software NIC threads alone (user time): what the
+    // writes themselves cost, apart from closing and flushing replicas.
+    let kinds = [
+        (0, "user", SOLID),
+        (1, "system", DASHED),
+        (2, "nic_user", DOTTED),
+    ];
+    for (kind, what, dash) in kinds {
         let field = format!("backup_{what}_cpu_seconds_per_gib");
         let samples = replicated.iter().filter_map(|r| {
             let y = num(r, &field)?;
@@ -306,7 +313,7 @@ fn backup_cpu_figure(closed: &[&Value]) -> Figure {
         for (mode, points) in group_mean(samples) {
             // System time gets the mode's colour shifted past the three mode colours.
             let key = (mode_colour(&mode), kind);
-            let label = format!("{mode} {what}");
+            let label = format!("{mode} {}", what.replace('_', " threads "));
             keyed.push((key, series(key.0 + 3 * kind, dash, label, points)));
         }
     }
