@@ -12,7 +12,7 @@ if [ -z "${SKIP_RUNS:-}" ]; then
   : > docs/bench/throughput.jsonl
   for producers in 1 2 4; do
     for logs in 1 2 4; do
-      "$BIN" bench produce --producers "$producers" --logs "$logs" --records 10000000 --json \
+      "$BIN" bench produce --producers "$producers" --logs "$logs" --records 40000000 --json \
         >> docs/bench/throughput.jsonl
     done
   done
@@ -22,7 +22,7 @@ if [ -z "${SKIP_RUNS:-}" ]; then
     for mode in one-sided rpc; do
       [ "$replicas" = 0 ] && [ "$mode" = rpc ] && continue
       # Enough records for several seconds past the 2 s warm-up (R = 0 runs ~2x faster).
-      records=$([ "$replicas" = 0 ] && echo 24000000 || echo 16000000)
+      records=$([ "$replicas" = 0 ] && echo 60000000 || echo 30000000)
       "$BIN" bench produce --producers 2 --records "$records" --replicas "$replicas" \
         --replication "$mode" --json >> docs/bench/replication.jsonl
     done

@@ -10,7 +10,7 @@ DURATION=${DURATION:-5}
 for config in "0 one-sided" "3 one-sided" "3 rpc"; do
   set -- $config
   replicas=$1 mode=$2
-  records=$([ "$replicas" = 0 ] && echo 20000000 || echo 8000000)
+  records=$([ "$replicas" = 0 ] && echo 60000000 || echo 30000000)
   saturated=$("$BIN" bench produce --producers 1 --records "$records" --replicas "$replicas" \
     --replication "$mode" --json)
   echo "$saturated"
