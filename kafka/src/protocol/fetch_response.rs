@@ -1,0 +1,123 @@
+//! Fetch answers (v4–v11), encoded here rather than through `kafka-protocol`: a partition's
+//! records are the stored record batches themselves, sent as slices of the segments they live
+//! in (`parts`), never copied into one buffer or decoded.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+/// One partition's part of a fetch answer.
+#[derive(Debug, Default)]
+pub struct PartitionAnswer {
+    pub partition: i32,
+    pub error_code: i16,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    /// Whole record batches, in offset order.
+    pub batches: Vec<Bytes>,
+}
+
+/// One topic's partitions.
+#[derive(Debug, Default)]
+pub struct TopicAnswer {
+    pub topic: String,
+    pub partitions: Vec<PartitionAnswer>,
+}
+
+/// Encodes a fetch answer of `version` (4..=11) as body parts: the encoded fields between the
+/// batches, and the batches as they are. No fetch sessions: session id 0.
+pub fn encode_fetch_response(version: i16, topics: &[TopicAnswer]) -> Vec<Bytes> {
+    let mut parts = Vec::new();
+    let mut fields = BytesMut::with_capacity(256);
+    fields.put_i32(0); // throttle_time_ms
+    if version >= 7 {
+        fields.put_i16(0); // error_code
+        fields.put_i32(0); // session_id: sessions are not kept
+    }
+    put_count(&mut fields, topics.len());
+    for topic in topics {
+        put_string(&mut fields, &topic.topic);
+        put_count(&mut fields, topic.partitions.len());
+        for partition in &topic.partitions {
+            fields.put_i32(partition.partition);
+            fields.put_i16(partition.error_code);
+            fields.put_i64(partition.high_watermark);
+            // No transactions: everything committed is stable.
+            fields.put_i64(partition.high_watermark);
+            if version >= 5 {
+                fields.put_i64(partition.log_start_offset);
+            }
+            fields.put_i32(-1); // aborted_transactions: null
+            if version >= 11 {
+                fields.put_i32(-1); // preferred_read_replica: none
+            }
+            let records: usize = partition.batches.iter().map(Bytes::len).sum();
+            // A fetch answer is bounded far below 2 GiB (fetch_bytes_max).
+            fields.put_i32(i32::try_from(records).unwrap_or(i32::MAX));
+            if !partition.batches.is_empty() {
+                parts.push(fields.split().freeze());
+                parts.extend(partition.batches.iter().cloned());
+            }
+        }
+    }
+    parts.push(fields.freeze());
+    parts
+}
+
+fn put_count(out: &mut BytesMut, count: usize) {
+    out.put_i32(i32::try_from(count).unwrap_or(i32::MAX));
+}
+
+fn put_string(out: &mut BytesMut, value: &str) {
+    // Topic names are validated to at most 249 bytes when streams are created.
+    let len = value.len().min(i16::MAX as usize);
+    out.put_i16(len as i16);
+    out.put_slice(&value.as_bytes()[..len]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::FetchResponse;
+    use kafka_protocol::protocol::Decodable;
+
+    #[test]
+    fn the_crate_reads_what_is_encoded_here_at_every_version() {
+        let batch_a = Bytes::from_static(b"first batch bytes");
+        let batch_b = Bytes::from_static(b"second");
+        let topics = vec![TopicAnswer {
+            topic: "clicks".into(),
+            partitions: vec![
+                PartitionAnswer {
+                    partition: 3,
+                    error_code: 0,
+                    high_watermark: 42,
+                    log_start_offset: 7,
+                    batches: vec![batch_a.clone(), batch_b.clone()],
+                },
+                PartitionAnswer {
+                    partition: 4,
+                    error_code: 6,
+                    high_watermark: -1,
+                    log_start_offset: -1,
+                    batches: vec![],
+                },
+            ],
+        }];
+        for version in 4..=11 {
+            let parts = encode_fetch_response(version, &topics);
+            let mut whole: Bytes = parts.concat().into();
+            let decoded = FetchResponse::decode(&mut whole, version).unwrap();
+            assert!(whole.is_empty(), "v{version}: every byte read");
+            let topic = &decoded.responses[0];
+            assert_eq!(topic.topic.as_str(), "clicks");
+            let first = &topic.partitions[0];
+            assert_eq!((first.partition_index, first.high_watermark), (3, 42));
+            let expected: Vec<u8> = [&batch_a[..], &batch_b[..]].concat();
+            assert_eq!(first.records.as_deref(), Some(&expected[..]));
+            if version >= 5 {
+                assert_eq!(first.log_start_offset, 7);
+            }
+            assert_eq!(topic.partitions[1].error_code, 6);
+            assert_eq!(topic.partitions[1].records.as_deref(), Some(&[][..]));
+        }
+    }
+}

@@ -1,0 +1,417 @@
+//! One Kafka request frame in, a decoded request out: header, guard walk, then the
+//! `kafka-protocol` decoder, in that order and never otherwise.
+
+use super::guard::{Cursor, GuardError, check_body};
+use super::shapes::request_shape;
+use super::versions::Api;
+use bytes::Bytes;
+use kafka_protocol::messages::{
+    ApiVersionsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
+    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest,
+    MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, SyncGroupRequest,
+};
+use kafka_protocol::protocol::Decodable;
+use thiserror::Error;
+
+/// The request header fields the listener uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestHeader {
+    pub api_key: i16,
+    pub api_version: i16,
+    pub correlation_id: i32,
+    pub client_id: Option<String>,
+}
+
+/// A decoded request body.
+#[derive(Debug)]
+pub enum RequestBody {
+    Produce(ProduceRequest),
+    Fetch(FetchRequest),
+    ListOffsets(ListOffsetsRequest),
+    Metadata(MetadataRequest),
+    OffsetCommit(OffsetCommitRequest),
+    OffsetFetch(OffsetFetchRequest),
+    FindCoordinator(FindCoordinatorRequest),
+    JoinGroup(JoinGroupRequest),
+    Heartbeat(HeartbeatRequest),
+    LeaveGroup(LeaveGroupRequest),
+    SyncGroup(SyncGroupRequest),
+    ApiVersions(ApiVersionsRequest),
+    InitProducerId(InitProducerIdRequest),
+}
+
+/// What a frame turned out to be.
+#[derive(Debug)]
+pub enum Decoded {
+    /// A request served here, at a version served here.
+    Request {
+        header: RequestHeader,
+        api: Api,
+        body: Box<RequestBody>,
+    },
+    /// ApiVersions at a version not served: answered in v0 with UNSUPPORTED_VERSION and the
+    /// versions served, so the client retries with one of them.
+    ApiVersionsFallback { header: RequestHeader },
+}
+
+/// Why a frame was refused; every case closes the connection (Kafka brokers do the same for
+/// requests a client should not have sent after ApiVersions).
+#[derive(Debug, Error)]
+pub enum DecodeError {
+    #[error("bad request: {0}")]
+    Guard(#[from] GuardError),
+    #[error("unknown or unserved API key {key} (correlation id {correlation_id})")]
+    UnknownApi { key: i16, correlation_id: i32 },
+    #[error("{api:?} v{version} is not served (correlation id {correlation_id})")]
+    UnsupportedVersion {
+        api: Api,
+        version: i16,
+        correlation_id: i32,
+    },
+    #[error("malformed {api:?} v{version} request: {reason}")]
+    Malformed {
+        api: Api,
+        version: i16,
+        reason: String,
+    },
+}
+
+/// Reads the header: api key, version and correlation id (fixed), the client id, and for a
+/// flexible header the tagged fields. Returns the header and where the body starts.
+fn read_header(
+    frame: &[u8],
+    flexible: impl Fn(i16, i16) -> bool,
+) -> Result<(RequestHeader, usize), GuardError> {
+    let mut cursor = Cursor::new(frame);
+    let api_key = cursor.i16()?;
+    let api_version = cursor.i16()?;
+    let correlation_id = cursor.i32()?;
+    let client_id = cursor
+        .string()?
+        .map(|id| String::from_utf8_lossy(id).into_owned());
+    if flexible(api_key, api_version) {
+        cursor.tagged_fields()?;
+    }
+    Ok((
+        RequestHeader {
+            api_key,
+            api_version,
+            correlation_id,
+            client_id,
+        },
+        cursor.position(),
+    ))
+}
+
+/// Decodes one request frame (the bytes after its length prefix).
+pub fn decode_request(frame: Bytes) -> Result<Decoded, DecodeError> {
+    let flexible = |key: i16, version: i16| {
+        Api::from_key(key).is_some_and(|api| api.request_header_version(version) >= 2)
+    };
+    let (header, body_start) = read_header(&frame, flexible)?;
+    let Some(api) = Api::from_key(header.api_key) else {
+        return Err(DecodeError::UnknownApi {
+            key: header.api_key,
+            correlation_id: header.correlation_id,
+        });
+    };
+    let version = header.api_version;
+    if !api.accepts(version) {
+        if api == Api::ApiVersions {
+            return Ok(Decoded::ApiVersionsFallback { header });
+        }
+        return Err(DecodeError::UnsupportedVersion {
+            api,
+            version,
+            correlation_id: header.correlation_id,
+        });
+    }
+    let mut body = frame.slice(body_start..);
+    check_body(request_shape(api), version, &body)?;
+    let malformed = |error: anyhow::Error| DecodeError::Malformed {
+        api,
+        version,
+        reason: error.to_string(),
+    };
+    let buf = &mut body;
+    let body = match api {
+        Api::Produce => {
+            RequestBody::Produce(ProduceRequest::decode(buf, version).map_err(malformed)?)
+        }
+        Api::Fetch => RequestBody::Fetch(FetchRequest::decode(buf, version).map_err(malformed)?),
+        Api::ListOffsets => {
+            RequestBody::ListOffsets(ListOffsetsRequest::decode(buf, version).map_err(malformed)?)
+        }
+        Api::Metadata => {
+            RequestBody::Metadata(MetadataRequest::decode(buf, version).map_err(malformed)?)
+        }
+        Api::OffsetCommit => {
+            RequestBody::OffsetCommit(OffsetCommitRequest::decode(buf, version).map_err(malformed)?)
+        }
+        Api::OffsetFetch => {
+            RequestBody::OffsetFetch(OffsetFetchRequest::decode(buf, version).map_err(malformed)?)
+        }
+        Api::FindCoordinator => RequestBody::FindCoordinator(
+            FindCoordinatorRequest::decode(buf, version).map_err(malformed)?,
+        ),
+        Api::JoinGroup => {
+            RequestBody::JoinGroup(JoinGroupRequest::decode(buf, version).map_err(malformed)?)
+        }
+        Api::Heartbeat => {
+            RequestBody::Heartbeat(HeartbeatRequest::decode(buf, version).map_err(malformed)?)
+        }
+        Api::LeaveGroup => {
+            RequestBody::LeaveGroup(LeaveGroupRequest::decode(buf, version).map_err(malformed)?)
+        }
+        Api::SyncGroup => {
+            RequestBody::SyncGroup(SyncGroupRequest::decode(buf, version).map_err(malformed)?)
+        }
+        Api::ApiVersions => {
+            RequestBody::ApiVersions(ApiVersionsRequest::decode(buf, version).map_err(malformed)?)
+        }
+        Api::InitProducerId => RequestBody::InitProducerId(
+            InitProducerIdRequest::decode(buf, version).map_err(malformed)?,
+        ),
+    };
+    Ok(Decoded::Request {
+        header,
+        api,
+        body: Box::new(body),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BytesMut;
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+    use kafka_protocol::messages::{GroupId, TopicName};
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+
+    fn name(value: &str) -> StrBytes {
+        StrBytes::from_string(value.to_owned())
+    }
+
+    fn topic(value: &str) -> TopicName {
+        TopicName(name(value))
+    }
+
+    /// A request of every served API with every array holding two elements, as a client
+    /// builds it (fields a version lacks keep their defaults, as the encoder demands).
+    fn sample(api: Api) -> RequestBody {
+        match api {
+            Api::Produce => RequestBody::Produce(
+                ProduceRequest::default().with_acks(-1).with_topic_data(
+                    vec![
+                        TopicProduceData::default()
+                            .with_name(topic("a"))
+                            .with_partition_data(vec![
+                                PartitionProduceData::default()
+                                    .with_index(0)
+                                    .with_records(Some(Bytes::from_static(b"batch"))),
+                                PartitionProduceData::default()
+                                    .with_index(1)
+                                    .with_records(None),
+                            ]);
+                        2
+                    ],
+                ),
+            ),
+            Api::Fetch => {
+                let partition = FetchPartition::default()
+                    .with_fetch_offset(9)
+                    .with_partition_max_bytes(100);
+                RequestBody::Fetch(
+                    FetchRequest::default().with_max_wait_ms(5).with_topics(
+                        vec![
+                            FetchTopic::default()
+                                .with_topic(topic("t"))
+                                .with_partitions(vec![partition; 2]);
+                            2
+                        ],
+                    ),
+                )
+            }
+            Api::ListOffsets => {
+                RequestBody::ListOffsets(ListOffsetsRequest::default().with_topics(vec![
+                ListOffsetsTopic::default().with_name(topic("t")).with_partitions(vec![
+                    ListOffsetsPartition::default().with_timestamp(-2);
+                    2
+                ]);
+                2
+            ]))
+            }
+            Api::Metadata => {
+                RequestBody::Metadata(MetadataRequest::default().with_topics(Some(vec![
+                MetadataRequestTopic::default().with_name(Some(topic("x")));
+                2
+            ])))
+            }
+            Api::OffsetCommit => RequestBody::OffsetCommit(
+                OffsetCommitRequest::default()
+                    .with_group_id(GroupId(name("g")))
+                    .with_topics(vec![
+                        OffsetCommitRequestTopic::default()
+                            .with_name(topic("t"))
+                            .with_partitions(
+                                vec![
+                                    OffsetCommitRequestPartition::default()
+                                        .with_committed_offset(5)
+                                        .with_committed_metadata(Some(name("m")));
+                                    2
+                                ]
+                            );
+                        2
+                    ]),
+            ),
+            Api::OffsetFetch => RequestBody::OffsetFetch(
+                OffsetFetchRequest::default()
+                    .with_group_id(GroupId(name("g")))
+                    .with_topics(Some(vec![
+                        OffsetFetchRequestTopic::default()
+                            .with_name(topic("t"))
+                            .with_partition_indexes(vec![0, 1]);
+                        2
+                    ])),
+            ),
+            Api::FindCoordinator => {
+                RequestBody::FindCoordinator(FindCoordinatorRequest::default().with_key(name("g")))
+            }
+            Api::JoinGroup => RequestBody::JoinGroup(
+                JoinGroupRequest::default()
+                    .with_group_id(GroupId(name("g")))
+                    .with_protocol_type(name("consumer"))
+                    .with_protocols(vec![
+                        JoinGroupRequestProtocol::default()
+                            .with_name(name("range"))
+                            .with_metadata(Bytes::from_static(b"meta"));
+                        2
+                    ]),
+            ),
+            Api::Heartbeat => RequestBody::Heartbeat(
+                HeartbeatRequest::default().with_group_id(GroupId(name("g"))),
+            ),
+            Api::LeaveGroup => RequestBody::LeaveGroup(
+                LeaveGroupRequest::default().with_group_id(GroupId(name("g"))),
+            ),
+            Api::SyncGroup => RequestBody::SyncGroup(
+                SyncGroupRequest::default()
+                    .with_group_id(GroupId(name("g")))
+                    .with_assignments(vec![
+                        SyncGroupRequestAssignment::default()
+                            .with_member_id(name("m"))
+                            .with_assignment(Bytes::from_static(b"a"));
+                        2
+                    ]),
+            ),
+            Api::ApiVersions => RequestBody::ApiVersions(ApiVersionsRequest::default()),
+            Api::InitProducerId => RequestBody::InitProducerId(
+                InitProducerIdRequest::default().with_transaction_timeout_ms(60_000),
+            ),
+        }
+    }
+
+    fn encode_body(body: &RequestBody, version: i16, out: &mut BytesMut) {
+        let encoded = match body {
+            RequestBody::Produce(r) => r.encode(out, version),
+            RequestBody::Fetch(r) => r.encode(out, version),
+            RequestBody::ListOffsets(r) => r.encode(out, version),
+            RequestBody::Metadata(r) => r.encode(out, version),
+            RequestBody::OffsetCommit(r) => r.encode(out, version),
+            RequestBody::OffsetFetch(r) => r.encode(out, version),
+            RequestBody::FindCoordinator(r) => r.encode(out, version),
+            RequestBody::JoinGroup(r) => r.encode(out, version),
+            RequestBody::Heartbeat(r) => r.encode(out, version),
+            RequestBody::LeaveGroup(r) => r.encode(out, version),
+            RequestBody::SyncGroup(r) => r.encode(out, version),
+            RequestBody::ApiVersions(r) => r.encode(out, version),
+            RequestBody::InitProducerId(r) => r.encode(out, version),
+        };
+        encoded.unwrap_or_else(|e| panic!("encoding {body:?} v{version}: {e}"));
+    }
+
+    /// A whole frame (without its length prefix) as the crate's client half encodes it.
+    pub(crate) fn frame(api: Api, version: i16, body: &RequestBody) -> Bytes {
+        let mut out = BytesMut::new();
+        let header = kafka_protocol::messages::RequestHeader::default()
+            .with_request_api_key(api as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(77)
+            .with_client_id(Some(name("test-client")));
+        header
+            .encode(&mut out, api.request_header_version(version))
+            .unwrap();
+        encode_body(body, version, &mut out);
+        out.freeze()
+    }
+
+    #[test]
+    fn every_request_a_client_encodes_at_a_served_version_walks_to_its_last_byte() {
+        for api in Api::ALL {
+            let (_, max) = api.advertised();
+            for version in 0..=max {
+                if !api.accepts(version) {
+                    continue;
+                }
+                let frame = frame(*api, version, &sample(*api));
+                match decode_request(frame) {
+                    Ok(Decoded::Request {
+                        header, api: got, ..
+                    }) => {
+                        assert_eq!(got, *api);
+                        assert_eq!(header.correlation_id, 77);
+                        assert_eq!(header.client_id.as_deref(), Some("test-client"));
+                    }
+                    other => panic!("{api:?} v{version}: {other:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_cut_short_request_is_refused_at_every_length() {
+        for api in Api::ALL {
+            let (_, max) = api.advertised();
+            let frame = frame(*api, max, &sample(*api));
+            for cut in 0..frame.len() {
+                assert!(
+                    decode_request(frame.slice(..cut)).is_err(),
+                    "{api:?} v{max} cut at {cut} of {}",
+                    frame.len()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn unserved_versions_and_apis_are_told_apart() {
+        let old_produce = frame(Api::Produce, 8, &sample(Api::Produce));
+        let mut raw = BytesMut::from(&old_produce[..]);
+        raw[2..4].copy_from_slice(&2i16.to_be_bytes());
+        assert!(matches!(
+            decode_request(raw.freeze()),
+            Err(DecodeError::UnsupportedVersion { version: 2, .. })
+        ));
+        let mut future = BytesMut::from(&frame(Api::ApiVersions, 3, &sample(Api::ApiVersions))[..]);
+        future[2..4].copy_from_slice(&9i16.to_be_bytes());
+        assert!(matches!(
+            decode_request(future.freeze()),
+            Ok(Decoded::ApiVersionsFallback { header }) if header.api_version == 9
+        ));
+        let mut unknown = BytesMut::from(&old_produce[..]);
+        unknown[0..2].copy_from_slice(&17i16.to_be_bytes());
+        assert!(matches!(
+            decode_request(unknown.freeze()),
+            Err(DecodeError::UnknownApi { key: 17, .. })
+        ));
+    }
+}

@@ -1,0 +1,193 @@
+//! The shape of every request body the Kafka listener accepts, field by field, for exactly the
+//! versions it advertises: what `guard` walks before `kafka-protocol` decodes anything.
+//!
+//! Transcribed from the Kafka protocol's message definitions (and checked against the crate's
+//! own encoder in the tests: every request it encodes walks to its last byte). Only what the
+//! walk needs is kept: each field's wire type and the versions it is present in. Strings,
+//! byte fields and arrays are walked as nullable whatever the schema says: the guard only
+//! bounds lengths, the crate then refuses a null where none is allowed.
+
+use super::versions::Api;
+
+/// A field's wire type.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Kind {
+    I8,
+    I16,
+    I32,
+    I64,
+    /// i16 length (-1: null), then that many bytes.
+    Str,
+    /// i32 length (-1: null), then that many bytes.
+    Bytes,
+    /// i32 count (-1: null), then that many elements of this shape.
+    Array(&'static [Field]),
+    /// Unsigned varint length + 1 (0: null), then the bytes (flexible versions).
+    CompactStr,
+    /// Unsigned varint count, then (tag, size, bytes) each (flexible versions).
+    TaggedFields,
+}
+
+/// A field present in versions `since..=until`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Field {
+    pub kind: Kind,
+    pub since: i16,
+    pub until: i16,
+}
+
+impl Field {
+    pub fn present_in(&self, version: i16) -> bool {
+        self.since <= version && version <= self.until
+    }
+}
+
+const fn f(kind: Kind) -> Field {
+    Field {
+        kind,
+        since: 0,
+        until: i16::MAX,
+    }
+}
+
+const fn since(version: i16, kind: Kind) -> Field {
+    Field {
+        kind,
+        since: version,
+        until: i16::MAX,
+    }
+}
+
+const fn until(version: i16, kind: Kind) -> Field {
+    Field {
+        kind,
+        since: 0,
+        until: version,
+    }
+}
+
+use Kind::*;
+
+const I32_ARRAY: &[Field] = &[f(I32)];
+
+const PRODUCE_PARTITION: &[Field] = &[f(I32), f(Bytes)];
+const PRODUCE_TOPIC: &[Field] = &[f(Str), f(Array(PRODUCE_PARTITION))];
+/// transactional_id, acks, timeout_ms, topic_data.
+const PRODUCE: &[Field] = &[f(Str), f(I16), f(I32), f(Array(PRODUCE_TOPIC))];
+
+/// partition, current_leader_epoch, fetch_offset, log_start_offset, partition_max_bytes.
+const FETCH_PARTITION: &[Field] = &[f(I32), since(9, I32), f(I64), since(5, I64), f(I32)];
+const FETCH_TOPIC: &[Field] = &[f(Str), f(Array(FETCH_PARTITION))];
+const FETCH_FORGOTTEN: &[Field] = &[f(Str), f(Array(I32_ARRAY))];
+/// replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, session_id,
+/// session_epoch, topics, forgotten_topics_data, rack_id.
+const FETCH: &[Field] = &[
+    f(I32),
+    f(I32),
+    f(I32),
+    f(I32),
+    f(I8),
+    since(7, I32),
+    since(7, I32),
+    f(Array(FETCH_TOPIC)),
+    since(7, Array(FETCH_FORGOTTEN)),
+    since(11, Str),
+];
+
+/// partition_index, current_leader_epoch, timestamp.
+const LIST_OFFSETS_PARTITION: &[Field] = &[f(I32), since(4, I32), f(I64)];
+const LIST_OFFSETS_TOPIC: &[Field] = &[f(Str), f(Array(LIST_OFFSETS_PARTITION))];
+/// replica_id, isolation_level, topics.
+const LIST_OFFSETS: &[Field] = &[f(I32), since(2, I8), f(Array(LIST_OFFSETS_TOPIC))];
+
+const METADATA_TOPIC: &[Field] = &[f(Str)];
+/// topics, allow_auto_topic_creation, include_cluster_authorized_operations,
+/// include_topic_authorized_operations.
+const METADATA: &[Field] = &[
+    f(Array(METADATA_TOPIC)),
+    since(4, I8),
+    since(8, I8),
+    since(8, I8),
+];
+
+/// key, key_type.
+const FIND_COORDINATOR: &[Field] = &[f(Str), since(1, I8)];
+
+/// name, metadata.
+const JOIN_GROUP_PROTOCOL: &[Field] = &[f(Str), f(Bytes)];
+/// group_id, session_timeout_ms, rebalance_timeout_ms, member_id, group_instance_id,
+/// protocol_type, protocols.
+const JOIN_GROUP: &[Field] = &[
+    f(Str),
+    f(I32),
+    since(1, I32),
+    f(Str),
+    since(5, Str),
+    f(Str),
+    f(Array(JOIN_GROUP_PROTOCOL)),
+];
+
+/// member_id, assignment.
+const SYNC_GROUP_ASSIGNMENT: &[Field] = &[f(Str), f(Bytes)];
+/// group_id, generation_id, member_id, group_instance_id, assignments.
+const SYNC_GROUP: &[Field] = &[
+    f(Str),
+    f(I32),
+    f(Str),
+    since(3, Str),
+    f(Array(SYNC_GROUP_ASSIGNMENT)),
+];
+
+/// group_id, generation_id, member_id, group_instance_id.
+const HEARTBEAT: &[Field] = &[f(Str), f(I32), f(Str), since(3, Str)];
+
+/// member_id, group_instance_id.
+const LEAVE_GROUP_MEMBER: &[Field] = &[f(Str), f(Str)];
+/// group_id, member_id (up to v2), members (from v3).
+const LEAVE_GROUP: &[Field] = &[f(Str), until(2, Str), since(3, Array(LEAVE_GROUP_MEMBER))];
+
+/// partition_index, committed_offset, committed_leader_epoch, committed_metadata.
+const OFFSET_COMMIT_PARTITION: &[Field] = &[f(I32), f(I64), since(6, I32), f(Str)];
+const OFFSET_COMMIT_TOPIC: &[Field] = &[f(Str), f(Array(OFFSET_COMMIT_PARTITION))];
+/// group_id, generation_id, member_id, group_instance_id, retention_time_ms, topics.
+const OFFSET_COMMIT: &[Field] = &[
+    f(Str),
+    f(I32),
+    f(Str),
+    since(7, Str),
+    until(4, I64),
+    f(Array(OFFSET_COMMIT_TOPIC)),
+];
+
+const OFFSET_FETCH_TOPIC: &[Field] = &[f(Str), f(Array(I32_ARRAY))];
+/// group_id, topics.
+const OFFSET_FETCH: &[Field] = &[f(Str), f(Array(OFFSET_FETCH_TOPIC))];
+
+/// transactional_id, transaction_timeout_ms.
+const INIT_PRODUCER_ID: &[Field] = &[f(Str), f(I32)];
+
+/// client_software_name, client_software_version, tagged fields (v3; empty before).
+const API_VERSIONS: &[Field] = &[
+    since(3, CompactStr),
+    since(3, CompactStr),
+    since(3, TaggedFields),
+];
+
+/// The body shape of `api`'s requests (the versions it is accepted in are in `versions`).
+pub(crate) fn request_shape(api: Api) -> &'static [Field] {
+    match api {
+        Api::Produce => PRODUCE,
+        Api::Fetch => FETCH,
+        Api::ListOffsets => LIST_OFFSETS,
+        Api::Metadata => METADATA,
+        Api::OffsetCommit => OFFSET_COMMIT,
+        Api::OffsetFetch => OFFSET_FETCH,
+        Api::FindCoordinator => FIND_COORDINATOR,
+        Api::JoinGroup => JOIN_GROUP,
+        Api::Heartbeat => HEARTBEAT,
+        Api::LeaveGroup => LEAVE_GROUP,
+        Api::SyncGroup => SYNC_GROUP,
+        Api::ApiVersions => API_VERSIONS,
+        Api::InitProducerId => INIT_PRODUCER_ID,
+    }
+}

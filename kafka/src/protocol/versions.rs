@@ -1,0 +1,122 @@
+//! Which Kafka APIs the listener serves, and at which versions.
+//!
+//! Only non-flexible versions are served (plus ApiVersions v3, which every modern client sends
+//! first): clients negotiate down to them through ApiVersions, and a shape per version is what
+//! the guard walks. Produce is advertised from v0 because older librdkafka turns compression off
+//! when a broker's Produce range does not start there; versions below 3 (message formats before
+//! record batches) are still refused.
+
+/// A Kafka API this listener serves. Discriminants are Kafka's API keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(i16)]
+pub enum Api {
+    Produce = 0,
+    Fetch = 1,
+    ListOffsets = 2,
+    Metadata = 3,
+    OffsetCommit = 8,
+    OffsetFetch = 9,
+    FindCoordinator = 10,
+    JoinGroup = 11,
+    Heartbeat = 12,
+    LeaveGroup = 13,
+    SyncGroup = 14,
+    ApiVersions = 18,
+    InitProducerId = 22,
+}
+
+/// Versions served: (api, advertised min, accepted min, max).
+const SERVED: &[(Api, i16, i16, i16)] = &[
+    (Api::Produce, 0, 3, 8),
+    (Api::Fetch, 4, 4, 11),
+    (Api::ListOffsets, 1, 1, 5),
+    (Api::Metadata, 0, 0, 8),
+    (Api::OffsetCommit, 2, 2, 7),
+    (Api::OffsetFetch, 1, 1, 5),
+    (Api::FindCoordinator, 0, 0, 2),
+    (Api::JoinGroup, 0, 0, 5),
+    (Api::Heartbeat, 0, 0, 3),
+    (Api::LeaveGroup, 0, 0, 3),
+    (Api::SyncGroup, 0, 0, 3),
+    (Api::ApiVersions, 0, 0, 3),
+    (Api::InitProducerId, 0, 0, 1),
+];
+
+impl Api {
+    pub const ALL: &'static [Api] = &[
+        Api::Produce,
+        Api::Fetch,
+        Api::ListOffsets,
+        Api::Metadata,
+        Api::OffsetCommit,
+        Api::OffsetFetch,
+        Api::FindCoordinator,
+        Api::JoinGroup,
+        Api::Heartbeat,
+        Api::LeaveGroup,
+        Api::SyncGroup,
+        Api::ApiVersions,
+        Api::InitProducerId,
+    ];
+
+    pub fn from_key(key: i16) -> Option<Api> {
+        Api::ALL.iter().copied().find(|api| *api as i16 == key)
+    }
+
+    fn served(self) -> (i16, i16, i16) {
+        SERVED
+            .iter()
+            .find(|(api, ..)| *api == self)
+            .map(|(_, advertised, accepted, max)| (*advertised, *accepted, *max))
+            // Every `Api` has a row in SERVED (checked by a test).
+            .unwrap_or((0, 0, -1))
+    }
+
+    /// The range this listener advertises in ApiVersions.
+    pub fn advertised(self) -> (i16, i16) {
+        let (min, _, max) = self.served();
+        (min, max)
+    }
+
+    /// Whether a request of this version is served.
+    pub fn accepts(self, version: i16) -> bool {
+        let (_, min, max) = self.served();
+        (min..=max).contains(&version)
+    }
+
+    /// The request header version: 2 (flexible, with tagged fields) for ApiVersions v3,
+    /// 1 for every other version served.
+    pub fn request_header_version(self, version: i16) -> i16 {
+        if self == Api::ApiVersions && version >= 3 {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// The response header version: ApiVersions always answers with header v0 (so a client
+    /// can read it whatever version it asked for), and no other version served is flexible.
+    pub fn response_header_version(self, _version: i16) -> i16 {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_api_is_served_and_produce_is_advertised_from_zero() {
+        for api in Api::ALL {
+            let (min, max) = api.advertised();
+            assert!(min <= max, "{api:?}");
+            assert!(api.accepts(max), "{api:?}");
+            assert_eq!(Api::from_key(*api as i16), Some(*api));
+        }
+        assert_eq!(Api::Produce.advertised().0, 0);
+        assert!(!Api::Produce.accepts(2));
+        assert!(Api::Produce.accepts(3));
+        assert!(!Api::Fetch.accepts(12), "flexible versions are not served");
+        assert_eq!(Api::from_key(17), None);
+    }
+}
