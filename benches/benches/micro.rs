@@ -12,7 +12,7 @@ use tailstream_wire::messages::StreamConfig;
 use tailstream_wire::records::RecordBatchBuilder;
 use tailstream_wire::scan::scan_segment;
 use tailstream_wire::segment::SegmentImage;
-use tailstream_wire::{BatchSequence, ProducerId, StreamId, StreamletId};
+use tailstream_wire::{BatchSequence, LogId, ProducerId, StreamId, StreamletId};
 
 fn batch(records: usize, record_bytes: usize, sequence: u32) -> Bytes {
     let value = vec![b'v'; record_bytes];
@@ -51,7 +51,7 @@ fn append(c: &mut Criterion) {
                 sequence += 1;
                 let info = validate_batch(&bytes).expect("valid");
                 let appended = streamlet
-                    .append(&bytes, &info, Instant::now())
+                    .append(LogId(0), &bytes, &info, Instant::now())
                     .expect("appended");
                 if sequence.is_multiple_of(1024) {
                     streamlet.enforce_retention(Instant::now());

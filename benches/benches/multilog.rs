@@ -8,7 +8,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 use tailstream_broker::storage::{SegmentMemory, Streamlet};
-use tailstream_wire::batch::validate_batch;
+use tailstream_wire::batch::{ProducerSequence, validate_batch};
 use tailstream_wire::messages::StreamConfig;
 use tailstream_wire::records::RecordBatchBuilder;
 use tailstream_wire::{BatchSequence, ProducerId, StreamId, StreamletId};
@@ -52,11 +52,15 @@ fn run(threads: u64, logs: u32, one: &Bytes, iters: u64) -> Duration {
                 // Storage trusts the validated header it is given, so one batch's bytes serve
                 // for every sequence: the loop measures appending, not re-checksumming.
                 let mut info = validate_batch(&one).expect("a valid batch");
-                info.producer_id = ProducerId(t);
+                let producer_id = ProducerId(t);
+                let log = streamlet.log_for(producer_id).id();
                 start.wait();
                 for i in 0..iters {
-                    info.base_sequence = BatchSequence(i as u32);
-                    let appended = streamlet.append(&one, &info, Instant::now());
+                    info.producer = Some(ProducerSequence {
+                        producer_id,
+                        base_sequence: BatchSequence(i as u32),
+                    });
+                    let appended = streamlet.append(log, &one, &info, Instant::now());
                     assert!(appended.is_ok_and(|a| !a.duplicate), "append failed");
                     if i % 256 == 255 {
                         streamlet.enforce_retention(Instant::now());

@@ -14,7 +14,7 @@ use crate::storage::streamlet::Admission;
 use crate::storage::{AppendLocation, CommitPoint, ReadOutcome, StorageError, Store, Streamlet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tailstream_wire::batch::{BatchError, validate_batch};
+use tailstream_wire::batch::{BatchError, BatchInfo, validate_batch};
 use tailstream_wire::messages::LogGroups;
 use tailstream_wire::{
     GroupId, LogId, RecordOffset, SegmentId, SegmentPosition, Status, StreamId, StreamletId,
@@ -99,6 +99,17 @@ impl CommitWaiter {
     }
 }
 
+/// Validates a batch as every front end must before it is stored.
+fn validate(batch: &[u8]) -> Result<BatchInfo, DataError> {
+    validate_batch(batch).map_err(|error| match error {
+        BatchError::UnsupportedAttributes(_) => DataError::UnsupportedBatch(error),
+        error => {
+            metrics::counter!(m::INVALID_BATCHES).increment(1);
+            DataError::InvalidBatch(error)
+        }
+    })
+}
+
 /// A fetch's first read, and what a long-poll needs to read again.
 #[derive(Debug)]
 pub struct Fetched {
@@ -149,24 +160,51 @@ impl DataPlane {
         Ok(streamlet)
     }
 
-    /// Validates and appends one record batch.
+    /// Validates and appends one record batch of a native producer, to the log its producer
+    /// id maps to. Native producers are always idempotent: a batch without a producer id is
+    /// refused.
     pub fn produce(
         &self,
         at: StreamletRef,
         batch: &[u8],
         started: Instant,
     ) -> Result<Produced, DataError> {
-        let info = validate_batch(batch).map_err(|error| match error {
-            BatchError::UnsupportedAttributes(_) => DataError::UnsupportedBatch(error),
-            error => {
-                metrics::counter!(m::INVALID_BATCHES).increment(1);
-                DataError::InvalidBatch(error)
-            }
-        })?;
+        let info = validate(batch)?;
+        let Some(producer) = info.producer else {
+            metrics::counter!(m::INVALID_BATCHES).increment(1);
+            return Err(DataError::InvalidBatch(BatchError::BadProducerId(-1)));
+        };
         let streamlet = self.admit(at)?;
+        let log = streamlet.log_for(producer.producer_id).id();
+        self.append(&streamlet, log, batch, &info, started)
+    }
+
+    /// Validates and appends one record batch to `log`: a front end whose clients address
+    /// logs themselves (a Kafka partition is one log). The batch may come without a producer
+    /// id (no idempotence).
+    pub fn produce_to_log(
+        &self,
+        at: StreamletRef,
+        log: LogId,
+        batch: &[u8],
+        started: Instant,
+    ) -> Result<Produced, DataError> {
+        let info = validate(batch)?;
+        let streamlet = self.admit(at)?;
+        self.append(&streamlet, log, batch, &info, started)
+    }
+
+    fn append(
+        &self,
+        streamlet: &Streamlet,
+        log: LogId,
+        batch: &[u8],
+        info: &BatchInfo,
+        started: Instant,
+    ) -> Result<Produced, DataError> {
         let appended = self
             .store
-            .append(&streamlet, batch, &info, started)
+            .append(streamlet, log, batch, info, started)
             .inspect_err(|error| {
                 if matches!(error, StorageError::Backpressure { .. }) {
                     metrics::counter!(m::PRODUCE_BACKPRESSURE).increment(1);

@@ -66,9 +66,9 @@ pub enum BatchError {
         "record batch attributes {0:#06x} are not supported (only uncompressed, non-transactional batches)"
     )]
     UnsupportedAttributes(u16),
-    #[error("record batch producer id {0} is negative")]
+    #[error("record batch producer id {0} is negative (and not -1, no producer)")]
     BadProducerId(i64),
-    #[error("record batch base sequence {0} is negative")]
+    #[error("record batch base sequence {0} is negative, or set without a producer id")]
     BadSequence(i32),
     #[error("record {index} of the batch is malformed: {reason}")]
     BadRecord { index: u32, reason: &'static str },
@@ -76,12 +76,21 @@ pub enum BatchError {
     MaxTimestamp { stored: i64, computed: i64 },
 }
 
+/// An idempotent batch's producer and the sequence number of its first record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProducerSequence {
+    pub producer_id: ProducerId,
+    pub base_sequence: BatchSequence,
+}
+
 /// Header fields of a validated batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchInfo {
-    pub producer_id: ProducerId,
+    /// The producer and sequence of an idempotent batch; `None` for a batch without
+    /// idempotence (a Kafka producer without it sends producer id -1 and sequence -1), which
+    /// is appended as it comes, retries included.
+    pub producer: Option<ProducerSequence>,
     pub producer_epoch: i16,
-    pub base_sequence: BatchSequence,
     pub record_count: u32,
     pub base_timestamp_ms: i64,
     pub max_timestamp_ms: i64,
@@ -148,17 +157,25 @@ pub fn read_batch_header(bytes: &[u8]) -> Result<BatchInfo, BatchError> {
         });
     }
     let producer_id = be_i64(bytes, 43);
-    if producer_id < 0 {
-        return Err(BatchError::BadProducerId(producer_id));
-    }
     let base_sequence = be_i32(bytes, 53);
-    let Ok(base_sequence) = u32::try_from(base_sequence) else {
-        return Err(BatchError::BadSequence(base_sequence));
+    let producer = match (producer_id, base_sequence) {
+        // No idempotence: Kafka's "no producer id" and "no sequence".
+        (-1, -1) => None,
+        (-1, sequence) => return Err(BatchError::BadSequence(sequence)),
+        (id, _) if id < 0 => return Err(BatchError::BadProducerId(id)),
+        (id, sequence) => {
+            let Ok(sequence) = u32::try_from(sequence) else {
+                return Err(BatchError::BadSequence(sequence));
+            };
+            Some(ProducerSequence {
+                producer_id: ProducerId(id as u64),
+                base_sequence: BatchSequence(sequence),
+            })
+        }
     };
     Ok(BatchInfo {
-        producer_id: ProducerId(producer_id as u64),
+        producer,
         producer_epoch: be_i16(bytes, 51),
-        base_sequence: BatchSequence(base_sequence),
         record_count: count as u32,
         base_timestamp_ms: be_i64(bytes, 27),
         max_timestamp_ms: be_i64(bytes, 35),
@@ -196,11 +213,14 @@ pub(crate) fn write_header(
     record_count: u32,
     base_timestamp_ms: i64,
     max_timestamp_ms: i64,
-    producer_id: ProducerId,
+    producer: Option<ProducerSequence>,
     producer_epoch: i16,
-    base_sequence: BatchSequence,
 ) {
     let batch_length = (bytes.len() - 12) as i32;
+    // No producer: Kafka's -1 for the id and the sequence.
+    let (producer_id, base_sequence) = producer.map_or((-1i64, -1i32), |p| {
+        (p.producer_id.0 as i64, p.base_sequence.0 as i32)
+    });
     bytes[0..8].copy_from_slice(&0i64.to_be_bytes());
     bytes[8..12].copy_from_slice(&batch_length.to_be_bytes());
     bytes[12..16].copy_from_slice(&0i32.to_be_bytes());
@@ -209,9 +229,9 @@ pub(crate) fn write_header(
     bytes[23..27].copy_from_slice(&(record_count as i32 - 1).to_be_bytes());
     bytes[27..35].copy_from_slice(&base_timestamp_ms.to_be_bytes());
     bytes[35..43].copy_from_slice(&max_timestamp_ms.to_be_bytes());
-    bytes[43..51].copy_from_slice(&(producer_id.0 as i64).to_be_bytes());
+    bytes[43..51].copy_from_slice(&producer_id.to_be_bytes());
     bytes[51..53].copy_from_slice(&producer_epoch.to_be_bytes());
-    bytes[53..57].copy_from_slice(&(base_sequence.0 as i32).to_be_bytes());
+    bytes[53..57].copy_from_slice(&base_sequence.to_be_bytes());
     bytes[57..61].copy_from_slice(&(record_count as i32).to_be_bytes());
     let crc = crc32c::crc32c(&bytes[CRC_START..]);
     bytes[17..21].copy_from_slice(&crc.to_be_bytes());

@@ -1,7 +1,9 @@
 //! Records inside a v2 record batch: the builder producers use and the iterator consumers use.
 //! The record layout and the walk that checks it are in `record_scan`; varints in `varint`.
 
-use crate::batch::{BATCH_HEADER_BYTES, BATCH_RECORDS_MAX, BatchError, BatchInfo, write_header};
+use crate::batch::{
+    BATCH_HEADER_BYTES, BATCH_RECORDS_MAX, BatchError, BatchInfo, ProducerSequence, write_header,
+};
 use crate::ids::{BatchSequence, ProducerId};
 use crate::record_scan::RecordCursor;
 use crate::varint::{VarlongRun, put_varlong, varlong_len};
@@ -140,20 +142,33 @@ impl RecordBatchBuilder {
     /// Seals the batch with its producer identity and sequence. Panics if empty: an empty
     /// batch is a programming error in the caller (producers never seal one).
     pub fn finish(
-        mut self,
+        self,
         producer_id: ProducerId,
         producer_epoch: i16,
         base_sequence: BatchSequence,
     ) -> Bytes {
+        let producer = ProducerSequence {
+            producer_id,
+            base_sequence,
+        };
+        self.seal(Some(producer), producer_epoch)
+    }
+
+    /// Seals the batch without idempotence: producer id, epoch and sequence -1, as a Kafka
+    /// producer without idempotence sends them (each copy of it is appended, retries too).
+    pub fn finish_without_producer(self) -> Bytes {
+        self.seal(None, -1)
+    }
+
+    fn seal(mut self, producer: Option<ProducerSequence>, producer_epoch: i16) -> Bytes {
         assert!(self.count > 0, "sealing an empty record batch");
         write_header(
             &mut self.buf,
             self.count,
             self.base_timestamp_ms,
             self.max_timestamp_ms,
-            producer_id,
+            producer,
             producer_epoch,
-            base_sequence,
         );
         self.buf.freeze()
     }
@@ -217,8 +232,9 @@ mod tests {
         builder.push(1002, Some(b""), None, &[]);
         let batch = builder.finish(ProducerId(9), 0, BatchSequence(4));
         let info = validate_batch(&batch).unwrap();
-        assert_eq!(info.producer_id, ProducerId(9));
-        assert_eq!(info.base_sequence, BatchSequence(4));
+        let producer = info.producer.expect("idempotent");
+        assert_eq!(producer.producer_id, ProducerId(9));
+        assert_eq!(producer.base_sequence, BatchSequence(4));
         assert_eq!(info.record_count, 3);
         assert_eq!(info.max_timestamp_ms, 1005);
         let records: Vec<_> = RecordIter::new(batch.clone(), &info)
@@ -245,13 +261,34 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_without_a_producer_carries_minus_one_and_a_half_set_one_is_refused() {
+        let mut builder = RecordBatchBuilder::new(64);
+        builder.push(0, None, Some(b"v"), &[]);
+        let batch = builder.finish_without_producer();
+        assert_eq!(&batch[43..51], &(-1i64).to_be_bytes());
+        assert_eq!(&batch[53..57], &(-1i32).to_be_bytes());
+        assert_eq!(validate_batch(&batch).unwrap().producer, None);
+        // A sequence without a producer id is no batch a Kafka client sends.
+        let mut half = BytesMut::from(&batch[..]);
+        crate::batch::restamp_sequence(&mut half, BatchSequence(3)).unwrap();
+        assert!(matches!(
+            validate_batch(&half),
+            Err(BatchError::BadSequence(3))
+        ));
+    }
+
+    #[test]
     fn restamping_the_sequence_keeps_the_batch_valid() {
         let mut builder = RecordBatchBuilder::new(64);
         builder.push(0, None, Some(b"v"), &[]);
         let mut batch = builder.finish(ProducerId(1), 0, BatchSequence(5)).to_vec();
         crate::batch::restamp_sequence(&mut batch, BatchSequence(2)).unwrap();
         assert_eq!(
-            validate_batch(&batch).unwrap().base_sequence,
+            validate_batch(&batch)
+                .unwrap()
+                .producer
+                .unwrap()
+                .base_sequence,
             BatchSequence(2)
         );
         assert!(crate::batch::restamp_sequence(&mut [0u8; 10], BatchSequence(0)).is_err());

@@ -201,7 +201,11 @@ impl Log {
         now: Instant,
     ) -> Result<Appended, StorageError> {
         let mut state = self.lock_for_append();
-        match state.producers.check(info.producer_id, info.base_sequence) {
+        // A batch without idempotence is appended as it comes.
+        let check = info.producer.map_or(SequenceCheck::Append, |p| {
+            state.producers.check(p.producer_id, p.base_sequence)
+        });
+        match check {
             SequenceCheck::Append => {}
             SequenceCheck::Duplicate(location) => {
                 return Ok(Appended {
@@ -211,13 +215,12 @@ impl Log {
                 });
             }
             SequenceCheck::DuplicateForgotten => {
-                return Err(StorageError::DuplicateSequence(info.base_sequence));
+                let sequence = info.producer.map(|p| p.base_sequence).unwrap_or_default();
+                return Err(StorageError::DuplicateSequence(sequence));
             }
             SequenceCheck::OutOfOrder { expected } => {
-                return Err(StorageError::OutOfOrderSequence {
-                    expected,
-                    got: info.base_sequence,
-                });
+                let got = info.producer.map(|p| p.base_sequence).unwrap_or_default();
+                return Err(StorageError::OutOfOrderSequence { expected, got });
             }
         }
         let segment_bytes = shared.config.segment_size_bytes as usize;
@@ -270,9 +273,11 @@ impl Log {
             base_offset: offset,
         };
         state.next_offset = offset.advance(info.record_count);
-        state
-            .producers
-            .appended(info.producer_id, info.base_sequence, location);
+        if let Some(producer) = info.producer {
+            state
+                .producers
+                .appended(producer.producer_id, producer.base_sequence, location);
+        }
         if replicated {
             let pending = PendingCommit {
                 point: location.commit_point(),

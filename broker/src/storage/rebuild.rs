@@ -96,7 +96,9 @@ impl Log {
                     end: to_position(end).0,
                     base_offset: base,
                 };
-                producers.appended(info.producer_id, info.base_sequence, location);
+                if let Some(producer) = info.producer {
+                    producers.appended(producer.producer_id, producer.base_sequence, location);
+                }
                 next_offset = after;
                 batches += 1;
             }

@@ -10,7 +10,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Instant;
 use tailstream_wire::batch::BatchInfo;
 use tailstream_wire::messages::StreamletAssignment;
-use tailstream_wire::{StreamId, StreamletId};
+use tailstream_wire::{LogId, StreamId, StreamletId};
 
 type Key = (StreamId, StreamletId);
 
@@ -171,13 +171,14 @@ impl Store {
     pub fn append(
         &self,
         streamlet: &Streamlet,
+        log: LogId,
         batch: &[u8],
         info: &BatchInfo,
         now: Instant,
     ) -> Result<Appended, StorageError> {
-        match streamlet.append(batch, info, now) {
+        match streamlet.append(log, batch, info, now) {
             Err(StorageError::Backpressure { .. }) if self.enforce_retention(now) > 0 => {
-                streamlet.append(batch, info, now)
+                streamlet.append(log, batch, info, now)
             }
             outcome => outcome,
         }

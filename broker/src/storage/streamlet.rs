@@ -238,15 +238,16 @@ impl Streamlet {
             .ok_or(StorageError::UnknownLog(id))
     }
 
+    /// Appends one validated batch to `log` (the log its producer maps to, `log_for`, for a
+    /// native producer; the partition's log for a Kafka one).
     pub fn append(
         &self,
+        log: LogId,
         batch: &[u8],
         info: &BatchInfo,
         now: Instant,
     ) -> Result<Appended, StorageError> {
-        let appended = self
-            .log_for(info.producer_id)
-            .append(&self.shared, batch, info, now)?;
+        let appended = self.log(log)?.append(&self.shared, batch, info, now)?;
         // Size-based retention as soon as a log grows by a segment (the periodic pass is for
         // age): the streamlet stays within `retention_bytes` plus one segment per log, and a
         // freed segment's buffer is reused by the next one instead of fresh memory.

@@ -46,7 +46,8 @@ fn batch(producer: u64, sequence: u32, values: &[&str]) -> Bytes {
 
 fn append(s: &Streamlet, bytes: &Bytes) -> Result<Appended, StorageError> {
     let info = validate_batch(bytes).unwrap();
-    s.append(bytes, &info, Instant::now())
+    let producer = info.producer.unwrap().producer_id;
+    s.append(s.log_for(producer).id(), bytes, &info, Instant::now())
 }
 
 /// Reads a whole log the way a consumer does; returns (offset, value) of every record.
@@ -264,6 +265,22 @@ fn size_retention_runs_on_roll_and_freed_segments_lend_their_buffers_to_new_ones
     let records = read_log(s.log(LogId(0)).unwrap());
     assert!(!records.is_empty());
     assert!(records.iter().all(|(_, v)| *v == value));
+}
+
+#[test]
+fn a_batch_without_a_producer_is_appended_each_time_it_comes() {
+    let s = streamlet(config(2, 4096, 4), 1 << 30);
+    let mut builder = RecordBatchBuilder::new(256);
+    builder.push(0, None, Some(b"once"), &[]);
+    let bytes = builder.finish_without_producer();
+    let info = validate_batch(&bytes).unwrap();
+    assert_eq!(info.producer, None);
+    let first = s.append(LogId(1), &bytes, &info, Instant::now()).unwrap();
+    let again = s.append(LogId(1), &bytes, &info, Instant::now()).unwrap();
+    assert!(!first.duplicate && !again.duplicate);
+    assert_eq!(again.location.base_offset, RecordOffset(1));
+    assert_eq!(read_log(s.log(LogId(1)).unwrap()).len(), 2);
+    assert!(read_log(s.log(LogId(0)).unwrap()).is_empty());
 }
 
 #[test]

@@ -360,7 +360,14 @@ mod tests {
     fn send_all(lane: &mut Lane, now: Instant) -> Vec<u32> {
         let mut sent = Vec::new();
         while let Some((seq, bytes)) = lane.peek_sendable(now) {
-            assert_eq!(validate_batch(bytes).unwrap().base_sequence, seq);
+            assert_eq!(
+                validate_batch(bytes)
+                    .unwrap()
+                    .producer
+                    .unwrap()
+                    .base_sequence,
+                seq
+            );
             sent.push(seq.0);
             lane.mark_sent();
         }

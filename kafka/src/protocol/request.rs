@@ -210,8 +210,9 @@ mod tests {
     fn sample(api: Api) -> RequestBody {
         match api {
             Api::Produce => RequestBody::Produce(
-                ProduceRequest::default().with_acks(-1).with_topic_data(
-                    vec![
+                ProduceRequest::default()
+                    .with_acks(-1)
+                    .with_topic_data(vec![
                         TopicProduceData::default()
                             .with_name(topic("a"))
                             .with_partition_data(vec![
@@ -223,22 +224,21 @@ mod tests {
                                     .with_records(None),
                             ]);
                         2
-                    ],
-                ),
+                    ]),
             ),
             Api::Fetch => {
                 let partition = FetchPartition::default()
                     .with_fetch_offset(9)
                     .with_partition_max_bytes(100);
                 RequestBody::Fetch(
-                    FetchRequest::default().with_max_wait_ms(5).with_topics(
-                        vec![
+                    FetchRequest::default()
+                        .with_max_wait_ms(5)
+                        .with_topics(vec![
                             FetchTopic::default()
                                 .with_topic(topic("t"))
                                 .with_partitions(vec![partition; 2]);
                             2
-                        ],
-                    ),
+                        ]),
                 )
             }
             Api::ListOffsets => {
@@ -262,14 +262,12 @@ mod tests {
                     .with_topics(vec![
                         OffsetCommitRequestTopic::default()
                             .with_name(topic("t"))
-                            .with_partitions(
-                                vec![
+                            .with_partitions(vec![
                                     OffsetCommitRequestPartition::default()
                                         .with_committed_offset(5)
                                         .with_committed_metadata(Some(name("m")));
                                     2
-                                ]
-                            );
+                                ]);
                         2
                     ]),
             ),
