@@ -273,6 +273,8 @@ pub struct Advertised {
     pub rpc_addr: String,
     pub peer_addr: String,
     pub admin_addr: String,
+    /// Empty when the broker runs no Kafka listener.
+    pub kafka_addr: String,
 }
 
 /// Registers and heartbeats until `shutdown`; reconnects and re-registers as needed.
@@ -324,6 +326,7 @@ async fn membership_session(
             rpc_addr: advertised.rpc_addr.clone(),
             peer_addr: advertised.peer_addr.clone(),
             admin_addr: advertised.admin_addr.clone(),
+            kafka_addr: advertised.kafka_addr.clone(),
         };
         let sent_at = Instant::now();
         let response: RegisterBrokerResponse =

@@ -15,7 +15,9 @@ use crate::storage::{AppendLocation, CommitPoint, ReadOutcome, StorageError, Sto
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tailstream_wire::batch::{BatchError, BatchInfo, validate_batch};
+use tailstream_wire::entry::{ENTRY_HEADER_BYTES, EntryType};
 use tailstream_wire::messages::LogGroups;
+use tailstream_wire::scan::EntryIter;
 use tailstream_wire::{
     GroupId, LogId, RecordOffset, SegmentId, SegmentPosition, Status, StreamId, StreamletId,
 };
@@ -264,6 +266,50 @@ impl DataPlane {
     ) -> Result<(GroupId, SegmentId, SegmentPosition), DataError> {
         let streamlet = self.admit(at)?;
         Ok(streamlet.log(log)?.locate_offset(offset)?)
+    }
+
+    /// The streamlet at whatever epoch this broker holds it, if it may serve it now: for a
+    /// front end whose clients do not know epochs (Kafka's address a partition by its leader).
+    pub fn admit_current(
+        &self,
+        stream: StreamId,
+        streamlet: StreamletId,
+    ) -> Result<Arc<Streamlet>, DataError> {
+        let held = self.store.get(stream, streamlet)?;
+        self.admit(StreamletRef {
+            stream,
+            streamlet,
+            epoch: held.epoch(),
+        })
+    }
+
+    /// Committed record batches of `log` starting with the one that holds record `from`,
+    /// whole, as zero-copy slices of the segments they are stored in: about `max_bytes` of
+    /// them, at least one when any is committed. Empty when `from` is the committed end.
+    pub fn read_batches(
+        &self,
+        streamlet: &Streamlet,
+        log: LogId,
+        from: RecordOffset,
+        max_bytes: usize,
+    ) -> Result<Vec<bytes::Bytes>, DataError> {
+        let target = streamlet.log(log)?;
+        let (group, segment, position) = target.locate_offset(from)?;
+        let outcome = target.read(group, segment, position, max_bytes)?;
+        let mut batches = Vec::new();
+        for part in &outcome.parts {
+            // Every part is whole entries this broker wrote: a walk that fails is a bug.
+            for entry in EntryIter::new(part, false) {
+                let entry = entry.map_err(|_| {
+                    DataError::Storage(StorageError::invariant("a stored entry does not parse"))
+                })?;
+                if entry.header.entry_type == EntryType::Batch {
+                    let start = entry.position + ENTRY_HEADER_BYTES;
+                    batches.push(part.slice(start..start + entry.payload.len()));
+                }
+            }
+        }
+        Ok(batches)
     }
 
     pub fn list_groups(&self, at: StreamletRef) -> Result<Vec<LogGroups>, DataError> {

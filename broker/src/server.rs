@@ -16,6 +16,7 @@ use crate::service::BrokerService;
 use crate::storage::Store;
 use axum::Router;
 use axum::routing::get;
+use futures::future::BoxFuture;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -31,7 +32,26 @@ pub struct BrokerOptions {
     pub config: Config,
     /// The coordinator's peer listener, where brokers register and heartbeat.
     pub coordinator_peer_addr: String,
+    /// Where Kafka clients reach this broker, when it runs a Kafka front end (advertised to
+    /// the coordinator, which tells every broker's Kafka clients).
+    pub kafka_addr: Option<String>,
 }
+
+/// What a front end other than the native RPC (the Kafka listener) gets from the broker it
+/// runs in: the data plane it serves over, the broker's view of the cluster, and where the
+/// coordinator's peer listener is (for stream metadata and the like).
+#[derive(Clone, Debug)]
+pub struct FrontEndContext {
+    pub plane: Arc<DataPlane>,
+    pub cluster: Arc<ClusterState>,
+    pub config: Config,
+    pub coordinator_peer_addr: String,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// A front end, already bound (its address is in `BrokerOptions::kafka_addr`), started once
+/// the data plane exists; it serves until the context's shutdown.
+pub type FrontEnd = Box<dyn FnOnce(FrontEndContext) -> BoxFuture<'static, ()> + Send>;
 
 /// Addresses a started broker actually listens on (ports may have been 0 in the config).
 #[derive(Clone, Copy, Debug)]
@@ -44,6 +64,15 @@ pub struct BrokerAddrs {
 /// Binds, prints the addresses on one line (`tailstream broker ready rpc=... peer=...
 /// admin=...`, which `tailstream dev` reads), and serves until `shutdown` turns true.
 pub async fn run(options: BrokerOptions, shutdown: watch::Receiver<bool>) -> Result<(), String> {
+    run_with(options, Vec::new(), shutdown).await
+}
+
+/// `run`, with front ends served beside the native RPC.
+pub async fn run_with(
+    options: BrokerOptions,
+    front_ends: Vec<FrontEnd>,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), String> {
     let config = &options.config.broker;
     let metrics = tailstream_admin::install_metrics()?;
     m::describe(config.segment_memory_bytes_max);
@@ -110,7 +139,7 @@ pub async fn run(options: BrokerOptions, shutdown: watch::Receiver<bool>) -> Res
         cluster.clone(),
         Duration::from_millis(replication.ack_timeout_ms),
     ));
-    let service = Arc::new(BrokerService::new(plane, config.clone()));
+    let service = Arc::new(BrokerService::new(plane.clone(), config.clone()));
     let recovery = Arc::new(Recovery {
         ctx: context.clone(),
         store: store.clone(),
@@ -168,8 +197,22 @@ pub async fn run(options: BrokerOptions, shutdown: watch::Receiver<bool>) -> Res
         tailstream_admin::AdminLimits::from_config(listeners),
         shutdown.clone(),
     ));
+    let mut served = vec![rpc, peer, admin, nic];
+    for front_end in front_ends {
+        served.push(tokio::spawn(front_end(FrontEndContext {
+            plane: plane.clone(),
+            cluster: cluster.clone(),
+            config: options.config.clone(),
+            coordinator_peer_addr: options.coordinator_peer_addr.clone(),
+            shutdown: shutdown.clone(),
+        })));
+    }
+    let kafka = options
+        .kafka_addr
+        .as_ref()
+        .map_or(String::new(), |addr| format!(" kafka={addr}"));
     println!(
-        "tailstream broker ready rpc={} peer={} admin=http://{} nic={nic_addr} replication={write_path:?}",
+        "tailstream broker ready rpc={} peer={} admin=http://{} nic={nic_addr}{kafka} replication={write_path:?}",
         addrs.rpc, addrs.peer, addrs.admin
     );
     tokio::spawn(retention_loop(
@@ -202,12 +245,13 @@ pub async fn run(options: BrokerOptions, shutdown: watch::Receiver<bool>) -> Res
             rpc_addr: addrs.rpc.to_string(),
             peer_addr: addrs.peer.to_string(),
             admin_addr: addrs.admin.to_string(),
+            kafka_addr: options.kafka_addr.clone().unwrap_or_default(),
         },
         Duration::from_millis(config.heartbeat_interval_ms.max(10)),
         client_config,
         shutdown.clone(),
     ));
-    run_until_shutdown(shutdown, vec![rpc, peer, admin, nic]).await;
+    run_until_shutdown(shutdown, served).await;
     Ok(())
 }
 

@@ -78,6 +78,10 @@ pub struct BrokerArgs {
     /// `coordinator.peer_addr` of the configuration.
     #[arg(long)]
     coordinator_peer: Option<String>,
+    /// The Kafka listener's address (port 0 picks a free port); defaults to
+    /// `kafka.listen_addr` of the configuration.
+    #[arg(long)]
+    kafka_addr: Option<SocketAddr>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -146,6 +150,9 @@ pub async fn run_broker(mut config: Config, args: BrokerArgs) -> Result<(), Stri
     let coordinator_peer_addr = args
         .coordinator_peer
         .unwrap_or_else(|| config.coordinator.peer_addr.to_string());
+    if let Some(addr) = args.kafka_addr {
+        config.kafka.listen_addr = addr;
+    }
     let args = args.server;
     let broker = &mut config.broker;
     broker.rpc_addr = args.rpc_addr.unwrap_or(broker.rpc_addr);
@@ -155,11 +162,17 @@ pub async fn run_broker(mut config: Config, args: BrokerArgs) -> Result<(), Stri
         broker.data_dir = dir;
     }
     let shutdown = shutdown_signal(args.exit_on_stdin_eof);
-    tailstream_broker::server::run(
+    // Bound first, so the broker registers with the address its Kafka clients will use.
+    let kafka = tailstream_kafka::bind(&config.kafka).await?;
+    let kafka_addr = kafka.as_ref().map(|k| k.advertised_addr().to_owned());
+    let front_ends = kafka.into_iter().map(|k| k.into_front_end()).collect();
+    tailstream_broker::server::run_with(
         BrokerOptions {
             config,
             coordinator_peer_addr,
+            kafka_addr,
         },
+        front_ends,
         shutdown,
     )
     .await

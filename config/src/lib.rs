@@ -50,6 +50,7 @@ pub struct Config {
     /// definition of a stream's settings).
     pub stream_defaults: StreamConfig,
     pub backup: BackupConfig,
+    pub kafka: KafkaConfig,
     pub listeners: ListenersConfig,
     pub replication: ReplicationConfig,
     pub producer: ProducerConfig,
@@ -197,6 +198,23 @@ pub struct DevConfig {
     pub data_dir: PathBuf,
     pub broker_rpc_port_base: u16,
     pub broker_admin_port_base: u16,
+    pub kafka_port_base: u16,
+}
+
+/// A broker's Kafka protocol listener.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaConfig {
+    pub enabled: bool,
+    pub listen_addr: SocketAddr,
+    /// Empty: the bound listen address.
+    pub advertised_addr: String,
+    pub auto_create_topics: bool,
+    pub auto_create_streamlets: u32,
+    pub connections_max: u32,
+    pub request_bytes_max: u32,
+    pub requests_in_flight_per_connection_max: u32,
+    pub request_body_bytes_max: u32,
 }
 
 impl Default for Config {
@@ -217,7 +235,7 @@ macro_rules! section_default {
 
 section_default!(
     CoordinatorConfig => coordinator, BrokerConfig => broker, BackupConfig => backup,
-    ListenersConfig => listeners,
+    KafkaConfig => kafka, ListenersConfig => listeners,
     ReplicationConfig => replication,
     ProducerConfig => producer, ConsumerConfig => consumer, ClientConfig => client,
     DevConfig => dev
@@ -314,6 +332,25 @@ impl Config {
         if coordinator.request_body_bytes_max < COORDINATOR_FRAME_BODY_BYTES_MAX {
             return invalid(format!(
                 "coordinator.request_body_bytes_max must be at least {COORDINATOR_FRAME_BODY_BYTES_MAX}"
+            ));
+        }
+        let kafka = &self.kafka;
+        if kafka.connections_max == 0
+            || kafka.requests_in_flight_per_connection_max == 0
+            || kafka.request_bytes_max < (1 << 20)
+        {
+            return invalid(
+                "kafka connection and request limits must be positive, request_bytes_max at least 1 MiB".into(),
+            );
+        }
+        if kafka.request_body_bytes_max < kafka.request_bytes_max {
+            return invalid(
+                "kafka.request_body_bytes_max must be at least request_bytes_max".into(),
+            );
+        }
+        if kafka.auto_create_streamlets == 0 || kafka.auto_create_streamlets > STREAMLETS_MAX {
+            return invalid(format!(
+                "kafka.auto_create_streamlets must be in 1..={STREAMLETS_MAX}"
             ));
         }
         let listeners = &self.listeners;

@@ -89,7 +89,7 @@ mod tests {
         assert_eq!(file.load().unwrap(), Metadata::default());
         let mut metadata = Metadata::default();
         metadata
-            .register_broker("127.0.0.1:1", "127.0.0.1:3", "127.0.0.1:2")
+            .register_broker("127.0.0.1:1", "127.0.0.1:3", "127.0.0.1:2", "127.0.0.1:4")
             .unwrap();
         file.save(&metadata).unwrap();
         assert_eq!(file.load().unwrap(), metadata);

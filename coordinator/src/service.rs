@@ -91,6 +91,7 @@ impl CoordinatorService {
                         &request.rpc_addr,
                         &request.peer_addr,
                         &request.admin_addr,
+                        &request.kafka_addr,
                     )?;
                     // A process back at a known address lost its memory: its previous
                     // incarnation crashed, and its streamlets are recovered elsewhere.
@@ -267,15 +268,11 @@ impl CoordinatorService {
             (Facing::Peers, Opcode::RegisterBroker) => self.register(request.body),
             (Facing::Peers, Opcode::BrokerHeartbeat) => ready(self.heartbeat(request.body)),
             (Facing::Peers, Opcode::ReportSuspect) => ready(self.report_suspect(request.body)),
-            (Facing::Clients, Opcode::AllocateProducerId) => self.allocate_producer_id(),
-            (Facing::Clients, Opcode::CreateStream) => self.create_stream(request.body),
-            (Facing::Clients, Opcode::DescribeStream) => ready(self.describe_stream(request.body)),
-            (Facing::Clients, Opcode::ListStreams) => {
-                Reply::Ready(Response::ok(&self.snapshot().1))
-            }
-            (Facing::Clients, Opcode::ListBrokers) => {
-                Reply::Ready(Response::ok(&self.snapshot().0))
-            }
+            (_, Opcode::AllocateProducerId) => self.allocate_producer_id(),
+            (_, Opcode::CreateStream) => self.create_stream(request.body),
+            (_, Opcode::DescribeStream) => ready(self.describe_stream(request.body)),
+            (_, Opcode::ListStreams) => Reply::Ready(Response::ok(&self.snapshot().1)),
+            (_, Opcode::ListBrokers) => Reply::Ready(Response::ok(&self.snapshot().0)),
             (Facing::Clients, Opcode::RegisterBroker | Opcode::BrokerHeartbeat) => {
                 Reply::Ready(Response::error(
                     Status::UnknownOpcode,
@@ -304,7 +301,9 @@ enum Facing {
 #[derive(Clone, Debug)]
 pub struct ClientFacing(pub CoordinatorService);
 
-/// The coordinator as brokers see it (`coordinator.peer_addr`): registration and heartbeats.
+/// The coordinator as brokers see it (`coordinator.peer_addr`): registration and heartbeats,
+/// and the clients' operations too, which a broker's front end (the Kafka listener) calls for
+/// its own clients.
 #[derive(Clone, Debug)]
 pub struct PeerFacing(pub CoordinatorService);
 

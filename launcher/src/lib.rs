@@ -29,6 +29,8 @@ pub enum Ports {
         coordinator_admin: u16,
         broker_rpc_base: u16,
         broker_admin_base: u16,
+        /// Broker i's Kafka listener is on this plus i.
+        kafka_base: u16,
     },
 }
 
@@ -55,6 +57,8 @@ pub struct Proc {
     pub admin_addr: SocketAddr,
     /// A broker's software NIC (one-sided writes); `None` for the coordinator.
     pub nic_addr: Option<SocketAddr>,
+    /// A broker's Kafka listener, if it runs one.
+    pub kafka_addr: Option<SocketAddr>,
     pub log_file: PathBuf,
     child: Child,
     stdin: Option<ChildStdin>,
@@ -177,6 +181,7 @@ async fn spawn(
         peer_addr: field("peer=")?,
         admin_addr: field("admin=")?,
         nic_addr: field("nic=").ok(),
+        kafka_addr: field("kafka=").ok(),
         log_file,
         child,
         stdin,
@@ -210,7 +215,27 @@ pub struct LocalCluster {
     pub coordinator: Proc,
     brokers: Vec<Option<Proc>>,
     /// Addresses (rpc, peer, admin) each broker slot was first bound to, reused on restart.
-    broker_addrs: Vec<(SocketAddr, SocketAddr, SocketAddr)>,
+    broker_addrs: Vec<BrokerAddrs>,
+}
+
+/// Where a broker listens: kept across restarts, so a restarted broker is found where it was.
+#[derive(Clone, Copy, Debug)]
+struct BrokerAddrs {
+    rpc: SocketAddr,
+    peer: SocketAddr,
+    admin: SocketAddr,
+    kafka: SocketAddr,
+}
+
+impl BrokerAddrs {
+    fn of(proc: &Proc, asked: BrokerAddrs) -> Self {
+        BrokerAddrs {
+            rpc: proc.rpc_addr,
+            peer: proc.peer_addr,
+            admin: proc.admin_addr,
+            kafka: proc.kafka_addr.unwrap_or(asked.kafka),
+        }
+    }
 }
 
 fn loopback(port: u16) -> SocketAddr {
@@ -249,43 +274,43 @@ impl LocalCluster {
             broker_addrs: Vec::new(),
         };
         for index in 0..cluster.spec.brokers {
-            let (rpc, admin) = match cluster.spec.ports {
-                Ports::Ephemeral => (loopback(0), loopback(0)),
+            let asked = match cluster.spec.ports {
+                Ports::Ephemeral => BrokerAddrs {
+                    rpc: loopback(0),
+                    peer: loopback(0),
+                    admin: loopback(0),
+                    kafka: loopback(0),
+                },
                 Ports::Fixed {
                     broker_rpc_base,
                     broker_admin_base,
+                    kafka_base,
                     ..
                 } => {
                     let offset = u16::try_from(index).map_err(|_| "too many brokers")?;
-                    (
-                        loopback(broker_rpc_base + offset),
-                        loopback(broker_admin_base + offset),
-                    )
+                    BrokerAddrs {
+                        rpc: loopback(broker_rpc_base + offset),
+                        peer: loopback(0),
+                        admin: loopback(broker_admin_base + offset),
+                        kafka: loopback(kafka_base + offset),
+                    }
                 }
             };
-            let proc = cluster
-                .spawn_broker(index as usize, rpc, loopback(0), admin)
-                .await?;
-            cluster
-                .broker_addrs
-                .push((proc.rpc_addr, proc.peer_addr, proc.admin_addr));
+            let proc = cluster.spawn_broker(index as usize, asked).await?;
+            cluster.broker_addrs.push(BrokerAddrs::of(&proc, asked));
             cluster.brokers.push(Some(proc));
         }
         Ok(cluster)
     }
 
-    async fn spawn_broker(
-        &self,
-        index: usize,
-        rpc: SocketAddr,
-        peer: SocketAddr,
-        admin: SocketAddr,
-    ) -> Result<Proc, String> {
+    async fn spawn_broker(&self, index: usize, addrs: BrokerAddrs) -> Result<Proc, String> {
         let coordinator = [
             "--coordinator-peer".to_string(),
             self.coordinator.peer_addr.to_string(),
             "--peer-addr".to_string(),
-            peer.to_string(),
+            addrs.peer.to_string(),
+            "--kafka-addr".to_string(),
+            addrs.kafka.to_string(),
         ];
         let dir = self.spec.data_dir.join(format!("broker-{index}"));
         let proc = spawn(
@@ -293,8 +318,8 @@ impl LocalCluster {
             "broker",
             format!("broker-{index}"),
             &dir,
-            rpc,
-            admin,
+            addrs.rpc,
+            addrs.admin,
             &coordinator,
         )
         .await?;
@@ -349,8 +374,8 @@ impl LocalCluster {
     /// Starts broker `index` again at the addresses it had (a new generation of that server).
     pub async fn restart_broker(&mut self, index: usize) -> Result<(), String> {
         self.kill_broker(index).await;
-        let (rpc, peer, admin) = *self.broker_addrs.get(index).ok_or("no such broker")?;
-        let proc = match self.spawn_broker(index, rpc, peer, admin).await {
+        let addrs = *self.broker_addrs.get(index).ok_or("no such broker")?;
+        let proc = match self.spawn_broker(index, addrs).await {
             Ok(proc) => proc,
             // With kernel-chosen ports, a port the killed broker had may meanwhile be the
             // source port of some outgoing connection: start on fresh ones (a broker
@@ -359,9 +384,15 @@ impl LocalCluster {
                 if matches!(self.spec.ports, Ports::Ephemeral)
                     && error.contains("Address already in use") =>
             {
-                let any = SocketAddr::from(([127, 0, 0, 1], 0));
-                let proc = self.spawn_broker(index, any, any, any).await?;
-                self.broker_addrs[index] = (proc.rpc_addr, proc.peer_addr, proc.admin_addr);
+                let any = loopback(0);
+                let fresh = BrokerAddrs {
+                    rpc: any,
+                    peer: any,
+                    admin: any,
+                    kafka: any,
+                };
+                let proc = self.spawn_broker(index, fresh).await?;
+                self.broker_addrs[index] = BrokerAddrs::of(&proc, fresh);
                 proc
             }
             Err(error) => return Err(error),

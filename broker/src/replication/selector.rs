@@ -79,6 +79,7 @@ mod tests {
             peer_addr: format!("127.0.0.1:{}", 10_000 + index),
             crashed: false,
             admin_addr: String::new(),
+            kafka_addr: String::new(),
             alive,
         }
     }

@@ -79,6 +79,11 @@ impl Group {
         self.segments.iter().map(|s| s.written_bytes() as u64).sum()
     }
 
+    /// Offset of the group's first record.
+    pub fn first_offset(&self) -> RecordOffset {
+        self.first_offset
+    }
+
     pub fn summary(&self) -> GroupSummary {
         GroupSummary {
             group: self.id,

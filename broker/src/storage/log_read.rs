@@ -97,7 +97,7 @@ impl Log {
             first: state
                 .groups
                 .front()
-                .map_or(state.next_offset, |g| g.summary().first_offset),
+                .map_or(state.next_offset, Group::first_offset),
             committed: state.committed_offset,
         };
         if offset > state.committed_offset {
@@ -138,6 +138,28 @@ impl Log {
             committed_offset: state.committed_offset,
             groups: state.groups.iter().map(Group::summary).collect(),
         }
+    }
+
+    /// The first retained record offset (where reading from the beginning starts) and one
+    /// past the last committed record.
+    pub fn bounds(&self) -> (RecordOffset, RecordOffset) {
+        let state = self.lock();
+        let first = state
+            .groups
+            .front()
+            .map_or(state.committed_offset, Group::first_offset);
+        (first, state.committed_offset)
+    }
+
+    /// The first committed record at or after `timestamp_ms` (its offset and timestamp), or
+    /// `None` when every committed record is older.
+    pub fn offset_for_timestamp(&self, timestamp_ms: i64) -> Option<(RecordOffset, i64)> {
+        let state = self.lock();
+        state
+            .groups
+            .iter()
+            .flat_map(|g| g.segments().iter())
+            .find_map(|segment| segment.first_at_or_after(timestamp_ms))
     }
 
     /// Offset the next record will get, and one past the last committed record.

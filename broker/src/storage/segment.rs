@@ -247,6 +247,46 @@ impl Segment {
         self.committed_bytes
     }
 
+    /// The first committed record whose timestamp is at or after `timestamp_ms`: its offset
+    /// and timestamp. Batches whose max timestamp is earlier are skipped by their header; in
+    /// the first one that is not, records are walked (a compressed batch answers its base
+    /// offset and max timestamp: its records are not decompressed for this).
+    pub fn first_at_or_after(&self, timestamp_ms: i64) -> Option<(RecordOffset, i64)> {
+        for chunk in &self.chunks {
+            if chunk.end() > self.committed_bytes {
+                break;
+            }
+            let Ok(entry) = tailstream_wire::scan::entry_at(&chunk.bytes, 0) else {
+                continue;
+            };
+            if entry.header.entry_type != EntryType::Batch {
+                continue;
+            }
+            let Ok(info) = tailstream_wire::batch::read_batch_header(entry.payload) else {
+                continue;
+            };
+            let Some(base) = tailstream_wire::batch::base_offset(entry.payload) else {
+                continue;
+            };
+            if info.max_timestamp_ms < timestamp_ms {
+                continue;
+            }
+            let records = tailstream_wire::records::RecordIter::new(
+                bytes::Bytes::copy_from_slice(entry.payload),
+                &info,
+            );
+            for record in records {
+                let Ok(record) = record else { break };
+                if record.timestamp_ms >= timestamp_ms {
+                    let offset = base.checked_advance(record.offset_delta)?;
+                    return Some((offset, record.timestamp_ms));
+                }
+            }
+            return Some((base, info.max_timestamp_ms));
+        }
+        None
+    }
+
     /// The written bytes `from..to` as zero-copy slices of the chunks they lie in.
     pub fn slice(&self, from: usize, to: usize) -> Vec<Bytes> {
         let to = to.min(self.written_bytes());

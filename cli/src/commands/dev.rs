@@ -43,6 +43,7 @@ pub async fn run(
             coordinator_admin: config.coordinator.admin_addr.port(),
             broker_rpc_base: config.dev.broker_rpc_port_base,
             broker_admin_base: config.dev.broker_admin_port_base,
+            kafka_base: config.dev.kafka_port_base,
         }
     };
     let binary = std::env::current_exe().map_err(|e| format!("locating tailstream: {e}"))?;
@@ -66,9 +67,22 @@ pub async fn run(
         cluster.coordinator.admin_addr
     );
     for broker in cluster.brokers() {
+        let kafka = broker
+            .kafka_addr
+            .map_or(String::new(), |addr| format!(" kafka {addr}"));
         println!(
-            "tailstream dev: {} rpc {} peer {} admin http://{}",
+            "tailstream dev: {} rpc {} peer {} admin http://{}{kafka}",
             broker.name, broker.rpc_addr, broker.peer_addr, broker.admin_addr
+        );
+    }
+    let bootstrap: Vec<String> = cluster
+        .brokers()
+        .filter_map(|b| b.kafka_addr.map(|a| a.to_string()))
+        .collect();
+    if !bootstrap.is_empty() {
+        println!(
+            "tailstream dev: Kafka clients: bootstrap.servers={}",
+            bootstrap.join(",")
         );
     }
     println!("tailstream dev: logs in {}/*/*.log", data_dir.display());

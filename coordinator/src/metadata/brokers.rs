@@ -25,6 +25,7 @@ impl Metadata {
         rpc_addr: &str,
         peer_addr: &str,
         admin_addr: &str,
+        kafka_addr: &str,
     ) -> Result<Registered, MetadataError> {
         let existing = self.brokers.iter().position(|b| b.rpc_addr == rpc_addr);
         let Some(slot) = existing else {
@@ -36,6 +37,7 @@ impl Metadata {
                 rpc_addr: rpc_addr.to_string(),
                 peer_addr: peer_addr.to_string(),
                 admin_addr: admin_addr.to_string(),
+                kafka_addr: kafka_addr.to_string(),
                 crashed: false,
             });
             self.version += 1;
@@ -59,6 +61,7 @@ impl Metadata {
         record.server_id = ServerId::new(old.index, generation);
         record.peer_addr = peer_addr.to_string();
         record.admin_addr = admin_addr.to_string();
+        record.kafka_addr = kafka_addr.to_string();
         record.crashed = false;
         self.version += 1;
         Ok(Registered {
@@ -146,6 +149,7 @@ impl Metadata {
                 rpc_addr: b.rpc_addr.clone(),
                 peer_addr: b.peer_addr.clone(),
                 admin_addr: b.admin_addr.clone(),
+                kafka_addr: b.kafka_addr.clone(),
                 alive: !b.crashed && is_alive(b.server_id),
                 crashed: b.crashed,
             })

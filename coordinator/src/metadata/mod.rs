@@ -72,6 +72,9 @@ pub struct BrokerRecord {
     /// Where the coordinator and other brokers call it.
     pub peer_addr: String,
     pub admin_addr: String,
+    /// Where Kafka clients reach it (empty: no Kafka listener).
+    #[serde(default)]
+    pub kafka_addr: String,
     /// The incarnation was declared crashed (and the slot not re-registered since): fenced
     /// everywhere, its streamlets moved.
     pub crashed: bool,

@@ -8,7 +8,7 @@ fn config() -> StreamConfig {
 }
 
 fn broker(m: &mut Metadata, addr: &str) -> ServerId {
-    m.register_broker(addr, &format!("peer-{addr}"), "admin")
+    m.register_broker(addr, &format!("peer-{addr}"), "admin", "")
         .unwrap()
         .server_id
 }
@@ -91,7 +91,7 @@ fn a_reregistered_broker_is_a_new_empty_generation_and_the_old_one_is_crashed() 
     let mut m = Metadata::default();
     let old = broker(&mut m, "x:1");
     m.create_stream("s", 2, config(), &[old]).unwrap();
-    let registered = m.register_broker("x:1", "peer-x:1", "a2").unwrap();
+    let registered = m.register_broker("x:1", "peer-x:1", "a2", "").unwrap();
     let new = registered.server_id;
     assert_eq!((new.index, new.generation), (old.index, old.generation + 1));
     assert_eq!(
@@ -230,7 +230,7 @@ fn counters_refuse_to_wrap_and_implausible_files_are_refused() {
     let id = broker(&mut m, "x:1");
     m.brokers[id.index as usize].server_id = ServerId::new(id.index, u32::MAX);
     assert_eq!(
-        m.register_broker("x:1", "peer-x:1", "a"),
+        m.register_broker("x:1", "peer-x:1", "a", ""),
         Err(MetadataError::Exhausted("the broker's generation"))
     );
     assert_eq!(m.brokers[0].server_id.generation, u32::MAX, "unchanged");

@@ -59,6 +59,25 @@ impl Api {
         Api::InitProducerId,
     ];
 
+    /// The API's name as Kafka spells it (metric labels, logs).
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Produce => "Produce",
+            Api::Fetch => "Fetch",
+            Api::ListOffsets => "ListOffsets",
+            Api::Metadata => "Metadata",
+            Api::OffsetCommit => "OffsetCommit",
+            Api::OffsetFetch => "OffsetFetch",
+            Api::FindCoordinator => "FindCoordinator",
+            Api::JoinGroup => "JoinGroup",
+            Api::Heartbeat => "Heartbeat",
+            Api::LeaveGroup => "LeaveGroup",
+            Api::SyncGroup => "SyncGroup",
+            Api::ApiVersions => "ApiVersions",
+            Api::InitProducerId => "InitProducerId",
+        }
+    }
+
     pub fn from_key(key: i16) -> Option<Api> {
         Api::ALL.iter().copied().find(|api| *api as i16 == key)
     }

@@ -105,6 +105,8 @@ wire_message! {
         /// Where other brokers and the coordinator reach it (replica RPCs, assignments).
         pub peer_addr: String,
         pub admin_addr: String,
+        /// Where Kafka clients reach it; empty when its Kafka listener is off.
+        pub kafka_addr: String,
     }
 }
 
@@ -194,6 +196,8 @@ wire_message! {
         /// Where other brokers and the coordinator reach it.
         pub peer_addr: String,
         pub admin_addr: String,
+        /// Where Kafka clients reach it; empty when its Kafka listener is off.
+        pub kafka_addr: String,
         /// A heartbeat arrived within the coordinator's liveness timeout.
         pub alive: bool,
         /// Declared crashed: this generation is fenced everywhere and never comes back.

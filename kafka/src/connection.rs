@@ -1,0 +1,269 @@
+//! One Kafka client connection: requests are read, guarded, decoded and dispatched in arrival
+//! order on the reader (so a producer's pipelined batches are appended in order), and answered
+//! in that same order by the writer, as Kafka requires, however long each takes.
+//!
+//! Bounds: a request's length prefix is checked against `request_bytes_max` (1 MiB for
+//! anything but Produce) before its body gets memory, and that memory comes from the
+//! listener's body budget; at most `requests_in_flight_max` requests of a connection are being
+//! answered, beyond which the reader stops; a request must arrive whole within
+//! `request_read_timeout` of its first byte, and a connection with nothing in flight is closed
+//! after `idle_timeout`. A request that does not parse closes its connection, and only it.
+
+use crate::front_end::Kafka;
+use crate::handlers::{Answer, Body, dispatch};
+use crate::protocol::{Api, Decoded, decode_request};
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesOrdered;
+use std::sync::Arc;
+use std::time::Duration;
+use tailstream_net::{BodyBudget, Closed};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::time::Instant;
+
+/// Requests other than Produce carry metadata only: this is plenty, and it bounds what the
+/// codec allocates for them.
+const CONTROL_REQUEST_BYTES_MAX: u32 = 1 << 20;
+const READ_BUFFER_BYTES: usize = 64 * 1024;
+const WRITE_BUFFER_BYTES: usize = 64 * 1024;
+
+#[derive(Clone, Debug)]
+pub(crate) struct ConnectionLimits {
+    pub request_bytes_max: u32,
+    pub requests_in_flight_max: usize,
+    pub idle_timeout: Duration,
+    pub request_read_timeout: Duration,
+    pub budget: BodyBudget,
+    pub fetch_wait_max: Duration,
+}
+
+/// An answer on its way to the writer, holding its in-flight slot until written.
+struct Queued {
+    correlation_id: i32,
+    answer: BoxFuture<'static, Option<Body>>,
+    _slot: OwnedSemaphorePermit,
+}
+
+pub(crate) async fn serve_connection(
+    stream: TcpStream,
+    kafka: Arc<Kafka>,
+    limits: ConnectionLimits,
+) -> Closed {
+    let _ = stream.set_nodelay(true);
+    let (read_half, write_half) = stream.into_split();
+    let (queue, queued) = mpsc::unbounded_channel();
+    let mut writer = tokio::spawn(write_answers(write_half, queued));
+    let reader = read_requests(read_half, &kafka, &limits, queue);
+    tokio::select! {
+        closed = reader => {
+            // The reader is done: what it dispatched is still answered, in order.
+            match (&mut writer).await {
+                Ok(Err(closed)) => closed,
+                _ => closed,
+            }
+        }
+        written = &mut writer => match written {
+            Ok(Err(closed)) => closed,
+            _ => Closed::Io("the kafka writer ended".into()),
+        },
+    }
+}
+
+/// Reads and dispatches requests until the peer closes, a limit is broken, or a request
+/// does not parse.
+async fn read_requests(
+    read_half: OwnedReadHalf,
+    kafka: &Arc<Kafka>,
+    limits: &ConnectionLimits,
+    queue: mpsc::UnboundedSender<Queued>,
+) -> Closed {
+    let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, read_half);
+    let slots = Arc::new(Semaphore::new(limits.requests_in_flight_max.max(1)));
+    loop {
+        // At most `requests_in_flight_max` requests being answered: stop reading beyond.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return Closed::Io("in-flight slots closed".into());
+        };
+        let idle = slots.available_permits() + 1 == limits.requests_in_flight_max.max(1);
+        let mut size = [0u8; 4];
+        // The first byte of the length prefix: idle until it comes (a connection that is
+        // being answered is not idle).
+        let first = if idle {
+            match tokio::time::timeout(limits.idle_timeout, reader.read_u8()).await {
+                Err(_) => return Closed::Idle,
+                Ok(read) => read,
+            }
+        } else {
+            reader.read_u8().await
+        };
+        match first {
+            Ok(byte) => size[0] = byte,
+            Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Closed::ByPeer;
+            }
+            Err(error) => return Closed::Io(format!("reading a request: {error}")),
+        }
+        let deadline = Instant::now() + limits.request_read_timeout;
+        let frame = match read_frame(&mut reader, size, deadline, limits).await {
+            Ok(frame) => frame,
+            Err(closed) => return closed,
+        };
+        let (bytes, _body) = frame;
+        let answer = match decode_request(bytes) {
+            Ok(Decoded::Request { header, api, body }) => {
+                if api != Api::Produce && size_of(&size) > CONTROL_REQUEST_BYTES_MAX {
+                    return Closed::BadInput(format!(
+                        "a {api:?} request of {} bytes (at most {CONTROL_REQUEST_BYTES_MAX})",
+                        size_of(&size)
+                    ));
+                }
+                let correlation_id = header.correlation_id;
+                (
+                    correlation_id,
+                    dispatch(kafka, limits, header, api, *body).await,
+                )
+            }
+            Ok(Decoded::ApiVersionsFallback { header }) => (
+                header.correlation_id,
+                crate::handlers::api_versions::unsupported_version(),
+            ),
+            Err(error) => {
+                metrics::counter!(crate::metrics::REQUESTS_REFUSED).increment(1);
+                return Closed::BadInput(error.to_string());
+            }
+        };
+        let (correlation_id, answer) = answer;
+        let answer: BoxFuture<'static, Option<Body>> = match answer {
+            Answer::Ready(body) => Box::pin(std::future::ready(Some(body))),
+            Answer::Later(later) => Box::pin(async move { Some(later.await) }),
+            Answer::Silent => Box::pin(std::future::ready(None)),
+        };
+        let queued = Queued {
+            correlation_id,
+            answer,
+            _slot: slot,
+        };
+        if queue.send(queued).is_err() {
+            return Closed::Io("the kafka writer is gone".into());
+        }
+    }
+}
+
+fn size_of(prefix: &[u8; 4]) -> u32 {
+    u32::from_be_bytes(*prefix)
+}
+
+/// Reads the rest of a request (its length prefix started with `size[0]`) by `deadline`,
+/// its body's memory taken from the budget first.
+async fn read_frame(
+    reader: &mut BufReader<OwnedReadHalf>,
+    mut size: [u8; 4],
+    deadline: Instant,
+    limits: &ConnectionLimits,
+) -> Result<(Bytes, tailstream_net::budget::BodyPermit), Closed> {
+    let io = |what: &str, error: std::io::Error| Closed::Io(format!("reading {what}: {error}"));
+    match tokio::time::timeout_at(deadline, reader.read_exact(&mut size[1..])).await {
+        Err(_) => return Err(Closed::RequestTimeout),
+        Ok(Err(error)) => return Err(io("a request size", error)),
+        Ok(Ok(_)) => {}
+    }
+    let length = i32::from_be_bytes(size);
+    if length < 8 || length as u32 > limits.request_bytes_max {
+        return Err(Closed::BadInput(format!(
+            "a request of {length} bytes (between 8 and {})",
+            limits.request_bytes_max
+        )));
+    }
+    let length = length as u32;
+    // Memory for the body only once the budget grants it; a stalled sender waits unread.
+    let permit = match tokio::time::timeout_at(deadline, limits.budget.take(length)).await {
+        Err(_) => return Err(Closed::RequestTimeout),
+        Ok(None) => {
+            return Err(Closed::BadInput(format!(
+                "a request of {length} bytes exceeds the listener's whole body budget"
+            )));
+        }
+        Ok(Some(permit)) => permit,
+    };
+    // Read into spare capacity (no zeroing), never past this request's end.
+    let mut body = BytesMut::with_capacity(length as usize);
+    let read_all = async {
+        while body.len() < length as usize {
+            let left = length as u64 - body.len() as u64;
+            if (&mut *reader).take(left).read_buf(&mut body).await? == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+        Ok(())
+    };
+    match tokio::time::timeout_at(deadline, read_all).await {
+        Err(_) => return Err(Closed::RequestTimeout),
+        Ok(Err(error)) => return Err(io("a request", error)),
+        Ok(Ok(())) => {}
+    }
+    Ok((body.freeze(), permit))
+}
+
+/// Writes answers in request order until the reader is gone and every answer is written.
+async fn write_answers(
+    write_half: OwnedWriteHalf,
+    mut queued: mpsc::UnboundedReceiver<Queued>,
+) -> Result<(), Closed> {
+    let mut out = BufWriter::with_capacity(WRITE_BUFFER_BYTES, write_half);
+    let mut pending = FuturesOrdered::new();
+    let mut reading = true;
+    loop {
+        tokio::select! {
+            next = queued.recv(), if reading => match next {
+                Some(Queued { correlation_id, answer, _slot }) => {
+                    pending.push_back(async move { (correlation_id, answer.await, _slot) });
+                }
+                None => reading = false,
+            },
+            Some((correlation_id, body, _slot)) = pending.next(), if !pending.is_empty() => {
+                match body {
+                    None => {}
+                    Some(Ok(parts)) => write_answer(&mut out, correlation_id, &parts).await?,
+                    Some(Err(reason)) => {
+                        // An answer this broker could not encode is a bug: say so and close.
+                        tracing::error!(correlation_id, %reason, "kafka answer not encodable");
+                        return Err(Closed::Io(format!("answer not encodable: {reason}")));
+                    }
+                }
+                if pending.is_empty() {
+                    out.flush()
+                        .await
+                        .map_err(|e| Closed::Io(format!("sending answers: {e}")))?;
+                }
+            }
+            else => break,
+        }
+    }
+    let _ = out.shutdown().await;
+    Ok(())
+}
+
+/// One answer: its length, the response header (the correlation id: every version served
+/// answers with header v0) and its body parts.
+async fn write_answer(
+    out: &mut BufWriter<OwnedWriteHalf>,
+    correlation_id: i32,
+    parts: &[Bytes],
+) -> Result<(), Closed> {
+    let body: usize = parts.iter().map(Bytes::len).sum();
+    let length =
+        i32::try_from(body + 4).map_err(|_| Closed::Io(format!("an answer of {body} bytes")))?;
+    let mut head = BytesMut::with_capacity(8);
+    head.put_i32(length);
+    head.put_i32(correlation_id);
+    let io = |e: std::io::Error| Closed::Io(format!("sending an answer: {e}"));
+    out.write_all(&head).await.map_err(io)?;
+    for part in parts {
+        out.write_all(part).await.map_err(io)?;
+    }
+    Ok(())
+}

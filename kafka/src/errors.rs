@@ -1,0 +1,88 @@
+//! What each refusal of the data plane or the cluster is called in Kafka, so that a Kafka
+//! client's own retry logic does the right thing (refresh metadata, back off, or give up).
+
+use kafka_protocol::ResponseError;
+use tailstream_broker::data_plane::DataError;
+use tailstream_broker::storage::StorageError;
+use tailstream_client::ClientError;
+use tailstream_wire::Status;
+
+/// The Kafka error code for a data plane refusal.
+pub(crate) fn data_error_code(error: &DataError) -> i16 {
+    let kafka = match error {
+        // The streamlet moved, or this broker cannot prove it still owns it: the client
+        // refreshes its metadata and goes to the leader it learns.
+        DataError::StaleEpoch { .. } | DataError::NewerEpoch { .. } | DataError::LeaseExpired => {
+            ResponseError::NotLeaderOrFollower
+        }
+        // Being rebuilt after a crash: retriable, metadata says the leader is not available.
+        DataError::Recovering => ResponseError::LeaderNotAvailable,
+        DataError::InvalidBatch(_) => ResponseError::CorruptMessage,
+        DataError::UnsupportedBatch(_) => ResponseError::UnsupportedForMessageFormat,
+        // The batch is appended but not yet on every backup: a retry lands once.
+        DataError::CommitTimeout(_) => ResponseError::RequestTimedOut,
+        DataError::LogGone => ResponseError::NotLeaderOrFollower,
+        DataError::Storage(error) => return storage_error_code(error),
+    };
+    kafka.code()
+}
+
+fn storage_error_code(error: &StorageError) -> i16 {
+    let kafka = match error {
+        StorageError::NotOwner => ResponseError::NotLeaderOrFollower,
+        StorageError::UnknownLog(_) => ResponseError::UnknownTopicOrPartition,
+        StorageError::OffsetOutOfRange { .. }
+        | StorageError::GroupRetired(_)
+        | StorageError::PositionOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+        // Segment memory full and retention cannot free any: retriable.
+        StorageError::Backpressure { .. } => ResponseError::KafkaStorageError,
+        // Too much appended and not yet replicated (a backup was lost): retriable.
+        StorageError::ReplicationBacklog { .. } => ResponseError::NotEnoughReplicas,
+        StorageError::BatchTooLarge { .. } => ResponseError::MessageTooLarge,
+        StorageError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
+        StorageError::DuplicateSequence(_) => ResponseError::DuplicateSequenceNumber,
+        StorageError::UnknownGroup(_)
+        | StorageError::UnknownSegment(_)
+        | StorageError::DigestTooLarge { .. }
+        | StorageError::Invariant(_)
+        | StorageError::Recovery(_) => ResponseError::UnknownServerError,
+    };
+    kafka.code()
+}
+
+/// The Kafka error code for a failed call to the coordinator.
+pub(crate) fn cluster_error_code(error: &ClientError) -> i16 {
+    let kafka = match error {
+        ClientError::UnknownStream(_) => ResponseError::UnknownTopicOrPartition,
+        error => match error.status() {
+            Some(Status::InvalidArgument) => ResponseError::InvalidTopicException,
+            Some(Status::NoBrokers) => ResponseError::LeaderNotAvailable,
+            _ => ResponseError::CoordinatorNotAvailable,
+        },
+    };
+    kafka.code()
+}
+
+pub(crate) const NONE: i16 = 0;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tailstream_wire::BatchSequence;
+
+    #[test]
+    fn refusals_get_the_codes_kafka_clients_retry_on() {
+        assert_eq!(data_error_code(&DataError::Recovering), 5);
+        assert_eq!(data_error_code(&DataError::LeaseExpired), 6);
+        assert_eq!(data_error_code(&DataError::CommitTimeout(8000)), 7);
+        let out_of_order = StorageError::OutOfOrderSequence {
+            expected: BatchSequence(1),
+            got: BatchSequence(3),
+        };
+        assert_eq!(data_error_code(&DataError::Storage(out_of_order)), 45);
+        assert_eq!(
+            cluster_error_code(&ClientError::UnknownStream("x".into())),
+            3
+        );
+    }
+}

@@ -1,0 +1,162 @@
+//! The Kafka listener of a broker: bound before the broker registers (so its address is
+//! advertised), then served over the broker's data plane through the accept loop every
+//! listener shares.
+
+use crate::connection::{ConnectionLimits as KafkaLimits, serve_connection};
+use crate::topics::Topics;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tailstream_broker::cluster::ClusterState;
+use tailstream_broker::data_plane::DataPlane;
+use tailstream_broker::server::{FrontEnd, FrontEndContext};
+use tailstream_client::Cluster;
+use tailstream_config::{BrokerConfig, KafkaConfig};
+use tailstream_net::{BodyBudget, ConnectionLimits, accept_loop};
+use tokio::net::TcpListener;
+
+/// What every Kafka connection of a broker shares.
+#[derive(Debug)]
+pub(crate) struct Kafka {
+    pub plane: Arc<DataPlane>,
+    pub cluster: Arc<ClusterState>,
+    pub coordinator: Arc<Cluster>,
+    pub topics: Topics,
+    pub broker: BrokerConfig,
+    /// Where this broker's Kafka clients are told to connect.
+    pub advertised: Advertised,
+}
+
+/// A host and port as Kafka's Metadata and FindCoordinator answers carry them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Advertised {
+    pub host: String,
+    pub port: i32,
+}
+
+impl Advertised {
+    /// `host:port` split at the last colon; `None` if it is not that.
+    pub fn parse(addr: &str) -> Option<Self> {
+        let (host, port) = addr.rsplit_once(':')?;
+        let port: u16 = port.parse().ok()?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        (!host.is_empty()).then(|| Advertised {
+            host: host.to_owned(),
+            port: i32::from(port),
+        })
+    }
+}
+
+/// A bound Kafka listener, not yet serving.
+#[derive(Debug)]
+pub struct KafkaListener {
+    listener: TcpListener,
+    advertised: String,
+    config: KafkaConfig,
+}
+
+/// Binds the Kafka listener `config` asks for (`Ok(None)` when it is disabled).
+pub async fn bind(config: &KafkaConfig) -> Result<Option<KafkaListener>, String> {
+    if !config.enabled {
+        return Ok(None);
+    }
+    let listener = TcpListener::bind(config.listen_addr)
+        .await
+        .map_err(|e| format!("binding kafka listener {}: {e}", config.listen_addr))?;
+    let bound: SocketAddr = listener.local_addr().map_err(|e| e.to_string())?;
+    let advertised = if config.advertised_addr.is_empty() {
+        bound.to_string()
+    } else {
+        config.advertised_addr.clone()
+    };
+    if Advertised::parse(&advertised).is_none() {
+        return Err(format!(
+            "kafka.advertised_addr {advertised:?} is not host:port"
+        ));
+    }
+    Ok(Some(KafkaListener {
+        listener,
+        advertised,
+        config: config.clone(),
+    }))
+}
+
+impl KafkaListener {
+    /// The address Kafka clients are told to use for this broker.
+    pub fn advertised_addr(&self) -> &str {
+        &self.advertised
+    }
+
+    /// The front end the broker starts once its data plane exists.
+    pub fn into_front_end(self) -> FrontEnd {
+        Box::new(move |context| Box::pin(self.serve(context)))
+    }
+
+    async fn serve(self, context: FrontEndContext) {
+        let config = &context.config;
+        let Some(advertised) = Advertised::parse(&self.advertised) else {
+            return;
+        };
+        let coordinator = Cluster::new(
+            &context.coordinator_peer_addr,
+            &config.client,
+            config.producer.request_timeout_ms,
+        );
+        let kafka = Arc::new(Kafka {
+            plane: context.plane,
+            cluster: context.cluster,
+            topics: Topics::new(
+                coordinator.clone(),
+                &self.config,
+                config.stream_defaults.clone(),
+            ),
+            coordinator,
+            broker: config.broker.clone(),
+            advertised,
+        });
+        let listeners = &config.listeners;
+        let limits = KafkaLimits {
+            request_bytes_max: self.config.request_bytes_max,
+            requests_in_flight_max: self.config.requests_in_flight_per_connection_max as usize,
+            idle_timeout: listeners.idle_timeout(),
+            request_read_timeout: listeners.request_read_timeout(),
+            budget: BodyBudget::new("kafka", self.config.request_body_bytes_max),
+            fetch_wait_max: Duration::from_millis(u64::from(config.broker.fetch_wait_ms_max)),
+        };
+        let connections = ConnectionLimits {
+            connections_max: self.config.connections_max as usize,
+            connections_per_address_max: listeners.connections_per_address_max as usize,
+        };
+        accept_loop(
+            self.listener,
+            "kafka",
+            connections,
+            context.shutdown,
+            move |stream, _peer| serve_connection(stream, kafka.clone(), limits.clone()),
+        )
+        .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advertised_addresses_split_at_the_last_colon() {
+        assert_eq!(
+            Advertised::parse("127.0.0.1:9092"),
+            Some(Advertised {
+                host: "127.0.0.1".into(),
+                port: 9092
+            })
+        );
+        assert_eq!(
+            Advertised::parse("[::1]:9093").map(|a| a.host),
+            Some("::1".into())
+        );
+        assert_eq!(Advertised::parse("nohost"), None);
+        assert_eq!(Advertised::parse(":9092"), None);
+        assert_eq!(Advertised::parse("h:99999"), None);
+    }
+}

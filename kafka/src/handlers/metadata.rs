@@ -1,0 +1,121 @@
+//! Metadata: the brokers (this cluster's live members with a Kafka listener; node id = the
+//! broker's server index) and each topic's partitions with their leader, the owner of the
+//! partition's streamlet. Asked of the coordinator afresh every time: after a crash the
+//! leaders moved, and this is how clients learn where.
+
+use super::{Answer, encode, str_bytes};
+use crate::front_end::{Advertised, Kafka};
+use crate::topics::TopicError;
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use std::sync::Arc;
+use tailstream_wire::messages::{PlacementState, StreamMetadata};
+
+/// What Tailstream calls its cluster, for clients that want a cluster id.
+const CLUSTER_ID: &str = "tailstream";
+
+pub(crate) fn answer(kafka: Arc<Kafka>, version: i16, request: MetadataRequest) -> Answer {
+    Answer::Later(Box::pin(async move {
+        let brokers = brokers(&kafka);
+        let own = kafka.cluster.server_id().map_or(-1, |id| id.index as i32);
+        // v0 names no topic to mean all; from v1 that is a null list (and empty is none).
+        let all = match &request.topics {
+            None => true,
+            Some(topics) => version == 0 && topics.is_empty(),
+        };
+        let create = version < 4 || request.allow_auto_topic_creation;
+        let mut topics = Vec::new();
+        if all {
+            match kafka.topics.all().await {
+                Ok(streams) => topics.extend(streams.iter().map(|s| topic(s, version))),
+                Err(error) => return Err(format!("listing streams: {}", error.message)),
+            }
+        } else {
+            for wanted in request.topics.iter().flatten() {
+                let Some(name) = wanted.name.as_ref() else {
+                    continue;
+                };
+                let entry = match kafka.topics.fresh(name.as_str(), create).await {
+                    Ok(stream) => topic(&stream, version),
+                    Err(error) => failed_topic(name.as_str(), &error),
+                };
+                topics.push(entry);
+            }
+        }
+        let mut response = MetadataResponse::default()
+            .with_brokers(brokers)
+            .with_topics(topics);
+        if version >= 1 {
+            response = response.with_controller_id(BrokerId(own));
+        }
+        if version >= 2 {
+            response = response.with_cluster_id(Some(str_bytes(CLUSTER_ID)));
+        }
+        encode(&response, version)
+    }))
+}
+
+/// Live brokers that run a Kafka listener.
+fn brokers(kafka: &Kafka) -> Vec<MetadataResponseBroker> {
+    let members = kafka.cluster.brokers();
+    let members = members.borrow();
+    members
+        .iter()
+        .filter(|b| b.alive && !b.crashed)
+        .filter_map(|b| {
+            let addr = Advertised::parse(&b.kafka_addr)?;
+            Some(
+                MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(b.server_id.index as i32))
+                    .with_host(str_bytes(&addr.host))
+                    .with_port(addr.port),
+            )
+        })
+        .collect()
+}
+
+fn topic(stream: &StreamMetadata, _version: i16) -> MetadataResponseTopic {
+    let logs = stream.config.logs_per_streamlet;
+    let mut partitions = Vec::new();
+    for placement in &stream.streamlets {
+        let serving = placement.state == PlacementState::Serving;
+        let leader = if serving {
+            placement.owner.index as i32
+        } else {
+            -1
+        };
+        let error = if serving {
+            0
+        } else {
+            ResponseError::LeaderNotAvailable.code()
+        };
+        for log in 0..logs {
+            let index = placement.streamlet.0 * logs + log;
+            let nodes = if serving {
+                vec![BrokerId(leader)]
+            } else {
+                Vec::new()
+            };
+            partitions.push(
+                MetadataResponsePartition::default()
+                    .with_error_code(error)
+                    .with_partition_index(i32::try_from(index).unwrap_or(i32::MAX))
+                    .with_leader_id(BrokerId(leader))
+                    .with_replica_nodes(nodes.clone())
+                    .with_isr_nodes(nodes),
+            );
+        }
+    }
+    MetadataResponseTopic::default()
+        .with_name(Some(TopicName(str_bytes(&stream.name))))
+        .with_partitions(partitions)
+}
+
+fn failed_topic(name: &str, error: &TopicError) -> MetadataResponseTopic {
+    MetadataResponseTopic::default()
+        .with_error_code(error.code)
+        .with_name(Some(TopicName(str_bytes(name))))
+}

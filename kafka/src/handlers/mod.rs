@@ -1,0 +1,77 @@
+//! One Kafka request in, its answer out: each API's handler, and the shapes they share.
+//!
+//! A handler answers now, later (a future the connection's writer drives, in order), or not
+//! at all (a Produce with acks = 0). Only Produce does work while the reader waits (it appends
+//! before the next request is read, so a producer's pipelined batches land in order); every
+//! other handler returns at once with a future.
+
+pub(crate) mod api_versions;
+mod coordinator;
+mod fetch;
+mod list_offsets;
+mod metadata;
+mod produce;
+
+use crate::connection::ConnectionLimits;
+use crate::front_end::Kafka;
+use crate::protocol::{Api, RequestBody, RequestHeader};
+use bytes::{Bytes, BytesMut};
+use futures::future::BoxFuture;
+use kafka_protocol::protocol::{Encodable, StrBytes};
+use std::sync::Arc;
+
+/// An encoded answer body (without its length and header), or why it could not be encoded
+/// (a bug: the connection is closed).
+pub(crate) type Body = Result<Vec<Bytes>, String>;
+
+pub(crate) enum Answer {
+    Ready(Body),
+    Later(BoxFuture<'static, Body>),
+    /// No answer at all (a Produce with acks = 0).
+    Silent,
+}
+
+/// Encodes `response` at `version` with `kafka-protocol`.
+pub(crate) fn encode<R: Encodable>(response: &R, version: i16) -> Body {
+    let size = response.compute_size(version).map_err(|e| e.to_string())?;
+    let mut out = BytesMut::with_capacity(size);
+    response
+        .encode(&mut out, version)
+        .map_err(|e| format!("encoding v{version}: {e}"))?;
+    Ok(vec![out.freeze()])
+}
+
+pub(crate) fn str_bytes(value: &str) -> StrBytes {
+    StrBytes::from_string(value.to_owned())
+}
+
+/// Answers one decoded request.
+pub(crate) async fn dispatch(
+    kafka: &Arc<Kafka>,
+    limits: &ConnectionLimits,
+    header: RequestHeader,
+    api: Api,
+    body: RequestBody,
+) -> Answer {
+    metrics::counter!(crate::metrics::REQUESTS, "api" => api.name()).increment(1);
+    let version = header.api_version;
+    match body {
+        RequestBody::ApiVersions(_) => api_versions::answer(version),
+        RequestBody::Metadata(request) => metadata::answer(kafka.clone(), version, request),
+        RequestBody::Produce(request) => produce::answer(kafka, version, request).await,
+        RequestBody::Fetch(request) => {
+            fetch::answer(kafka.clone(), limits.fetch_wait_max, version, request)
+        }
+        RequestBody::ListOffsets(request) => list_offsets::answer(kafka.clone(), version, request),
+        RequestBody::FindCoordinator(request) => coordinator::find(kafka, version, request),
+        RequestBody::InitProducerId(request) => {
+            coordinator::init_producer_id(kafka.clone(), version, request)
+        }
+        RequestBody::JoinGroup(_)
+        | RequestBody::SyncGroup(_)
+        | RequestBody::Heartbeat(_)
+        | RequestBody::LeaveGroup(_)
+        | RequestBody::OffsetCommit(_)
+        | RequestBody::OffsetFetch(_) => coordinator::groups_unavailable(api, version),
+    }
+}

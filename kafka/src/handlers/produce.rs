@@ -1,0 +1,167 @@
+//! Produce: each partition's record batch is validated and appended to its log by the data
+//! plane, as it is (the broker rewrites only the base offset), before the connection reads its
+//! next request. acks = -1 ("all") answers once every backup holds the batch, which is what
+//! Tailstream's ack always means; acks = 1 answers once the owner appended it (its consumers
+//! still see it only once replicated); acks = 0 gets no answer at all.
+//!
+//! A producer with idempotence (a producer id from InitProducerId) has its batches checked
+//! against the log's producer table, per partition as Kafka does: a retried batch is answered
+//! with where it first landed and is not appended again.
+
+use super::{Answer, encode};
+use crate::errors::{NONE, data_error_code};
+use crate::front_end::Kafka;
+use crate::topics::{TopicError, partition};
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use std::sync::Arc;
+use std::time::Instant;
+use tailstream_broker::data_plane::{CommitWaiter, Produced, StreamletRef};
+
+/// One partition's outcome before the answer: appended (maybe waiting for its replicas), or
+/// refused with a Kafka error code.
+enum Outcome {
+    Appended {
+        base_offset: i64,
+        log_start_offset: i64,
+        commit: Option<CommitWaiter>,
+    },
+    Refused(i16),
+}
+
+struct PartitionOutcome {
+    index: i32,
+    outcome: Outcome,
+}
+
+struct TopicOutcome {
+    name: kafka_protocol::messages::TopicName,
+    partitions: Vec<PartitionOutcome>,
+}
+
+pub(crate) async fn answer(kafka: &Arc<Kafka>, version: i16, request: ProduceRequest) -> Answer {
+    let acks = request.acks;
+    let refuse_all = if request.transactional_id.is_some() {
+        // Transactions are not served (ApiVersions does not offer them): refused, not retried.
+        Some(ResponseError::InvalidRequest.code())
+    } else if !matches!(acks, -1..=1) {
+        Some(ResponseError::InvalidRequiredAcks.code())
+    } else {
+        None
+    };
+    let started = Instant::now();
+    let mut topics = Vec::with_capacity(request.topic_data.len());
+    for topic in request.topic_data {
+        let resolved = match refuse_all {
+            Some(code) => Err(TopicError {
+                code,
+                message: String::new(),
+            }),
+            None => kafka.topics.route(topic.name.as_str(), true).await,
+        };
+        let mut partitions = Vec::with_capacity(topic.partition_data.len());
+        for data in topic.partition_data {
+            let outcome = match &resolved {
+                Err(error) => Outcome::Refused(error.code),
+                Ok(stream) => match (partition(stream, data.index), data.records) {
+                    (None, _) => Outcome::Refused(ResponseError::UnknownTopicOrPartition.code()),
+                    (Some(_), None) => Outcome::Refused(ResponseError::CorruptMessage.code()),
+                    (Some(target), Some(batch)) => {
+                        let appended = kafka
+                            .plane
+                            .admit_current(target.stream, target.streamlet)
+                            .and_then(|streamlet| {
+                                let at = StreamletRef {
+                                    stream: target.stream,
+                                    streamlet: target.streamlet,
+                                    epoch: streamlet.epoch(),
+                                };
+                                let produced = kafka
+                                    .plane
+                                    .produce_to_log(at, target.log, &batch, started)?;
+                                let (first, _) = streamlet.log(target.log)?.bounds();
+                                Ok((produced, first))
+                            });
+                        match appended {
+                            Ok((produced, first)) => appended_outcome(produced, first),
+                            Err(error) => {
+                                // The cached routing may be stale (the streamlet moved).
+                                kafka.topics.forget(topic.name.as_str());
+                                Outcome::Refused(data_error_code(&error))
+                            }
+                        }
+                    }
+                },
+            };
+            partitions.push(PartitionOutcome {
+                index: data.index,
+                outcome,
+            });
+        }
+        metrics::counter!(crate::metrics::PRODUCED_BATCHES).increment(partitions.len() as u64);
+        topics.push(TopicOutcome {
+            name: topic.name,
+            partitions,
+        });
+    }
+    match acks {
+        0 => Answer::Silent,
+        1 => Answer::Ready(encode(&response(topics, version), version)),
+        _ => Answer::Later(Box::pin(async move {
+            for topic in &mut topics {
+                for partition in &mut topic.partitions {
+                    if let Outcome::Appended { commit, .. } = &mut partition.outcome
+                        && let Some(waiter) = commit.take()
+                        && let Err(error) = waiter.wait().await
+                    {
+                        partition.outcome = Outcome::Refused(data_error_code(&error));
+                    }
+                }
+            }
+            encode(&response(topics, version), version)
+        })),
+    }
+}
+
+fn appended_outcome(produced: Produced, first: tailstream_wire::RecordOffset) -> Outcome {
+    Outcome::Appended {
+        base_offset: i64::try_from(produced.location.base_offset.0).unwrap_or(i64::MAX),
+        log_start_offset: i64::try_from(first.0).unwrap_or(i64::MAX),
+        commit: Some(produced.commit),
+    }
+}
+
+fn response(topics: Vec<TopicOutcome>, version: i16) -> ProduceResponse {
+    let responses = topics
+        .into_iter()
+        .map(|topic| {
+            let partition_responses = topic
+                .partitions
+                .into_iter()
+                .map(|p| {
+                    let answer = PartitionProduceResponse::default().with_index(p.index);
+                    match p.outcome {
+                        Outcome::Refused(code) => answer.with_error_code(code),
+                        Outcome::Appended {
+                            base_offset,
+                            log_start_offset,
+                            ..
+                        } => {
+                            let answer = answer.with_error_code(NONE).with_base_offset(base_offset);
+                            if version >= 5 {
+                                answer.with_log_start_offset(log_start_offset)
+                            } else {
+                                answer
+                            }
+                        }
+                    }
+                })
+                .collect();
+            TopicProduceResponse::default()
+                .with_name(topic.name)
+                .with_partition_responses(partition_responses)
+        })
+        .collect();
+    ProduceResponse::default().with_responses(responses)
+}

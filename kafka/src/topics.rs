@@ -1,0 +1,209 @@
+//! Topics as Kafka clients see them: a topic is a stream; partition `streamlet * Q + log` is
+//! one log of one streamlet (only a log has its own record offsets), and its leader is the
+//! streamlet's owner. Stream metadata comes from the coordinator; what routing needs never
+//! changes once a stream exists (its id, Q, its streamlet count), so that is cached, while a
+//! Metadata request asks the coordinator afresh (owners move when a broker crashes).
+
+use crate::errors::cluster_error_code;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tailstream_client::{ClientError, Cluster};
+use tailstream_config::KafkaConfig;
+use tailstream_wire::messages::{StreamConfig, StreamMetadata};
+use tailstream_wire::{LogId, Status, StreamId, StreamletId};
+
+/// Topics cached at most: beyond it, the cache starts afresh (a bound, not a policy).
+const CACHED_TOPICS_MAX: usize = 4096;
+
+/// Where a Kafka partition lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Partition {
+    pub stream: StreamId,
+    pub streamlet: StreamletId,
+    pub log: LogId,
+}
+
+/// A partition index of a stream, if the stream has it.
+pub(crate) fn partition(metadata: &StreamMetadata, index: i32) -> Option<Partition> {
+    let logs = metadata.config.logs_per_streamlet.max(1);
+    let index = u32::try_from(index).ok()?;
+    let streamlet = index / logs;
+    if streamlet as usize >= metadata.streamlets.len() {
+        return None;
+    }
+    Some(Partition {
+        stream: metadata.id,
+        streamlet: StreamletId(streamlet),
+        log: LogId(index % logs),
+    })
+}
+
+/// The partition count of a stream: its streamlets times Q.
+pub(crate) fn partition_count(metadata: &StreamMetadata) -> i32 {
+    let count = metadata.streamlets.len() as u64 * u64::from(metadata.config.logs_per_streamlet);
+    i32::try_from(count).unwrap_or(i32::MAX)
+}
+
+/// Topic metadata, from the coordinator.
+#[derive(Debug)]
+pub(crate) struct Topics {
+    coordinator: Arc<Cluster>,
+    cache: Mutex<HashMap<String, Arc<StreamMetadata>>>,
+    auto_create: bool,
+    auto_create_streamlets: u32,
+    defaults: StreamConfig,
+}
+
+/// Why a topic could not be had, as a Kafka error code and a message.
+#[derive(Clone, Debug)]
+pub(crate) struct TopicError {
+    pub code: i16,
+    pub message: String,
+}
+
+impl From<ClientError> for TopicError {
+    fn from(error: ClientError) -> Self {
+        TopicError {
+            code: cluster_error_code(&error),
+            message: error.to_string(),
+        }
+    }
+}
+
+impl Topics {
+    pub fn new(coordinator: Arc<Cluster>, config: &KafkaConfig, defaults: StreamConfig) -> Self {
+        Self {
+            coordinator,
+            cache: Mutex::new(HashMap::new()),
+            auto_create: config.auto_create_topics,
+            auto_create_streamlets: config.auto_create_streamlets,
+            defaults,
+        }
+    }
+
+    fn cached(&self, name: &str) -> Option<Arc<StreamMetadata>> {
+        self.cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    fn remember(&self, metadata: Arc<StreamMetadata>) {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= CACHED_TOPICS_MAX {
+            cache.clear();
+        }
+        cache.insert(metadata.name.clone(), metadata);
+    }
+
+    /// What routing needs of `name` (cached), creating the topic if it does not exist and
+    /// `create` allows (with auto-creation on).
+    pub async fn route(&self, name: &str, create: bool) -> Result<Arc<StreamMetadata>, TopicError> {
+        if let Some(metadata) = self.cached(name) {
+            return Ok(metadata);
+        }
+        self.fresh(name, create).await
+    }
+
+    /// `name` as the coordinator has it now (owners and their states too), creating it if it
+    /// does not exist and `create` allows.
+    pub async fn fresh(&self, name: &str, create: bool) -> Result<Arc<StreamMetadata>, TopicError> {
+        match self.coordinator.refresh_stream(name).await {
+            Ok(metadata) => {
+                self.remember(metadata.clone());
+                Ok(metadata)
+            }
+            Err(ClientError::UnknownStream(_)) if create && self.auto_create => {
+                self.create(name).await
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    async fn create(&self, name: &str) -> Result<Arc<StreamMetadata>, TopicError> {
+        let created = self
+            .coordinator
+            .create_stream(name, self.auto_create_streamlets, self.defaults.clone())
+            .await;
+        let metadata = match created {
+            Ok(metadata) => metadata,
+            // Another broker created it first.
+            Err(error) if error.status() == Some(Status::StreamExists) => {
+                self.coordinator.refresh_stream(name).await?
+            }
+            Err(error) => return Err(error.into()),
+        };
+        tracing::info!(
+            topic = name,
+            partitions = partition_count(&metadata),
+            "topic auto-created"
+        );
+        self.remember(metadata.clone());
+        Ok(metadata)
+    }
+
+    /// Every stream, as the coordinator has it now.
+    pub async fn all(&self) -> Result<Vec<Arc<StreamMetadata>>, TopicError> {
+        let streams = self.coordinator.list_streams().await?;
+        let streams: Vec<_> = streams.into_iter().map(Arc::new).collect();
+        for stream in &streams {
+            self.remember(stream.clone());
+        }
+        Ok(streams)
+    }
+
+    /// Forgets what is cached of `name` (its streamlets' owners changed).
+    pub fn forget(&self, name: &str) {
+        self.cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tailstream_wire::ServerId;
+    use tailstream_wire::messages::{PlacementState, StreamletPlacement};
+
+    fn stream(streamlets: u32, logs: u32) -> StreamMetadata {
+        StreamMetadata {
+            id: StreamId(7),
+            name: "t".into(),
+            config: StreamConfig {
+                logs_per_streamlet: logs,
+                replicas: 0,
+                segment_size_bytes: 1 << 20,
+                segments_per_group: 4,
+                retention_bytes: 0,
+                retention_ms: 0,
+            },
+            streamlets: (0..streamlets)
+                .map(|s| StreamletPlacement {
+                    streamlet: StreamletId(s),
+                    owner: ServerId::new(s, 1),
+                    owner_addr: String::new(),
+                    epoch: 1,
+                    state: PlacementState::Serving,
+                    detail: String::new(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn partitions_are_streamlet_times_q_plus_log() {
+        let metadata = stream(3, 4);
+        assert_eq!(partition_count(&metadata), 12);
+        let p = partition(&metadata, 9).unwrap();
+        assert_eq!((p.streamlet, p.log), (StreamletId(2), LogId(1)));
+        assert_eq!(partition(&metadata, 12), None);
+        assert_eq!(partition(&metadata, -1), None);
+        let every: Vec<_> = (0..12).map(|i| partition(&metadata, i).unwrap()).collect();
+        for (i, p) in every.iter().enumerate() {
+            assert_eq!(p.streamlet.0 * 4 + p.log.0, i as u32);
+        }
+    }
+}
