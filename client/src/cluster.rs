@@ -9,7 +9,9 @@ use tailstream_config::ClientConfig;
 use tailstream_net::{RpcClient, RpcClientConfig, RpcError, RpcPool};
 use tailstream_wire::messages::{
     AllocateProducerIdResponse, BrokerInfo, CreateStreamRequest, DescribeStreamRequest, Empty,
-    ListBrokersResponse, ListStreamsResponse, StreamConfig, StreamMetadata,
+    GroupHeartbeatRequest, GroupJoinRequest, GroupJoinResponse, GroupLeaveRequest,
+    GroupSyncRequest, GroupSyncResponse, ListBrokersResponse, ListStreamsResponse,
+    OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse, StreamConfig, StreamMetadata,
 };
 use tailstream_wire::{Decode, Encode, Opcode, ProducerId, Status};
 
@@ -157,6 +159,48 @@ impl Cluster {
     pub async fn list_brokers(&self) -> Result<Vec<BrokerInfo>, ClientError> {
         let response: ListBrokersResponse = self.control(Opcode::ListBrokers, &Empty {}).await?;
         Ok(response.brokers)
+    }
+
+    /// Joins (or rejoins) a consumer group: answered once the group's rebalance completes.
+    pub async fn join_group(
+        &self,
+        request: &GroupJoinRequest,
+    ) -> Result<GroupJoinResponse, ClientError> {
+        self.control(Opcode::GroupJoin, request).await
+    }
+
+    /// Brings (the leader) or gets (every member) the assignments of a generation.
+    pub async fn sync_group(
+        &self,
+        request: &GroupSyncRequest,
+    ) -> Result<GroupSyncResponse, ClientError> {
+        self.control(Opcode::GroupSync, request).await
+    }
+
+    pub async fn heartbeat_group(
+        &self,
+        request: &GroupHeartbeatRequest,
+    ) -> Result<(), ClientError> {
+        let _: Empty = self.control(Opcode::GroupHeartbeat, request).await?;
+        Ok(())
+    }
+
+    pub async fn leave_group(&self, request: &GroupLeaveRequest) -> Result<(), ClientError> {
+        let _: Empty = self.control(Opcode::GroupLeave, request).await?;
+        Ok(())
+    }
+
+    /// Commits a group's offsets; `Ok` once they are on the coordinator's disk.
+    pub async fn commit_offsets(&self, request: &OffsetCommitRequest) -> Result<(), ClientError> {
+        let _: Empty = self.control(Opcode::OffsetCommit, request).await?;
+        Ok(())
+    }
+
+    pub async fn fetch_offsets(
+        &self,
+        request: &OffsetFetchRequest,
+    ) -> Result<OffsetFetchResponse, ClientError> {
+        self.control(Opcode::OffsetFetch, request).await
     }
 
     pub async fn allocate_producer_id(&self) -> Result<ProducerId, ClientError> {

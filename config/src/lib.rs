@@ -71,6 +71,13 @@ pub struct CoordinatorConfig {
     pub probe_attempts: u32,
     pub recovery_timeout_ms: u64,
     pub assign_timeout_ms: u64,
+    pub group_session_timeout_ms_min: u64,
+    pub group_session_timeout_ms_max: u64,
+    pub group_rebalance_timeout_ms_max: u64,
+    pub group_initial_rebalance_delay_ms: u64,
+    pub groups_max: u32,
+    pub group_members_max: u32,
+    pub group_committed_partitions_max: u32,
     pub connections_max: u32,
     pub peer_connections_max: u32,
     pub request_body_bytes_max: u32,
@@ -325,6 +332,17 @@ impl Config {
         let coordinator = &self.coordinator;
         if coordinator.probe_timeout_ms == 0 || coordinator.probe_attempts == 0 {
             return invalid("coordinator probe timeout and attempts must be positive".into());
+        }
+        if coordinator.group_session_timeout_ms_min == 0
+            || coordinator.group_session_timeout_ms_min > coordinator.group_session_timeout_ms_max
+            || coordinator.group_rebalance_timeout_ms_max == 0
+            || coordinator.groups_max == 0
+            || coordinator.group_members_max == 0
+            || coordinator.group_committed_partitions_max == 0
+        {
+            return invalid(
+                "coordinator group timeouts and limits must be positive, min <= max".into(),
+            );
         }
         if coordinator.connections_max == 0 || coordinator.peer_connections_max == 0 {
             return invalid("coordinator connection limits must be positive".into());

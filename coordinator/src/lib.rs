@@ -12,6 +12,8 @@
 //!   declarations).
 //! - [`recovery`]: the planner (pure) and the orchestrator that rebuilds a crashed broker's
 //!   streamlets on the survivors.
+//! - [`groups`]: consumer groups: membership (Kafka's classic group protocol, a pure state
+//!   machine) and committed offsets (durable, in the data directory), behind one shell.
 //! - [`metrics`]: every exported metric's name.
 //! - [`service`]: the RPC handlers, split by listener: clients (streams, brokers, producer
 //!   ids) and peers (register, heartbeat).
@@ -19,6 +21,7 @@
 
 pub mod core;
 pub mod detector;
+pub mod groups;
 pub mod liveness;
 pub mod metadata;
 pub mod metrics;

@@ -1,6 +1,9 @@
 //! A coordinator process, assembled: load metadata, bind, serve RPC and admin HTTP.
 
 use crate::core::Coordinator;
+use crate::groups::GroupCoordinator;
+use crate::groups::membership::GroupLimits;
+use crate::groups::offsets::{OffsetLimits, OffsetStore};
 use crate::liveness::Liveness;
 use crate::persist::{MetadataFile, MetadataStore};
 use crate::recovery::orchestrator::{Orchestrator, OrchestratorConfig};
@@ -85,7 +88,36 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
     );
     // A restarted coordinator resumes whatever recovery was under way.
     orchestrator.wake();
-    let service = CoordinatorService::new(core, watchdog, orchestrator);
+    let offsets = OffsetStore::open(
+        &coordinator.data_dir.join("groups"),
+        OffsetLimits {
+            groups_max: coordinator.groups_max as usize,
+            partitions_per_group_max: coordinator.group_committed_partitions_max as usize,
+        },
+    )
+    .map_err(|e| {
+        format!(
+            "opening the committed offsets in {}: {e}",
+            coordinator.data_dir.display()
+        )
+    })?;
+    let groups = GroupCoordinator::new(
+        GroupLimits {
+            session_timeout_min: Duration::from_millis(coordinator.group_session_timeout_ms_min),
+            session_timeout_max: Duration::from_millis(coordinator.group_session_timeout_ms_max),
+            rebalance_timeout_max: Duration::from_millis(
+                coordinator.group_rebalance_timeout_ms_max,
+            ),
+            initial_rebalance_delay: Duration::from_millis(
+                coordinator.group_initial_rebalance_delay_ms,
+            ),
+            groups_max: coordinator.groups_max as usize,
+            members_max: coordinator.group_members_max as usize,
+        },
+        offsets,
+    );
+    tokio::spawn(groups.clone().run_ticker(shutdown.clone()));
+    let service = CoordinatorService::new(core, watchdog, orchestrator, groups);
     let listeners = &config.listeners;
     let limits = |connections_max: u32, budget: &'static str| ServerLimits {
         connections: ConnectionLimits {

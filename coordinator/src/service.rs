@@ -8,6 +8,7 @@
 //! streamlets in place; a broker it could not reach catches up through its next heartbeat.
 
 use crate::core::{Coordinator, unix_ms};
+use crate::groups::GroupCoordinator;
 use crate::metadata::ProducerIds;
 use crate::recovery::orchestrator::Orchestrator;
 use crate::watchdog::WatchdogHandle;
@@ -28,6 +29,7 @@ pub struct CoordinatorService {
     producer_ids: Arc<Mutex<ProducerIds>>,
     watchdog: WatchdogHandle,
     orchestrator: Arc<Orchestrator>,
+    groups: Arc<GroupCoordinator>,
 }
 
 fn decode<T: Decode>(body: Bytes) -> Result<T, Response> {
@@ -43,12 +45,14 @@ impl CoordinatorService {
         core: Coordinator,
         watchdog: WatchdogHandle,
         orchestrator: Arc<Orchestrator>,
+        groups: Arc<GroupCoordinator>,
     ) -> Self {
         Self {
             core,
             producer_ids: Arc::new(Mutex::new(ProducerIds::default())),
             watchdog,
             orchestrator,
+            groups,
         }
     }
 
@@ -273,6 +277,12 @@ impl CoordinatorService {
             (_, Opcode::DescribeStream) => ready(self.describe_stream(request.body)),
             (_, Opcode::ListStreams) => Reply::Ready(Response::ok(&self.snapshot().1)),
             (_, Opcode::ListBrokers) => Reply::Ready(Response::ok(&self.snapshot().0)),
+            (_, Opcode::GroupJoin) => self.groups.join(request.body),
+            (_, Opcode::GroupSync) => self.groups.sync(request.body),
+            (_, Opcode::GroupHeartbeat) => Reply::Ready(self.groups.heartbeat(request.body)),
+            (_, Opcode::GroupLeave) => Reply::Ready(self.groups.leave(request.body)),
+            (_, Opcode::OffsetCommit) => self.groups.commit(request.body),
+            (_, Opcode::OffsetFetch) => Reply::Ready(self.groups.fetch(request.body)),
             (Facing::Clients, Opcode::RegisterBroker | Opcode::BrokerHeartbeat) => {
                 Reply::Ready(Response::error(
                     Status::UnknownOpcode,

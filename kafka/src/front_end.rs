@@ -21,6 +21,9 @@ pub(crate) struct Kafka {
     pub plane: Arc<DataPlane>,
     pub cluster: Arc<ClusterState>,
     pub coordinator: Arc<Cluster>,
+    /// The coordinator too, for group requests: a join waits for its group's rebalance, up to
+    /// the coordinator's longest rebalance timeout, so these calls may take that long.
+    pub groups: Arc<Cluster>,
     pub topics: Topics,
     pub broker: BrokerConfig,
     /// Where this broker's Kafka clients are told to connect.
@@ -102,7 +105,16 @@ impl KafkaListener {
             &config.client,
             config.producer.request_timeout_ms,
         );
+        let groups = Cluster::new(
+            &context.coordinator_peer_addr,
+            &config.client,
+            config
+                .coordinator
+                .group_rebalance_timeout_ms_max
+                .saturating_add(config.producer.request_timeout_ms),
+        );
         let kafka = Arc::new(Kafka {
+            groups,
             plane: context.plane,
             cluster: context.cluster,
             topics: Topics::new(

@@ -114,6 +114,18 @@ opcodes! {
     /// New owner → backup: a closed replica of a crashed primary's segment now belongs to
     /// the new owner, at a new epoch (recovery adopts copies instead of making new ones).
     ReplicaAdopt = 58,
+    /// → coordinator: join (or rejoin) a consumer group; answered once it rebalanced.
+    GroupJoin = 60,
+    /// → coordinator: bring (leader) or get (every member) the group's assignments.
+    GroupSync = 61,
+    /// → coordinator: a group member is alive.
+    GroupHeartbeat = 62,
+    /// → coordinator: members leave a group.
+    GroupLeave = 63,
+    /// → coordinator: commit a group's offsets (answered once on disk).
+    OffsetCommit = 64,
+    /// → coordinator: a group's committed offsets.
+    OffsetFetch = 65,
 }
 
 impl Opcode {

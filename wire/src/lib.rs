@@ -20,7 +20,7 @@
 //!   the cursor decoders share); [`records`]: the builder producers use and the record
 //!   iterator consumers use; [`varint`]: zigzag varints.
 //! - [`replica_files`]: a backup's on-disk formats (claim records, closed replicas' file
-//!   names), which recovery reads.
+//!   names), which recovery reads; [`offsets_file`]: the coordinator's committed-offsets file.
 //! - [`fuzzing`]: every decoder behind a few entry points, fed raw bytes and, through
 //!   [`fuzzing::Source`], recipes for checksum-repaired input; for fuzz targets and property
 //!   tests.
@@ -34,6 +34,7 @@ pub mod fuzzing;
 pub mod ids;
 pub mod messages;
 pub mod nic;
+pub mod offsets_file;
 pub mod record_scan;
 pub mod records;
 pub mod replica_files;

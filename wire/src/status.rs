@@ -97,6 +97,19 @@ statuses! {
     Busy = 52,
     /// The operation did not complete in time.
     Timeout = 53,
+
+    /// The consumer group is rebalancing: rejoin it.
+    RebalanceInProgress = 60,
+    /// The member is not (or no longer) in the group: join again without a member id.
+    UnknownMember = 61,
+    /// The request names another generation than the group's: rejoin.
+    IllegalGeneration = 62,
+    /// The member's protocol type, or every protocol it offers, differs from the group's.
+    InconsistentGroupProtocol = 63,
+    /// The session timeout is outside the coordinator's bounds.
+    InvalidSessionTimeout = 64,
+    /// Too many groups, members, or committed partitions.
+    GroupFull = 65,
 }
 
 impl Status {
@@ -118,6 +131,7 @@ impl Status {
                 | Status::BackupPoolFull
                 | Status::StaleEpoch
                 | Status::Recovering
+                | Status::RebalanceInProgress
         )
     }
 

@@ -5,7 +5,6 @@
 use super::{Answer, encode, str_bytes};
 use crate::errors::cluster_error_code;
 use crate::front_end::Kafka;
-use crate::protocol::Api;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::{
     BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest,
@@ -50,10 +49,4 @@ pub(crate) fn init_producer_id(
         };
         encode(&response, version)
     }))
-}
-
-/// Group requests until the group coordinator is wired in.
-pub(crate) fn groups_unavailable(api: Api, version: i16) -> Answer {
-    let _ = (api, version);
-    Answer::Ready(Err(format!("{} is not served yet", api.name())))
 }

@@ -8,6 +8,7 @@
 pub(crate) mod api_versions;
 mod coordinator;
 mod fetch;
+mod groups;
 mod list_offsets;
 mod metadata;
 mod produce;
@@ -67,11 +68,13 @@ pub(crate) async fn dispatch(
         RequestBody::InitProducerId(request) => {
             coordinator::init_producer_id(kafka.clone(), version, request)
         }
-        RequestBody::JoinGroup(_)
-        | RequestBody::SyncGroup(_)
-        | RequestBody::Heartbeat(_)
-        | RequestBody::LeaveGroup(_)
-        | RequestBody::OffsetCommit(_)
-        | RequestBody::OffsetFetch(_) => coordinator::groups_unavailable(api, version),
+        RequestBody::JoinGroup(request) => {
+            groups::join(kafka.clone(), version, header.client_id, request)
+        }
+        RequestBody::SyncGroup(request) => groups::sync(kafka.clone(), version, request),
+        RequestBody::Heartbeat(request) => groups::heartbeat(kafka.clone(), version, request),
+        RequestBody::LeaveGroup(request) => groups::leave(kafka.clone(), version, request),
+        RequestBody::OffsetCommit(request) => groups::commit(kafka.clone(), version, request),
+        RequestBody::OffsetFetch(request) => groups::fetch(kafka.clone(), version, request),
     }
 }

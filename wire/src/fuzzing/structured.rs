@@ -66,6 +66,15 @@ fn decode_body(opcode: Option<Opcode>, is_response: bool, body: Bytes) {
         (Opcode::ReportSuspect, _) => decode!(ReportSuspectRequest),
         (Opcode::RecoverStreamlet, _) => decode!(RecoverStreamletRequest),
         (Opcode::ReplicaAdopt, _) => decode!(ReplicaAdoptRequest),
+        (Opcode::GroupJoin, false) => decode!(GroupJoinRequest),
+        (Opcode::GroupJoin, true) => decode!(GroupJoinResponse),
+        (Opcode::GroupSync, false) => decode!(GroupSyncRequest),
+        (Opcode::GroupSync, true) => decode!(GroupSyncResponse),
+        (Opcode::GroupHeartbeat, _) => decode!(GroupHeartbeatRequest),
+        (Opcode::GroupLeave, _) => decode!(GroupLeaveRequest),
+        (Opcode::OffsetCommit, _) => decode!(OffsetCommitRequest),
+        (Opcode::OffsetFetch, false) => decode!(OffsetFetchRequest),
+        (Opcode::OffsetFetch, true) => decode!(OffsetFetchResponse),
     }
 }
 

@@ -3,6 +3,7 @@
 //! - [`cluster`]: stream settings and metadata, membership (register, heartbeat, brokers),
 //!   streams (create, describe, list), producer ids, assignments;
 //! - [`data`]: produce, fetch and group listings;
+//! - [`groups`]: consumer groups (membership, committed offsets);
 //! - [`replica`]: the backup's replica RPCs and the rdma handshake;
 //! - [`recovery`]: failure reports and the order to rebuild a crashed broker's streamlet.
 //!
@@ -13,11 +14,13 @@
 
 pub mod cluster;
 pub mod data;
+pub mod groups;
 pub mod recovery;
 pub mod replica;
 
 pub use cluster::*;
 pub use data::*;
+pub use groups::*;
 pub use recovery::*;
 pub use replica::*;
 
@@ -103,6 +106,16 @@ mod tests {
         replica_adopt: ReplicaAdoptRequest,
         report_suspect: ReportSuspectRequest,
         recover_streamlet: RecoverStreamletRequest,
+        group_join_request: GroupJoinRequest,
+        group_join_response: GroupJoinResponse,
+        group_sync_request: GroupSyncRequest,
+        group_sync_response: GroupSyncResponse,
+        group_heartbeat: GroupHeartbeatRequest,
+        group_leave: GroupLeaveRequest,
+        offset_commit: OffsetCommitRequest,
+        offset_fetch_request: OffsetFetchRequest,
+        offset_fetch_response: OffsetFetchResponse,
+        offsets_record: OffsetsRecord,
     }
 
     proptest! {

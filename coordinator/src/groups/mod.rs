@@ -1,0 +1,197 @@
+//! Consumer groups: membership (`membership`, the pure state machine of Kafka's classic group
+//! protocol) and committed offsets (`offsets`, durable), behind one async shell that holds the
+//! joins and syncs waiting for a rebalance and ticks the state machine's timers.
+//!
+//! Every broker's Kafka listener forwards its clients' group requests here, so any broker can
+//! answer FindCoordinator for any group; membership lives in memory (members rejoin after a
+//! coordinator restart, as they do after a Kafka coordinator moves), offsets on disk.
+
+pub mod membership;
+pub mod offsets;
+
+use bytes::Bytes;
+use membership::{Answer, Delivery, GroupLimits, Groups, Waiter};
+use offsets::OffsetStore;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tailstream_net::{Reply, Response};
+use tailstream_wire::messages::{
+    GroupHeartbeatRequest, GroupJoinRequest, GroupLeaveRequest, GroupSyncRequest,
+    OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse,
+};
+use tailstream_wire::{Decode, Status};
+use tokio::sync::{Notify, oneshot, watch};
+
+/// The longest the ticker sleeps without looking (a bound, not a schedule: it is woken when
+/// something changes).
+const TICK_MAX: Duration = Duration::from_millis(500);
+
+#[derive(Debug)]
+pub struct GroupCoordinator {
+    membership: Mutex<Groups>,
+    waiters: Mutex<HashMap<Waiter, oneshot::Sender<Result<Answer, Status>>>>,
+    next_waiter: AtomicU64,
+    offsets: Arc<OffsetStore>,
+    changed: Notify,
+}
+
+fn decode<T: Decode>(body: Bytes) -> Result<T, Response> {
+    T::decode_exact(body).map_err(|e| Response::error(Status::Malformed, e.to_string()))
+}
+
+fn refused(status: Status) -> Response {
+    Response::error(status, format!("{status}"))
+}
+
+impl GroupCoordinator {
+    pub fn new(limits: GroupLimits, offsets: OffsetStore) -> Arc<Self> {
+        Arc::new(Self {
+            membership: Mutex::new(Groups::new(limits)),
+            waiters: Mutex::new(HashMap::new()),
+            next_waiter: AtomicU64::new(1),
+            offsets: Arc::new(offsets),
+            changed: Notify::new(),
+        })
+    }
+
+    fn membership(&self) -> std::sync::MutexGuard<'_, Groups> {
+        self.membership.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn deliver(&self, deliveries: Vec<Delivery>) {
+        if deliveries.is_empty() {
+            return;
+        }
+        let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        for (waiter, answer) in deliveries {
+            if let Some(sender) = waiters.remove(&waiter) {
+                // The caller may be gone (its connection closed): nothing to tell it.
+                let _ = sender.send(answer);
+            }
+        }
+    }
+
+    /// Registers a waiter, runs `step` on the state machine with it, and answers once the
+    /// state machine releases it.
+    fn waiting(
+        self: &Arc<Self>,
+        step: impl FnOnce(&mut Groups, Waiter, Instant) -> Vec<Delivery>,
+    ) -> Reply {
+        let waiter = self.next_waiter.fetch_add(1, Ordering::Relaxed);
+        let (sender, answer) = oneshot::channel();
+        self.waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(waiter, sender);
+        let deliveries = step(&mut self.membership(), waiter, Instant::now());
+        self.deliver(deliveries);
+        self.changed.notify_one();
+        Reply::Later(Box::pin(async move {
+            match answer.await {
+                Ok(Ok(Answer::Joined(joined))) => Response::ok(&joined),
+                Ok(Ok(Answer::Synced(synced))) => Response::ok(&synced),
+                Ok(Err(status)) => refused(status),
+                Err(_) => refused(Status::ShuttingDown),
+            }
+        }))
+    }
+
+    pub fn join(self: &Arc<Self>, body: Bytes) -> Reply {
+        match decode::<GroupJoinRequest>(body) {
+            Ok(request) => self.waiting(|groups, waiter, now| groups.join(request, waiter, now)),
+            Err(response) => Reply::Ready(response),
+        }
+    }
+
+    pub fn sync(self: &Arc<Self>, body: Bytes) -> Reply {
+        match decode::<GroupSyncRequest>(body) {
+            Ok(request) => self.waiting(|groups, waiter, now| groups.sync(request, waiter, now)),
+            Err(response) => Reply::Ready(response),
+        }
+    }
+
+    pub fn heartbeat(&self, body: Bytes) -> Response {
+        let request: GroupHeartbeatRequest = match decode(body) {
+            Ok(request) => request,
+            Err(response) => return response,
+        };
+        match self.membership().heartbeat(&request, Instant::now()) {
+            Ok(()) => Response::empty(),
+            Err(status) => refused(status),
+        }
+    }
+
+    pub fn leave(&self, body: Bytes) -> Response {
+        let request: GroupLeaveRequest = match decode(body) {
+            Ok(request) => request,
+            Err(response) => return response,
+        };
+        let deliveries = self.membership().leave(&request, Instant::now());
+        self.deliver(deliveries);
+        self.changed.notify_one();
+        Response::empty()
+    }
+
+    /// Commits offsets on the blocking pool, answered once they are on disk.
+    pub fn commit(&self, body: Bytes) -> Reply {
+        let request: OffsetCommitRequest = match decode(body) {
+            Ok(request) => request,
+            Err(response) => return Reply::Ready(response),
+        };
+        if let Err(status) = self
+            .membership()
+            .check_commit(&request.group, request.member.as_ref())
+        {
+            return Reply::Ready(refused(status));
+        }
+        let offsets = self.offsets.clone();
+        Reply::Later(Box::pin(async move {
+            let committed = tokio::task::spawn_blocking(move || {
+                offsets.commit(&request.group, request.offsets)
+            })
+            .await;
+            match committed {
+                Ok(Ok(())) => Response::empty(),
+                Ok(Err(error)) => Response::error(error.status(), error.to_string()),
+                Err(join) => Response::error(Status::Internal, format!("commit failed: {join}")),
+            }
+        }))
+    }
+
+    pub fn fetch(&self, body: Bytes) -> Response {
+        let request: OffsetFetchRequest = match decode(body) {
+            Ok(request) => request,
+            Err(response) => return response,
+        };
+        let offsets = self
+            .offsets
+            .fetch(&request.group, request.partitions.as_deref());
+        Response::ok(&OffsetFetchResponse { offsets })
+    }
+
+    /// Groups with members, and groups with committed offsets (for metrics).
+    pub fn counts(&self) -> (usize, usize) {
+        (self.membership().sizes().len(), self.offsets.group_count())
+    }
+
+    /// Expires sessions and completes overdue rebalances until `shutdown`.
+    pub async fn run_ticker(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        loop {
+            let now = Instant::now();
+            let next = self
+                .membership()
+                .next_deadline(now)
+                .unwrap_or(now + TICK_MAX)
+                .min(now + TICK_MAX);
+            tokio::select! {
+                _ = tokio::time::sleep_until(next.into()) => {}
+                _ = self.changed.notified() => {}
+                _ = tailstream_net::server::shutdown_signalled(&mut shutdown) => return,
+            }
+            let deliveries = self.membership().tick(Instant::now());
+            self.deliver(deliveries);
+        }
+    }
+}

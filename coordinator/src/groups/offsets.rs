@@ -1,0 +1,374 @@
+//! Committed offsets, durable: every commit is appended to the offsets file and fsynced
+//! before it is answered (and before it is visible), and the file is read back at start,
+//! up to its first damaged record. When the file has grown well past what it holds, it is
+//! rewritten with one record per group and renamed over the old one.
+//!
+//! Blocking (file I/O): called from the blocking pool, one commit at a time.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use tailstream_wire::Status;
+use tailstream_wire::messages::{CommittedOffset, OffsetsRecord, TopicPartition};
+use tailstream_wire::offsets_file::{Records, encode_record};
+
+const FILE_NAME: &str = "offsets.log";
+/// Longest metadata string a commit may carry (Kafka's default is 4096 too).
+pub const METADATA_BYTES_MAX: usize = 4096;
+/// The file is compacted once it is this many times larger than one record per group would
+/// be (and at least `COMPACT_BYTES_MIN`).
+const COMPACT_RATIO: u64 = 4;
+const COMPACT_BYTES_MIN: u64 = 1 << 20;
+
+#[derive(Clone, Copy, Debug)]
+pub struct OffsetLimits {
+    pub groups_max: usize,
+    pub partitions_per_group_max: usize,
+}
+
+type Committed = BTreeMap<(String, u32), (u64, String)>;
+
+#[derive(Debug)]
+struct Inner {
+    file: File,
+    file_bytes: u64,
+    /// The file size at which to look at compacting next (looking costs a pass over every
+    /// committed offset, so not on every commit).
+    compact_at: u64,
+    groups: HashMap<String, Committed>,
+}
+
+#[derive(Debug)]
+pub struct OffsetStore {
+    dir: PathBuf,
+    limits: OffsetLimits,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OffsetError {
+    #[error("{0}")]
+    Refused(String, Status),
+    #[error("offsets file: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl OffsetError {
+    pub fn status(&self) -> Status {
+        match self {
+            OffsetError::Refused(_, status) => *status,
+            OffsetError::Io(_) => Status::Internal,
+        }
+    }
+}
+
+impl OffsetStore {
+    /// Opens (or creates) the store in `dir`: reads every valid record, and cuts off a
+    /// damaged tail (a crash mid-append) so that appends continue after the valid prefix.
+    pub fn open(dir: &Path, limits: OffsetLimits) -> Result<Self, std::io::Error> {
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join(FILE_NAME);
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        let total = bytes.len();
+        let mut records = Records::new(bytes.into());
+        let mut groups: HashMap<String, Committed> = HashMap::new();
+        for record in records.by_ref() {
+            apply(&mut groups, record);
+        }
+        let valid = records.valid_len() as u64;
+        if valid < total as u64 {
+            tracing::warn!(
+                file = %path.display(),
+                valid,
+                total,
+                "offsets file has a damaged tail (a crash mid-append): cut off"
+            );
+            file.set_len(valid)?;
+            file.sync_all()?;
+        }
+        file.seek(SeekFrom::Start(valid))?;
+        Ok(Self {
+            dir: dir.to_owned(),
+            limits,
+            inner: Mutex::new(Inner {
+                file,
+                file_bytes: valid,
+                compact_at: COMPACT_BYTES_MIN,
+                groups,
+            }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Commits `offsets` of `group`: on disk (fsynced) when this returns `Ok`.
+    pub fn commit(&self, group: &str, offsets: Vec<CommittedOffset>) -> Result<(), OffsetError> {
+        if let Some(long) = offsets
+            .iter()
+            .find(|o| o.metadata.len() > METADATA_BYTES_MAX)
+        {
+            return Err(OffsetError::Refused(
+                format!(
+                    "offset metadata of {} bytes (at most {METADATA_BYTES_MAX})",
+                    long.metadata.len()
+                ),
+                Status::InvalidArgument,
+            ));
+        }
+        let mut inner = self.lock();
+        let known = inner.groups.get(group);
+        if known.is_none() && inner.groups.len() >= self.limits.groups_max {
+            return Err(OffsetError::Refused(
+                format!(
+                    "{} groups have committed offsets already",
+                    inner.groups.len()
+                ),
+                Status::GroupFull,
+            ));
+        }
+        let new_partitions = offsets
+            .iter()
+            .filter(|o| known.is_none_or(|k| !k.contains_key(&(o.topic.clone(), o.partition))))
+            .count();
+        if known.map_or(0, BTreeMap::len) + new_partitions > self.limits.partitions_per_group_max {
+            return Err(OffsetError::Refused(
+                format!(
+                    "group {group:?} would commit more than {} partitions",
+                    self.limits.partitions_per_group_max
+                ),
+                Status::GroupFull,
+            ));
+        }
+        let record = OffsetsRecord {
+            group: group.to_owned(),
+            offsets,
+        };
+        let encoded = encode_record(&record);
+        inner.file.write_all(&encoded)?;
+        inner.file.sync_data()?;
+        inner.file_bytes += encoded.len() as u64;
+        apply(&mut inner.groups, record);
+        self.compact_if_due(&mut inner)?;
+        Ok(())
+    }
+
+    /// The committed offsets of `group` for `partitions` (all when `None`); partitions never
+    /// committed are left out.
+    pub fn fetch(
+        &self,
+        group: &str,
+        partitions: Option<&[TopicPartition]>,
+    ) -> Vec<CommittedOffset> {
+        let inner = self.lock();
+        let Some(committed) = inner.groups.get(group) else {
+            return Vec::new();
+        };
+        let entry = |(topic, partition): &(String, u32), (offset, metadata): &(u64, String)| {
+            CommittedOffset {
+                topic: topic.clone(),
+                partition: *partition,
+                offset: *offset,
+                metadata: metadata.clone(),
+            }
+        };
+        match partitions {
+            None => committed.iter().map(|(k, v)| entry(k, v)).collect(),
+            Some(wanted) => wanted
+                .iter()
+                .filter_map(|p| {
+                    let key = (p.topic.clone(), p.partition);
+                    committed.get(&key).map(|v| entry(&key, v))
+                })
+                .collect(),
+        }
+    }
+
+    /// Rewrites the file as one record per group once it is `COMPACT_RATIO` times that.
+    fn compact_if_due(&self, inner: &mut Inner) -> Result<(), std::io::Error> {
+        if inner.file_bytes < inner.compact_at {
+            return Ok(());
+        }
+        let records: Vec<_> = inner
+            .groups
+            .iter()
+            .map(|(group, committed)| {
+                encode_record(&OffsetsRecord {
+                    group: group.clone(),
+                    offsets: committed
+                        .iter()
+                        .map(|((topic, partition), (offset, metadata))| CommittedOffset {
+                            topic: topic.clone(),
+                            partition: *partition,
+                            offset: *offset,
+                            metadata: metadata.clone(),
+                        })
+                        .collect(),
+                })
+            })
+            .collect();
+        let live: u64 = records.iter().map(|r| r.len() as u64).sum();
+        inner.compact_at = COMPACT_BYTES_MIN.max(live.saturating_mul(COMPACT_RATIO));
+        if inner.file_bytes < inner.compact_at {
+            return Ok(());
+        }
+        let path = self.dir.join(FILE_NAME);
+        let tmp = path.with_extension("log.tmp");
+        let mut fresh = File::create(&tmp)?;
+        for record in &records {
+            fresh.write_all(record)?;
+        }
+        fresh.sync_all()?;
+        std::fs::rename(&tmp, &path)?;
+        File::open(&self.dir)?.sync_all()?;
+        let mut file = OpenOptions::new().read(true).write(true).open(&path)?;
+        file.seek(SeekFrom::End(0))?;
+        inner.file = file;
+        inner.file_bytes = live;
+        tracing::info!(
+            bytes = live,
+            groups = inner.groups.len(),
+            "offsets file compacted"
+        );
+        Ok(())
+    }
+
+    /// Groups with committed offsets.
+    pub fn group_count(&self) -> usize {
+        self.lock().groups.len()
+    }
+}
+
+fn apply(groups: &mut HashMap<String, Committed>, record: OffsetsRecord) {
+    let committed = groups.entry(record.group).or_default();
+    for offset in record.offsets {
+        committed.insert(
+            (offset.topic, offset.partition),
+            (offset.offset, offset.metadata),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> OffsetLimits {
+        OffsetLimits {
+            groups_max: 4,
+            partitions_per_group_max: 8,
+        }
+    }
+
+    fn offset(topic: &str, partition: u32, offset: u64) -> CommittedOffset {
+        CommittedOffset {
+            topic: topic.into(),
+            partition,
+            offset,
+            metadata: format!("m{offset}"),
+        }
+    }
+
+    #[test]
+    fn commits_survive_a_reopen_and_a_torn_tail_is_cut_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = OffsetStore::open(dir.path(), limits()).unwrap();
+        store
+            .commit("g", vec![offset("t", 0, 5), offset("t", 1, 7)])
+            .unwrap();
+        store.commit("g", vec![offset("t", 0, 9)]).unwrap();
+        store.commit("h", vec![offset("u", 3, 1)]).unwrap();
+        drop(store);
+        // A crash mid-append leaves half a record behind.
+        let path = dir.path().join(FILE_NAME);
+        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+        file.write_all(
+            &encode_record(&OffsetsRecord {
+                group: "g".into(),
+                offsets: vec![offset("t", 0, 99)],
+            })[..10],
+        )
+        .unwrap();
+        drop(file);
+        let store = OffsetStore::open(dir.path(), limits()).unwrap();
+        assert_eq!(
+            store.fetch("g", None),
+            vec![offset("t", 0, 9), offset("t", 1, 7)]
+        );
+        let wanted = [
+            TopicPartition {
+                topic: "t".into(),
+                partition: 1,
+            },
+            TopicPartition {
+                topic: "t".into(),
+                partition: 2,
+            },
+        ];
+        assert_eq!(store.fetch("g", Some(&wanted)), vec![offset("t", 1, 7)]);
+        // Appends continue after the valid prefix.
+        store.commit("g", vec![offset("t", 2, 3)]).unwrap();
+        drop(store);
+        let store = OffsetStore::open(dir.path(), limits()).unwrap();
+        assert_eq!(store.fetch("g", None).len(), 3);
+        assert_eq!(store.fetch("nobody", None), vec![]);
+    }
+
+    #[test]
+    fn groups_partitions_and_metadata_are_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = OffsetStore::open(dir.path(), limits()).unwrap();
+        for g in 0..4 {
+            store
+                .commit(&format!("g{g}"), vec![offset("t", 0, 1)])
+                .unwrap();
+        }
+        assert_eq!(
+            store
+                .commit("g9", vec![offset("t", 0, 1)])
+                .unwrap_err()
+                .status(),
+            Status::GroupFull
+        );
+        let many: Vec<_> = (0..9).map(|p| offset("t", p, 1)).collect();
+        assert_eq!(
+            store.commit("g0", many).unwrap_err().status(),
+            Status::GroupFull
+        );
+        let mut long = offset("t", 0, 1);
+        long.metadata = "x".repeat(METADATA_BYTES_MAX + 1);
+        assert_eq!(
+            store.commit("g0", vec![long]).unwrap_err().status(),
+            Status::InvalidArgument
+        );
+    }
+
+    #[test]
+    fn a_file_grown_past_what_it_holds_is_compacted_and_reads_back_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = OffsetStore::open(dir.path(), limits()).unwrap();
+        let big = "m".repeat(4000);
+        for i in 0..400u64 {
+            let mut o = offset("t", (i % 4) as u32, i);
+            o.metadata = big.clone();
+            store.commit("g", vec![o]).unwrap();
+        }
+        let size = std::fs::metadata(dir.path().join(FILE_NAME)).unwrap().len();
+        assert!(size < COMPACT_BYTES_MIN + 8192, "compacted: {size} bytes");
+        let before = store.fetch("g", None);
+        drop(store);
+        let store = OffsetStore::open(dir.path(), limits()).unwrap();
+        assert_eq!(store.fetch("g", None), before);
+        assert_eq!(before[3].offset, 399);
+    }
+}

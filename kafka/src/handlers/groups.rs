@@ -1,0 +1,309 @@
+//! Consumer groups: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
+//! each forwarded to the Tailstream coordinator, which keeps every group's membership (Kafka's
+//! classic protocol: the members' protocol metadata and assignments stay opaque bytes) and its
+//! committed offsets, durably. Whatever broker a client asked, the answer is the same.
+
+use super::{Answer, encode, str_bytes};
+use crate::front_end::Kafka;
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponsePartition, OffsetFetchResponseTopic,
+};
+use kafka_protocol::messages::{
+    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    LeaveGroupResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
+    OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse, TopicName,
+};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tailstream_client::ClientError;
+use tailstream_wire::Status;
+use tailstream_wire::messages as native;
+
+/// The Kafka error code for a group operation the coordinator refused (or could not be
+/// reached for: the client finds the coordinator again and retries).
+fn group_error_code(error: &ClientError) -> i16 {
+    let kafka = match error.status() {
+        Some(Status::RebalanceInProgress) => ResponseError::RebalanceInProgress,
+        Some(Status::UnknownMember) => ResponseError::UnknownMemberId,
+        Some(Status::IllegalGeneration) => ResponseError::IllegalGeneration,
+        Some(Status::InconsistentGroupProtocol) => ResponseError::InconsistentGroupProtocol,
+        Some(Status::InvalidSessionTimeout) => ResponseError::InvalidSessionTimeout,
+        Some(Status::GroupFull) => ResponseError::GroupMaxSizeReached,
+        Some(Status::InvalidArgument) => ResponseError::InvalidGroupId,
+        _ => ResponseError::CoordinatorNotAvailable,
+    };
+    kafka.code()
+}
+
+pub(crate) fn join(
+    kafka: Arc<Kafka>,
+    version: i16,
+    client_id: Option<String>,
+    request: JoinGroupRequest,
+) -> Answer {
+    Answer::Later(Box::pin(async move {
+        let member_id = request.member_id.as_str().to_owned();
+        let native = native::GroupJoinRequest {
+            group: request.group_id.as_str().to_owned(),
+            member_id: member_id.clone(),
+            client_id: client_id.unwrap_or_default(),
+            session_timeout_ms: u32::try_from(request.session_timeout_ms).unwrap_or(0),
+            // v0 has none: the coordinator uses the session timeout.
+            rebalance_timeout_ms: u32::try_from(request.rebalance_timeout_ms).unwrap_or(0),
+            protocol_type: request.protocol_type.as_str().to_owned(),
+            protocols: request
+                .protocols
+                .into_iter()
+                .map(|p| native::GroupProtocol {
+                    name: p.name.as_str().to_owned(),
+                    metadata: p.metadata,
+                })
+                .collect(),
+        };
+        let response = match kafka.groups.join_group(&native).await {
+            Ok(joined) => JoinGroupResponse::default()
+                .with_generation_id(i32::try_from(joined.generation).unwrap_or(i32::MAX))
+                .with_protocol_name(Some(str_bytes(&joined.protocol)))
+                .with_leader(str_bytes(&joined.leader))
+                .with_member_id(str_bytes(&joined.member_id))
+                .with_members(
+                    joined
+                        .members
+                        .into_iter()
+                        .map(|m| {
+                            JoinGroupResponseMember::default()
+                                .with_member_id(str_bytes(&m.member_id))
+                                .with_metadata(m.metadata)
+                        })
+                        .collect(),
+                ),
+            Err(error) => JoinGroupResponse::default()
+                .with_error_code(group_error_code(&error))
+                .with_generation_id(-1)
+                .with_member_id(str_bytes(&member_id)),
+        };
+        encode(&response, version)
+    }))
+}
+
+pub(crate) fn sync(kafka: Arc<Kafka>, version: i16, request: SyncGroupRequest) -> Answer {
+    Answer::Later(Box::pin(async move {
+        let native = native::GroupSyncRequest {
+            group: request.group_id.as_str().to_owned(),
+            generation: u32::try_from(request.generation_id).unwrap_or(u32::MAX),
+            member_id: request.member_id.as_str().to_owned(),
+            assignments: request
+                .assignments
+                .into_iter()
+                .map(|a| native::GroupAssignment {
+                    member_id: a.member_id.as_str().to_owned(),
+                    assignment: a.assignment,
+                })
+                .collect(),
+        };
+        let response = match kafka.groups.sync_group(&native).await {
+            Ok(synced) => SyncGroupResponse::default().with_assignment(synced.assignment),
+            Err(error) => SyncGroupResponse::default().with_error_code(group_error_code(&error)),
+        };
+        encode(&response, version)
+    }))
+}
+
+pub(crate) fn heartbeat(kafka: Arc<Kafka>, version: i16, request: HeartbeatRequest) -> Answer {
+    Answer::Later(Box::pin(async move {
+        let native = native::GroupHeartbeatRequest {
+            group: request.group_id.as_str().to_owned(),
+            generation: u32::try_from(request.generation_id).unwrap_or(u32::MAX),
+            member_id: request.member_id.as_str().to_owned(),
+        };
+        let code = match kafka.groups.heartbeat_group(&native).await {
+            Ok(()) => 0,
+            Err(error) => group_error_code(&error),
+        };
+        encode(&HeartbeatResponse::default().with_error_code(code), version)
+    }))
+}
+
+pub(crate) fn leave(kafka: Arc<Kafka>, version: i16, request: LeaveGroupRequest) -> Answer {
+    Answer::Later(Box::pin(async move {
+        // Up to v2 one member leaves; from v3 a list of them.
+        let members: Vec<String> = if version <= 2 {
+            vec![request.member_id.as_str().to_owned()]
+        } else {
+            request
+                .members
+                .iter()
+                .map(|m| m.member_id.as_str().to_owned())
+                .collect()
+        };
+        let native = native::GroupLeaveRequest {
+            group: request.group_id.as_str().to_owned(),
+            member_ids: members.clone(),
+        };
+        let code = match kafka.groups.leave_group(&native).await {
+            Ok(()) => 0,
+            Err(error) => group_error_code(&error),
+        };
+        let mut response = LeaveGroupResponse::default().with_error_code(code);
+        if version >= 3 {
+            response = response.with_members(
+                members
+                    .iter()
+                    .map(|m| {
+                        MemberResponse::default()
+                            .with_member_id(str_bytes(m))
+                            .with_error_code(code)
+                    })
+                    .collect(),
+            );
+        }
+        encode(&response, version)
+    }))
+}
+
+pub(crate) fn commit(kafka: Arc<Kafka>, version: i16, request: OffsetCommitRequest) -> Answer {
+    Answer::Later(Box::pin(async move {
+        // Generation -1 and no member: a consumer that assigns its partitions itself.
+        let member = (request.generation_id_or_member_epoch >= 0 || !request.member_id.is_empty())
+            .then(|| native::GroupMemberRef {
+                member_id: request.member_id.as_str().to_owned(),
+                generation: u32::try_from(request.generation_id_or_member_epoch)
+                    .unwrap_or(u32::MAX),
+            });
+        let mut offsets = Vec::new();
+        let mut refused: BTreeMap<(String, i32), i16> = BTreeMap::new();
+        for topic in &request.topics {
+            for partition in &topic.partitions {
+                let valid = (
+                    u32::try_from(partition.partition_index),
+                    u64::try_from(partition.committed_offset),
+                );
+                match valid {
+                    (Ok(index), Ok(offset)) => offsets.push(native::CommittedOffset {
+                        topic: topic.name.as_str().to_owned(),
+                        partition: index,
+                        offset,
+                        metadata: partition
+                            .committed_metadata
+                            .as_ref()
+                            .map_or(String::new(), |m| m.as_str().to_owned()),
+                    }),
+                    _ => {
+                        refused.insert(
+                            (topic.name.as_str().to_owned(), partition.partition_index),
+                            ResponseError::OffsetMetadataTooLarge.code(),
+                        );
+                    }
+                }
+            }
+        }
+        let native = native::OffsetCommitRequest {
+            group: request.group_id.as_str().to_owned(),
+            member,
+            offsets,
+        };
+        let code = match kafka.groups.commit_offsets(&native).await {
+            Ok(()) => 0,
+            Err(error) if error.status() == Some(Status::InvalidArgument) => {
+                ResponseError::OffsetMetadataTooLarge.code()
+            }
+            Err(error) => group_error_code(&error),
+        };
+        let topics = request
+            .topics
+            .iter()
+            .map(|topic| {
+                let partitions = topic
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        let key = (topic.name.as_str().to_owned(), p.partition_index);
+                        OffsetCommitResponsePartition::default()
+                            .with_partition_index(p.partition_index)
+                            .with_error_code(refused.get(&key).copied().unwrap_or(code))
+                    })
+                    .collect();
+                OffsetCommitResponseTopic::default()
+                    .with_name(topic.name.clone())
+                    .with_partitions(partitions)
+            })
+            .collect();
+        encode(
+            &OffsetCommitResponse::default().with_topics(topics),
+            version,
+        )
+    }))
+}
+
+pub(crate) fn fetch(kafka: Arc<Kafka>, version: i16, request: OffsetFetchRequest) -> Answer {
+    Answer::Later(Box::pin(async move {
+        let wanted: Option<Vec<native::TopicPartition>> = request.topics.as_ref().map(|topics| {
+            topics
+                .iter()
+                .flat_map(|t| {
+                    t.partition_indexes.iter().filter_map(|p| {
+                        Some(native::TopicPartition {
+                            topic: t.name.as_str().to_owned(),
+                            partition: u32::try_from(*p).ok()?,
+                        })
+                    })
+                })
+                .collect()
+        });
+        let native = native::OffsetFetchRequest {
+            group: request.group_id.as_str().to_owned(),
+            partitions: wanted,
+        };
+        let (committed, code) = match kafka.groups.fetch_offsets(&native).await {
+            Ok(response) => (response.offsets, 0),
+            Err(error) => (Vec::new(), group_error_code(&error)),
+        };
+        let mut by_topic: BTreeMap<String, BTreeMap<i32, (i64, String)>> = BTreeMap::new();
+        for c in committed {
+            by_topic.entry(c.topic).or_default().insert(
+                i32::try_from(c.partition).unwrap_or(i32::MAX),
+                (i64::try_from(c.offset).unwrap_or(i64::MAX), c.metadata),
+            );
+        }
+        // Every partition asked for is answered (-1: nothing committed); with no list, what
+        // the group committed.
+        if let Some(topics) = &request.topics {
+            for topic in topics {
+                let known = by_topic.entry(topic.name.as_str().to_owned()).or_default();
+                for p in &topic.partition_indexes {
+                    known.entry(*p).or_insert((-1, String::new()));
+                }
+            }
+        }
+        let topics = by_topic
+            .into_iter()
+            .map(|(name, partitions)| {
+                OffsetFetchResponseTopic::default()
+                    .with_name(TopicName(str_bytes(&name)))
+                    .with_partitions(
+                        partitions
+                            .into_iter()
+                            .map(|(index, (offset, metadata))| {
+                                OffsetFetchResponsePartition::default()
+                                    .with_partition_index(index)
+                                    .with_committed_offset(offset)
+                                    .with_metadata(Some(str_bytes(&metadata)))
+                                    .with_error_code(code)
+                            })
+                            .collect(),
+                    )
+            })
+            .collect();
+        let mut response = OffsetFetchResponse::default().with_topics(topics);
+        if version >= 2 {
+            response = response.with_error_code(code);
+        }
+        encode(&response, version)
+    }))
+}

@@ -1,0 +1,172 @@
+//! Consumer groups, as the coordinator serves them: membership (join, sync, heartbeat, leave,
+//! Kafka's classic group protocol: members send opaque protocol metadata, the elected leader
+//! computes the assignments, the coordinator hands each member its own) and committed offsets.
+//!
+//! A committed offset names its partition as Kafka does, (topic, partition index), where a
+//! topic is a stream and partition `streamlet * Q + log` is one log: Kafka's groups and
+//! Tailstream's own share one offsets store.
+
+#[cfg(test)]
+use super::{small_bytes, small_vec};
+use crate::wire_message;
+use bytes::Bytes;
+
+wire_message! {
+    /// One assignment strategy a member can follow, with its metadata for it.
+    pub struct GroupProtocol {
+        pub name: String,
+        #[cfg_attr(test, proptest(strategy = "small_bytes()"))]
+        pub metadata: Bytes,
+    }
+}
+
+wire_message! {
+    /// Join (or rejoin) a group; answered once the group's rebalance completes.
+    pub struct GroupJoinRequest {
+        pub group: String,
+        /// Empty for a member joining for the first time: the coordinator gives it an id.
+        pub member_id: String,
+        pub client_id: String,
+        /// Without a heartbeat for this long, the member is removed.
+        pub session_timeout_ms: u32,
+        /// How long a rebalance waits for this member to rejoin.
+        pub rebalance_timeout_ms: u32,
+        pub protocol_type: String,
+        #[cfg_attr(test, proptest(strategy = "small_vec::<GroupProtocol>()"))]
+        pub protocols: Vec<GroupProtocol>,
+    }
+}
+
+wire_message! {
+    /// A member and its metadata for the protocol chosen.
+    pub struct GroupMember {
+        pub member_id: String,
+        #[cfg_attr(test, proptest(strategy = "small_bytes()"))]
+        pub metadata: Bytes,
+    }
+}
+
+wire_message! {
+    pub struct GroupJoinResponse {
+        pub generation: u32,
+        /// The protocol every member supports that the group follows.
+        pub protocol: String,
+        pub leader: String,
+        pub member_id: String,
+        /// Every member with its metadata: sent to the leader only, which assigns.
+        #[cfg_attr(test, proptest(strategy = "small_vec::<GroupMember>()"))]
+        pub members: Vec<GroupMember>,
+    }
+}
+
+wire_message! {
+    /// The leader's assignment for one member.
+    pub struct GroupAssignment {
+        pub member_id: String,
+        #[cfg_attr(test, proptest(strategy = "small_bytes()"))]
+        pub assignment: Bytes,
+    }
+}
+
+wire_message! {
+    /// After a join: the leader brings every member's assignment, and each member gets its own.
+    pub struct GroupSyncRequest {
+        pub group: String,
+        pub generation: u32,
+        pub member_id: String,
+        #[cfg_attr(test, proptest(strategy = "small_vec::<GroupAssignment>()"))]
+        pub assignments: Vec<GroupAssignment>,
+    }
+}
+
+wire_message! {
+    pub struct GroupSyncResponse {
+        #[cfg_attr(test, proptest(strategy = "small_bytes()"))]
+        pub assignment: Bytes,
+    }
+}
+
+wire_message! {
+    /// A member is alive, at this generation (answered `RebalanceInProgress` when it must
+    /// rejoin).
+    pub struct GroupHeartbeatRequest {
+        pub group: String,
+        pub generation: u32,
+        pub member_id: String,
+    }
+}
+
+wire_message! {
+    pub struct GroupLeaveRequest {
+        pub group: String,
+        #[cfg_attr(test, proptest(strategy = "small_vec::<String>()"))]
+        pub member_ids: Vec<String>,
+    }
+}
+
+wire_message! {
+    /// A partition, as Kafka names it.
+    pub struct TopicPartition {
+        pub topic: String,
+        pub partition: u32,
+    }
+}
+
+wire_message! {
+    /// Where a group goes on reading a partition: the next record offset.
+    pub struct CommittedOffset {
+        pub topic: String,
+        pub partition: u32,
+        pub offset: u64,
+        /// Opaque to Tailstream; given back as it was committed.
+        pub metadata: String,
+    }
+}
+
+wire_message! {
+    /// A member committing at a generation (offsets of a group's own members are refused from
+    /// anyone else while the group has members).
+    pub struct GroupMemberRef {
+        pub member_id: String,
+        pub generation: u32,
+    }
+}
+
+wire_message! {
+    /// Commits offsets durably: answered only once they are on disk.
+    pub struct OffsetCommitRequest {
+        pub group: String,
+        /// `None`: a commit from outside the group's membership (a consumer that assigns its
+        /// partitions itself), allowed only while the group has no members.
+        pub member: Option<GroupMemberRef>,
+        #[cfg_attr(test, proptest(strategy = "small_vec::<CommittedOffset>()"))]
+        pub offsets: Vec<CommittedOffset>,
+    }
+}
+
+wire_message! {
+    pub struct OffsetFetchRequest {
+        pub group: String,
+        /// `None`: every partition the group committed.
+        #[cfg_attr(test, proptest(strategy = "proptest::option::of(small_vec::<TopicPartition>())"))]
+        pub partitions: Option<Vec<TopicPartition>>,
+    }
+}
+
+wire_message! {
+    /// The committed offsets asked for; a partition never committed is not listed.
+    pub struct OffsetFetchResponse {
+        #[cfg_attr(test, proptest(strategy = "small_vec::<CommittedOffset>()"))]
+        pub offsets: Vec<CommittedOffset>,
+    }
+}
+
+wire_message! {
+    /// One record of the coordinator's offsets file: a commit of one group (see
+    /// `offsets_file`).
+    pub struct OffsetsRecord {
+        pub group: String,
+        #[cfg_attr(test, proptest(strategy = "small_vec::<CommittedOffset>()"))]
+        pub offsets: Vec<CommittedOffset>,
+    }
+}
