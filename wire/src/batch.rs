@@ -7,7 +7,8 @@
 //! 12     4    partition leader epoch (unused, 0)
 //! 16     1    magic                  2
 //! 17     4    CRC-32C                over bytes 21..end
-//! 21     2    attributes             bits 0-2 compression, 4 transactional, 5 control
+//! 21     2    attributes             bits 0-2 compression (none, gzip, snappy, lz4, zstd),
+//!                                      4 transactional, 5 control (both refused)
 //! 23     4    last offset delta      record count - 1
 //! 27     8    base timestamp (ms)
 //! 35     8    max timestamp (ms)
@@ -22,6 +23,7 @@
 //! re-encodes records; a consumer checks the header and CRC (`read_batch_header`) and walks the
 //! records as it decodes them.
 
+pub use crate::compression::Compression;
 use crate::ids::{BatchSequence, ProducerId, RecordOffset};
 use crate::record_scan::RECORD_BYTES_MIN;
 use thiserror::Error;
@@ -42,7 +44,6 @@ pub const PRODUCE_BATCH_BYTES_MAX: usize = 8 << 20;
 /// A batch may hold at most this many records (bounds per-record work on the broker).
 pub const BATCH_RECORDS_MAX: u32 = 1 << 22;
 
-const ATTR_COMPRESSION_MASK: u16 = 0b0000_0111;
 const ATTR_TRANSACTIONAL: u16 = 1 << 4;
 const ATTR_CONTROL: u16 = 1 << 5;
 
@@ -63,9 +64,11 @@ pub enum BatchError {
     #[error("record batch count {count} does not match last offset delta {last_offset_delta}")]
     RecordCount { count: i32, last_offset_delta: i32 },
     #[error(
-        "record batch attributes {0:#06x} are not supported (only uncompressed, non-transactional batches)"
+        "record batch attributes {0:#06x} are not supported (no transactional or control batches, no compression codec beyond zstd)"
     )]
     UnsupportedAttributes(u16),
+    #[error("record batch compression: {0}")]
+    Compression(&'static str),
     #[error("record batch producer id {0} is negative (and not -1, no producer)")]
     BadProducerId(i64),
     #[error("record batch base sequence {0} is negative, or set without a producer id")]
@@ -91,6 +94,8 @@ pub struct BatchInfo {
     /// is appended as it comes, retries included.
     pub producer: Option<ProducerSequence>,
     pub producer_epoch: i16,
+    /// How the records are compressed (the batch is stored and served compressed).
+    pub compression: Compression,
     pub record_count: u32,
     pub base_timestamp_ms: i64,
     pub max_timestamp_ms: i64,
@@ -140,16 +145,16 @@ pub fn read_batch_header(bytes: &[u8]) -> Result<BatchInfo, BatchError> {
         return Err(BatchError::Checksum { stored, computed });
     }
     let attributes = be_i16(bytes, 21) as u16;
-    if attributes & (ATTR_COMPRESSION_MASK | ATTR_TRANSACTIONAL | ATTR_CONTROL) != 0 {
-        return Err(BatchError::UnsupportedAttributes(attributes));
-    }
+    let compression = Compression::from_attributes(attributes)
+        .filter(|_| attributes & (ATTR_TRANSACTIONAL | ATTR_CONTROL) == 0)
+        .ok_or(BatchError::UnsupportedAttributes(attributes))?;
     let last_offset_delta = be_i32(bytes, 23);
     let count = be_i32(bytes, 57);
-    // Every record takes at least RECORD_BYTES_MIN bytes, so the count is also bounded by the
-    // length.
-    let plausible = count >= 1
-        && count as u32 <= BATCH_RECORDS_MAX
-        && (count as usize) * RECORD_BYTES_MIN <= bytes.len() - BATCH_HEADER_BYTES;
+    // Every record takes at least RECORD_BYTES_MIN bytes, so the count of an uncompressed
+    // batch is also bounded by its length (a compressed one's, by what it decompresses to).
+    let fits = compression != Compression::None
+        || (count.max(0) as usize) * RECORD_BYTES_MIN <= bytes.len() - BATCH_HEADER_BYTES;
+    let plausible = count >= 1 && count as u32 <= BATCH_RECORDS_MAX && fits;
     if !plausible || last_offset_delta != count - 1 {
         return Err(BatchError::RecordCount {
             count,
@@ -176,6 +181,7 @@ pub fn read_batch_header(bytes: &[u8]) -> Result<BatchInfo, BatchError> {
     Ok(BatchInfo {
         producer,
         producer_epoch: be_i16(bytes, 51),
+        compression,
         record_count: count as u32,
         base_timestamp_ms: be_i64(bytes, 27),
         max_timestamp_ms: be_i64(bytes, 35),
@@ -203,6 +209,30 @@ pub fn restamp_sequence(bytes: &mut [u8], sequence: BatchSequence) -> Result<(),
     let crc = crc32c::crc32c(&bytes[CRC_START..]);
     bytes[17..21].copy_from_slice(&crc.to_be_bytes());
     Ok(())
+}
+
+/// The same batch with its records compressed by `codec` (header fields kept, attributes,
+/// length and CRC-32C rewritten). For tools and tests: Tailstream's own producers do not
+/// compress; Kafka clients do, and the broker stores what they send.
+pub fn compress_batch(
+    batch: &[u8],
+    codec: crate::compression::Compression,
+) -> Result<Vec<u8>, BatchError> {
+    let info = read_batch_header(batch)?;
+    if info.compression != Compression::None {
+        return Err(BatchError::UnsupportedAttributes(codec as u16));
+    }
+    let records = crate::compression::compress(codec, &batch[BATCH_HEADER_BYTES..]);
+    let mut out = Vec::with_capacity(BATCH_HEADER_BYTES + records.len());
+    out.extend_from_slice(&batch[..BATCH_HEADER_BYTES]);
+    out.extend_from_slice(&records);
+    let length = i32::try_from(out.len() - 12).map_err(|_| BatchError::TooShort { len: 0 })?;
+    out[8..12].copy_from_slice(&length.to_be_bytes());
+    let attributes = (be_i16(batch, 21) as u16 & !0b111) | codec as u16;
+    out[21..23].copy_from_slice(&attributes.to_be_bytes());
+    let crc = crc32c::crc32c(&out[CRC_START..]);
+    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    Ok(out)
 }
 
 /// Fills in the header of a batch whose records are already at `bytes[61..]` and computes

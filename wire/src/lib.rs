@@ -15,7 +15,8 @@
 //! - [`entry`]: segment entries: entry header, types, checksum trailer, log digest.
 //! - [`segment`]: `SegmentAppender`, which writes entry + trailer into a segment buffer.
 //! - [`scan`]: Algorithm 1 (`scan_segment`), closed-segment verification, entry iteration.
-//! - [`batch`]: the Kafka RecordBatch v2 header: validation, stamping, sequence.
+//! - [`batch`]: the Kafka RecordBatch v2 header: validation, stamping, sequence;
+//!   [`compression`]: the batch codecs (gzip, snappy, lz4, zstd), decompression bounded.
 //! - [`record_scan`]: the one walk over a batch's records (validation without allocating, and
 //!   the cursor decoders share); [`records`]: the builder producers use and the record
 //!   iterator consumers use; [`varint`]: zigzag varints.
@@ -27,6 +28,7 @@
 
 pub mod batch;
 pub mod codec;
+pub mod compression;
 pub mod entry;
 pub mod field;
 pub mod frame;

@@ -21,7 +21,9 @@
 //! timestamp is the largest record timestamp.
 
 use crate::batch::{BATCH_HEADER_BYTES, BatchError, BatchInfo};
+use crate::compression::{Compression, decompress};
 use crate::varint::{read_nullable_len, read_varint, read_varlong};
+use std::borrow::Cow;
 
 /// Per-record header count limit.
 pub const RECORD_HEADERS_MAX: usize = 1024;
@@ -140,6 +142,17 @@ impl RecordCursor {
         }
     }
 
+    /// A walk that yields nothing more.
+    pub fn exhausted() -> Self {
+        Self {
+            pos: 0,
+            index: 0,
+            count: 0,
+            base_timestamp_ms: 0,
+            failed: true,
+        }
+    }
+
     /// The next record of `batch` (always the same batch), `None` after the last one, or the
     /// first malformation (after which the walk stops).
     #[inline]
@@ -250,9 +263,29 @@ fn plain_record(
         .then_some((end, timestamp_ms))
 }
 
-/// Walks every record of `batch` (whose header and CRC were checked into `info`) without
-/// allocating, and checks the batch's max timestamp against them.
+/// The batch as the record walk reads it: itself when uncompressed; else its header followed
+/// by its records decompressed (bounded by `compression::DECOMPRESSED_BYTES_MAX`), so that
+/// every position the walk uses means the same in both.
+pub fn plain_image<'a>(batch: &'a [u8], info: &BatchInfo) -> Result<Cow<'a, [u8]>, BatchError> {
+    if info.compression == Compression::None {
+        return Ok(Cow::Borrowed(batch));
+    }
+    let records = batch
+        .get(BATCH_HEADER_BYTES..)
+        .ok_or(BatchError::TooShort { len: batch.len() })?;
+    let plain = decompress(info.compression, records)?;
+    let mut image = Vec::with_capacity(BATCH_HEADER_BYTES + plain.len());
+    image.extend_from_slice(&batch[..BATCH_HEADER_BYTES]);
+    image.extend_from_slice(&plain);
+    Ok(Cow::Owned(image))
+}
+
+/// Walks every record of `batch` (whose header and CRC were checked into `info`), and checks
+/// the batch's max timestamp against them. Allocates nothing for an uncompressed batch; a
+/// compressed one is decompressed once, into one buffer.
 pub fn validate_records(batch: &[u8], info: &BatchInfo) -> Result<(), BatchError> {
+    let image = plain_image(batch, info)?;
+    let batch: &[u8] = &image;
     let mut cursor = RecordCursor::new(info);
     let mut max_timestamp_ms = i64::MIN;
     // The cursor's own loop, without `next_record`'s wrapping: only the timestamp leaves each

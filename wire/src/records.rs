@@ -181,13 +181,24 @@ impl RecordBatchBuilder {
 pub struct RecordIter {
     batch: Bytes,
     cursor: RecordCursor,
+    /// The batch did not decompress: said once, then the iterator ends.
+    failed: Option<BatchError>,
 }
 
 impl RecordIter {
+    /// Records of `batch`, decompressed first if it is compressed (a batch that does not
+    /// decompress yields that error, then nothing).
     pub fn new(batch: Bytes, info: &BatchInfo) -> Self {
+        let cursor = RecordCursor::new(info);
+        let (batch, failed) = match crate::record_scan::plain_image(&batch, info) {
+            Ok(std::borrow::Cow::Borrowed(_)) => (batch, None),
+            Ok(std::borrow::Cow::Owned(image)) => (Bytes::from(image), None),
+            Err(error) => (Bytes::new(), Some(error)),
+        };
         Self {
-            cursor: RecordCursor::new(info),
+            cursor,
             batch,
+            failed,
         }
     }
 }
@@ -196,6 +207,11 @@ impl Iterator for RecordIter {
     type Item = Result<Record, BatchError>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some(error) = self.failed.take() {
+            self.batch = Bytes::new();
+            self.cursor = RecordCursor::exhausted();
+            return Some(Err(error));
+        }
         let raw = match self.cursor.next_record(&self.batch)? {
             Ok(raw) => raw,
             Err(error) => return Some(Err(error)),
@@ -274,6 +290,59 @@ mod tests {
         assert!(matches!(
             validate_batch(&half),
             Err(BatchError::BadSequence(3))
+        ));
+    }
+
+    #[test]
+    fn compressed_batches_validate_and_read_back_as_the_records_they_hold() {
+        use crate::batch::compress_batch;
+        use crate::compression::Compression;
+        let mut builder = RecordBatchBuilder::new(4096);
+        for i in 0..50 {
+            builder.push(
+                1000 + i,
+                Some(b"key"),
+                Some(format!("value {i}").as_bytes()),
+                &[],
+            );
+        }
+        let plain = builder.finish(ProducerId(3), 0, BatchSequence(0));
+        let expected: Vec<_> = RecordIter::new(plain.clone(), &validate_batch(&plain).unwrap())
+            .map(|r| r.unwrap())
+            .collect();
+        for codec in [
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let compressed = Bytes::from(compress_batch(&plain, codec).unwrap());
+            let info = validate_batch(&compressed).unwrap();
+            assert_eq!(info.compression, codec);
+            assert_eq!(info.record_count, 50);
+            let records: Vec<_> = RecordIter::new(compressed.clone(), &info)
+                .map(|r| r.unwrap())
+                .collect();
+            assert_eq!(records, expected, "{codec:?}");
+            // Garbage where the records should be, behind a correct CRC: refused, never a panic.
+            let mut garbage = compressed.to_vec();
+            for byte in &mut garbage[BATCH_HEADER_BYTES..] {
+                *byte ^= 0x5a;
+            }
+            let crc = crc32c::crc32c(&garbage[crate::batch::CRC_START..]);
+            garbage[17..21].copy_from_slice(&crc.to_be_bytes());
+            assert!(validate_batch(&garbage).is_err(), "{codec:?}");
+            let mut iter = RecordIter::new(Bytes::from(garbage.clone()), &info);
+            assert!(iter.all(|r| r.is_err()) || validate_batch(&garbage).is_err());
+        }
+        // Transactional and control batches stay refused, compressed or not.
+        let mut transactional = plain.to_vec();
+        transactional[22] |= 1 << 4;
+        let crc = crc32c::crc32c(&transactional[crate::batch::CRC_START..]);
+        transactional[17..21].copy_from_slice(&crc.to_be_bytes());
+        assert!(matches!(
+            validate_batch(&transactional),
+            Err(BatchError::UnsupportedAttributes(_))
         ));
     }
 

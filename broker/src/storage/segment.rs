@@ -249,8 +249,7 @@ impl Segment {
 
     /// The first committed record whose timestamp is at or after `timestamp_ms`: its offset
     /// and timestamp. Batches whose max timestamp is earlier are skipped by their header; in
-    /// the first one that is not, records are walked (a compressed batch answers its base
-    /// offset and max timestamp: its records are not decompressed for this).
+    /// the first one that is not, records are walked (a compressed one decompressed for it).
     pub fn first_at_or_after(&self, timestamp_ms: i64) -> Option<(RecordOffset, i64)> {
         for chunk in &self.chunks {
             if chunk.end() > self.committed_bytes {
