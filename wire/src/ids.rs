@@ -78,10 +78,30 @@ id_type!(
     "pos-"
 );
 id_type!(
-    /// A producer's per-streamlet batch sequence number (Kafka's base sequence).
+    /// A producer's sequence number in one log, of a batch's first record (Kafka's base
+    /// sequence): sequences count records, and wrap from `i32::MAX` to 0 as Kafka's do.
     BatchSequence(u32),
     "seq-"
 );
+
+/// Sequence numbers live in `0..SEQUENCE_MODULUS` (Kafka's non-negative i32).
+pub const SEQUENCE_MODULUS: u32 = 1 << 31;
+
+impl BatchSequence {
+    /// The sequence `records` records after this one (what follows a batch of that many).
+    pub fn advance(self, records: u32) -> BatchSequence {
+        BatchSequence(
+            ((u64::from(self.0) + u64::from(records)) % u64::from(SEQUENCE_MODULUS)) as u32,
+        )
+    }
+
+    /// Whether this sequence comes before `other`: less than half the sequence space behind
+    /// it, wrapping included.
+    pub fn precedes(self, other: BatchSequence) -> bool {
+        let distance = other.0.wrapping_sub(self.0) & (SEQUENCE_MODULUS - 1);
+        distance != 0 && distance < SEQUENCE_MODULUS / 2
+    }
+}
 
 /// A server (broker) identity: a slot index that may be reused plus a generation that is not.
 /// Backups and the coordinator reject requests from an older generation of the same index.
@@ -142,5 +162,21 @@ mod tests {
     fn ids_display_with_their_kind() {
         assert_eq!(GroupId(7).to_string(), "group-7");
         assert_eq!(ServerId::new(1, 2).to_string(), "server-1.2");
+    }
+}
+
+#[cfg(test)]
+mod sequence_tests {
+    use super::*;
+
+    #[test]
+    fn sequences_advance_by_records_and_wrap_like_kafkas() {
+        assert_eq!(BatchSequence(10).advance(5), BatchSequence(15));
+        let last = BatchSequence(SEQUENCE_MODULUS - 2);
+        assert_eq!(last.advance(5), BatchSequence(3));
+        assert!(last.precedes(BatchSequence(3)));
+        assert!(!BatchSequence(3).precedes(last));
+        assert!(BatchSequence(3).precedes(BatchSequence(4)));
+        assert!(!BatchSequence(4).precedes(BatchSequence(4)));
     }
 }

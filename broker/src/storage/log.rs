@@ -274,9 +274,12 @@ impl Log {
         };
         state.next_offset = offset.advance(info.record_count);
         if let Some(producer) = info.producer {
-            state
-                .producers
-                .appended(producer.producer_id, producer.base_sequence, location);
+            state.producers.appended(
+                producer.producer_id,
+                producer.base_sequence,
+                info.record_count,
+                location,
+            );
         }
         if replicated {
             let pending = PendingCommit {

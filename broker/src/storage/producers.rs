@@ -1,5 +1,7 @@
-//! Idempotent produce: per log, each producer's next expected batch sequence and where its
-//! most recent batches landed.
+//! Idempotent produce: per log, each producer's next expected sequence and where its most
+//! recent batches landed. Sequences count records, as Kafka's do: a batch of n records with
+//! base sequence s is followed by one with base sequence s + n (wrapping at `i32::MAX`), so
+//! Kafka's idempotent producers and Tailstream's own share one table.
 //!
 //! A retried batch (same producer, same sequence) is answered with where it was appended the
 //! first time instead of being appended again; a batch that skips ahead is refused as out of
@@ -56,7 +58,7 @@ impl<L: Copy> ProducerTable<L> {
         if sequence == state.next_sequence {
             return SequenceCheck::Append;
         }
-        if sequence.0 < state.next_sequence.0 {
+        if sequence.precedes(state.next_sequence) {
             return match state.recent.iter().find(|(seq, _)| *seq == sequence) {
                 Some((_, location)) => SequenceCheck::Duplicate(*location),
                 None => SequenceCheck::DuplicateForgotten,
@@ -67,8 +69,15 @@ impl<L: Copy> ProducerTable<L> {
         }
     }
 
-    /// Records that `sequence` of `producer` was appended at `location`.
-    pub fn appended(&mut self, producer: ProducerId, sequence: BatchSequence, location: L) {
+    /// Records that the batch of `records` records with base `sequence` of `producer` was
+    /// appended at `location`.
+    pub fn appended(
+        &mut self,
+        producer: ProducerId,
+        sequence: BatchSequence,
+        records: u32,
+        location: L,
+    ) {
         self.tick += 1;
         if !self.producers.contains_key(&producer) && self.producers.len() >= self.producers_max {
             self.forget_least_recent();
@@ -81,7 +90,7 @@ impl<L: Copy> ProducerTable<L> {
                 recent: VecDeque::with_capacity(4),
                 last_seen_tick: 0,
             });
-        state.next_sequence = BatchSequence(sequence.0.wrapping_add(1));
+        state.next_sequence = sequence.advance(records);
         state.last_seen_tick = self.tick;
         if state.recent.len() == RECENT_BATCHES_MAX {
             state.recent.pop_front();
@@ -114,12 +123,36 @@ mod tests {
     use super::*;
 
     #[test]
+    fn sequences_count_records_and_wrap() {
+        let mut table = ProducerTable::<u32>::new(16);
+        let p = ProducerId(1);
+        table.appended(p, BatchSequence(0), 40, 1);
+        assert_eq!(table.check(p, BatchSequence(40)), SequenceCheck::Append);
+        assert_eq!(
+            table.check(p, BatchSequence(41)),
+            SequenceCheck::OutOfOrder {
+                expected: BatchSequence(40)
+            },
+            "a gap"
+        );
+        let near_end = BatchSequence(tailstream_wire::SEQUENCE_MODULUS - 10);
+        table.appended(p, near_end, 25, 2);
+        assert_eq!(
+            table.check(p, BatchSequence(15)),
+            SequenceCheck::Append,
+            "wrapped"
+        );
+        assert_eq!(table.check(p, near_end), SequenceCheck::Duplicate(2));
+    }
+
+    #[test]
     fn retries_are_found_and_gaps_are_refused() {
         let mut table = ProducerTable::<u32>::new(16);
         let p = ProducerId(7);
         assert_eq!(table.check(p, BatchSequence(5)), SequenceCheck::Append);
-        table.appended(p, BatchSequence(5), 500);
-        table.appended(p, BatchSequence(6), 600);
+        // Batches of one record: sequences advance by one.
+        table.appended(p, BatchSequence(5), 1, 500);
+        table.appended(p, BatchSequence(6), 1, 600);
         assert_eq!(table.check(p, BatchSequence(7)), SequenceCheck::Append);
         assert_eq!(
             table.check(p, BatchSequence(5)),
@@ -132,7 +165,7 @@ mod tests {
             }
         );
         for seq in 7..7 + RECENT_BATCHES_MAX as u32 {
-            table.appended(p, BatchSequence(seq), seq);
+            table.appended(p, BatchSequence(seq), 1, seq);
         }
         assert_eq!(
             table.check(p, BatchSequence(6)),
@@ -144,7 +177,7 @@ mod tests {
     fn the_table_is_bounded_and_forgets_the_least_recent_producers() {
         let mut table = ProducerTable::<u32>::new(8);
         for id in 0..100u64 {
-            table.appended(ProducerId(id), BatchSequence(0), 0);
+            table.appended(ProducerId(id), BatchSequence(0), 1, 0);
             assert!(table.len() <= 8);
         }
         // The most recent producer is always remembered.

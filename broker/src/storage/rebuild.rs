@@ -97,7 +97,12 @@ impl Log {
                     base_offset: base,
                 };
                 if let Some(producer) = info.producer {
-                    producers.appended(producer.producer_id, producer.base_sequence, location);
+                    producers.appended(
+                        producer.producer_id,
+                        producer.base_sequence,
+                        info.record_count,
+                        location,
+                    );
                 }
                 next_offset = after;
                 batches += 1;

@@ -135,7 +135,8 @@ fn producers_map_to_logs_and_each_log_counts_its_own_offsets() {
     let s = streamlet(config(4, 1 << 16, 4), 1 << 30);
     for producer in 0..8u64 {
         for seq in 0..5u32 {
-            let a = append(&s, &batch(producer, seq, &["a", "b"])).unwrap();
+            // Two records per batch: sequences advance by two.
+            let a = append(&s, &batch(producer, 2 * seq, &["a", "b"])).unwrap();
             assert_eq!(a.location.log, LogId((producer % 4) as u32));
         }
     }
@@ -406,7 +407,8 @@ mod model {
                     prop_assert!(again.duplicate);
                     prop_assert_eq!(again.location, first.location);
                 }
-                next_seq[producer as usize] += 1;
+                // Sequences count records.
+                next_seq[producer as usize] += records as u32;
                 model[(producer % u64::from(logs)) as usize].extend(values);
             }
             for (log, expected) in s.logs().iter().zip(model) {

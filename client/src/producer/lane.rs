@@ -20,13 +20,15 @@ use std::time::{Duration, Instant};
 use tailstream_net::RpcError;
 use tailstream_wire::batch::restamp_sequence;
 use tailstream_wire::messages::ProduceResponse;
-use tailstream_wire::{BatchSequence, ProducerId, Status, StreamletId};
+use tailstream_wire::{BatchSequence, ProducerId, SEQUENCE_MODULUS, Status, StreamletId};
 use tokio::sync::OwnedSemaphorePermit;
 
 /// A numbered, encoded batch.
 #[derive(Debug)]
 pub(crate) struct ReadyBatch {
+    /// Its first record's sequence (sequences count records, as Kafka's do).
     pub sequence: BatchSequence,
+    pub records: u32,
     pub bytes: Bytes,
     pub cell: Arc<BatchCell>,
     pub opened_at: Instant,
@@ -47,11 +49,11 @@ pub(crate) enum AnswerEffect {
 pub(crate) struct Lane {
     pub streamlet: StreamletId,
     producer: ProducerId,
-    /// Sequence of the next batch that enters the lane.
-    next_sequence: u32,
-    /// One past the highest acknowledged sequence: what the broker expects next, unless an
-    /// answer was lost.
-    acked_next: u32,
+    /// Sequence of the next batch that enters the lane (its first record's).
+    next_sequence: BatchSequence,
+    /// The sequence after the last acknowledged record: what the broker expects next, unless
+    /// an answer was lost.
+    acked_next: BatchSequence,
     queued: VecDeque<ReadyBatch>,
     in_flight: VecDeque<ReadyBatch>,
     /// Failed batches collected while draining.
@@ -70,8 +72,8 @@ impl Lane {
         Self {
             streamlet,
             producer,
-            next_sequence: 0,
-            acked_next: 0,
+            next_sequence: BatchSequence(0),
+            acked_next: BatchSequence(0),
             queued: VecDeque::new(),
             in_flight: VecDeque::new(),
             failed: Vec::new(),
@@ -85,11 +87,13 @@ impl Lane {
 
     /// Numbers a sealed batch and queues it.
     pub fn push(&mut self, batch: SealedBatch) {
-        let sequence = BatchSequence(self.next_sequence);
-        self.next_sequence = self.next_sequence.wrapping_add(1);
+        let sequence = self.next_sequence;
+        let records = batch.builder.record_count();
+        self.next_sequence = sequence.advance(records);
         let bytes = batch.builder.finish(self.producer, 0, sequence);
         self.queued.push_back(ReadyBatch {
             sequence,
+            records,
             bytes,
             cell: batch.cell,
             opened_at: batch.opened_at,
@@ -211,7 +215,10 @@ impl Lane {
     }
 
     fn settle(&mut self, batch: ReadyBatch, location: Option<RecordLocation>, now: Instant) {
-        self.acked_next = self.acked_next.max(batch.sequence.0.wrapping_add(1));
+        let after = batch.sequence.advance(batch.records);
+        if self.acked_next.precedes(after) {
+            self.acked_next = after;
+        }
         self.consecutive_failures = 0;
         self.last_failure = None;
         batch.cell.resolve(Ok(BatchAck {
@@ -226,7 +233,9 @@ impl Lane {
     fn finish_drain(&mut self, now: Instant, backoff: Backoff) {
         self.draining = false;
         let mut failed = std::mem::take(&mut self.failed);
-        failed.sort_by_key(|b| b.sequence.0);
+        // In sequence order (wrapping included): by distance from what was acknowledged.
+        let acked = self.acked_next;
+        failed.sort_by_key(|b| b.sequence.0.wrapping_sub(acked.0) & (SEQUENCE_MODULUS - 1));
         // The batches behind the first failure mostly failed *because* of it (out of order):
         // the first failure's reason is the one worth reporting for all of them.
         let root_cause = failed.first().and_then(|b| b.last_error.clone());
@@ -254,16 +263,16 @@ impl Lane {
     fn renumber_queued(&mut self) {
         let mut sequence = self.acked_next;
         for batch in &mut self.queued {
-            if batch.sequence.0 != sequence {
+            if batch.sequence != sequence {
                 let mut bytes = BytesMut::from(&batch.bytes[..]);
                 // Sealed batches always have a full header; a failure here would be a bug in
                 // the builder, and the broker would refuse the batch anyway.
-                if restamp_sequence(&mut bytes, BatchSequence(sequence)).is_ok() {
+                if restamp_sequence(&mut bytes, sequence).is_ok() {
                     batch.bytes = bytes.freeze();
-                    batch.sequence = BatchSequence(sequence);
+                    batch.sequence = sequence;
                 }
             }
-            sequence = sequence.wrapping_add(1);
+            sequence = sequence.advance(batch.records);
         }
         self.next_sequence = sequence;
     }
