@@ -18,7 +18,7 @@ if ! cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
   cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked
 fi
 
-targets=(frames messages nic record_batch segment produce)
+targets=(frames messages nic record_batch segment produce kafka_request)
 cd fuzz
 cargo +nightly fuzz build --release
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/tailstream-fuzz-XXXXXX")

@@ -11,13 +11,13 @@
 
 use crate::front_end::Kafka;
 use crate::handlers::{Answer, Body, dispatch};
-use crate::protocol::{Api, Decoded, decode_request};
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use std::sync::Arc;
 use std::time::Duration;
+use tailstream_kafka_wire::{Api, Decoded, decode_request};
 use tailstream_net::{BodyBudget, Closed};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;

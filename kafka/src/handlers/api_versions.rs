@@ -2,10 +2,10 @@
 //! with UNSUPPORTED_VERSION and the versions served, and the client retries with one of them.
 
 use super::{Answer, encode};
-use crate::protocol::Api;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::ApiVersionsResponse;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
+use tailstream_kafka_wire::Api;
 
 fn response(error_code: i16) -> ApiVersionsResponse {
     let api_keys = Api::ALL

@@ -7,7 +7,6 @@
 use super::Answer;
 use crate::errors::{NONE, data_error_code};
 use crate::front_end::Kafka;
-use crate::protocol::{PartitionAnswer, TopicAnswer, encode_fetch_response};
 use crate::topics::{Partition, partition};
 use futures::FutureExt;
 use futures::future::select_all;
@@ -16,6 +15,7 @@ use kafka_protocol::messages::FetchRequest;
 use std::sync::Arc;
 use std::time::Duration;
 use tailstream_broker::storage::CommitPoint;
+use tailstream_kafka_wire::{PartitionAnswer, TopicAnswer, encode_fetch_response};
 use tailstream_wire::RecordOffset;
 use tokio::sync::watch;
 use tokio::time::Instant;

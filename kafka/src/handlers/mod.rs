@@ -15,11 +15,11 @@ mod produce;
 
 use crate::connection::ConnectionLimits;
 use crate::front_end::Kafka;
-use crate::protocol::{Api, RequestBody, RequestHeader};
 use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use std::sync::Arc;
+use tailstream_kafka_wire::{Api, RequestBody, RequestHeader};
 
 /// An encoded answer body (without its length and header), or why it could not be encoded
 /// (a bug: the connection is closed).

@@ -204,8 +204,8 @@ fn walk(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::shapes::request_shape;
-    use crate::protocol::versions::Api;
+    use crate::shapes::request_shape;
+    use crate::versions::Api;
 
     fn body(bytes: &[u8]) -> Bytes {
         Bytes::copy_from_slice(bytes)
