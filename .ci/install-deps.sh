@@ -4,14 +4,16 @@
 #   (async-rdma's bindings are generated at build time);
 # - to run the rdma functional test on real verbs: qemu (from bookworm-backports, which
 #   coexists with the preinstalled qemu-utils) and a static busybox, for
-#   ../shared/tools/rdma-vm/rxe-vm.sh.
+#   ../shared/tools/rdma-vm/rxe-vm.sh;
+# - to run Kafka's own clients against the Kafka listener (cli/tests/kafka_clients.rs): kcat
+#   (librdkafka) from Debian, and kafka-python (pinned) in a virtualenv at target/kafka-venv.
 # Idempotent: installs only what is missing. Debian bookworm (what CI runs on).
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 
-base=(libibverbs-dev librdmacm-dev ibverbs-providers libclang1-14 libclang-common-14-dev busybox-static)
+base=(libibverbs-dev librdmacm-dev ibverbs-providers libclang1-14 libclang-common-14-dev busybox-static kcat)
 missing=()
 for pkg in "${base[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
@@ -21,7 +23,26 @@ if ! command -v qemu-system-x86_64 >/dev/null 2>&1; then
 else
   need_qemu=0
 fi
+# kafka-python wants a Python 3 that can make virtualenvs; Debian's needs python3-venv.
+KAFKA_PYTHON_VERSION=3.0.12
+venv="$(cd "$(dirname "$0")/.." && pwd)/target/kafka-venv"
+need_venv=0
+if ! "$venv/bin/python" -c "import kafka, sys; sys.exit(kafka.__version__ != '$KAFKA_PYTHON_VERSION')" >/dev/null 2>&1; then
+  need_venv=1
+  if ! python3 -c "import venv, ensurepip" >/dev/null 2>&1; then
+    for pkg in python3 python3-venv; do
+      dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+    done
+  fi
+fi
+make_kafka_venv() {
+  [ $need_venv -eq 1 ] || return 0
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q "kafka-python==$KAFKA_PYTHON_VERSION"
+}
 if [ ${#missing[@]} -eq 0 ] && [ $need_qemu -eq 0 ]; then
+  make_kafka_venv
   exit 0
 fi
 # A private source list that adds bookworm-backports to the machine's own sources.
@@ -44,3 +65,4 @@ fi
 if [ $need_qemu -eq 1 ]; then
   $SUDO apt-get "${apt_opts[@]}" install -y --no-install-recommends -t bookworm-backports qemu-system-x86 >/dev/null
 fi
+make_kafka_venv

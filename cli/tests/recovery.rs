@@ -24,19 +24,6 @@ fn recovered_stream(test: &TestCluster) -> StreamConfig {
     stream
 }
 
-/// The broker index that owns `streamlet` of `stream`.
-async fn owner_of(test: &TestCluster, stream: &str, streamlet: usize) -> usize {
-    let metadata = test.client().refresh_stream(stream).await.unwrap();
-    let owner = &metadata.streamlets[streamlet].owner_addr;
-    (0..test.cluster.spec().brokers as usize)
-        .find(|i| {
-            test.cluster
-                .broker(*i)
-                .is_some_and(|b| b.rpc_addr.to_string() == *owner)
-        })
-        .expect("a live broker owns it")
-}
-
 /// Waits until every streamlet of `stream` serves (bounded), returning how long that took.
 async fn wait_until_serving(test: &TestCluster, stream: &str) -> Duration {
     let started = Instant::now();
@@ -83,7 +70,7 @@ async fn a_killed_owner_s_streamlets_are_rebuilt_and_nothing_acked_is_lost() {
             .unwrap();
         let load = Load::start(&test, "survive", 2);
         load.wait_for_acks(60_000).await;
-        let victim = owner_of(&test, "survive", 0).await;
+        let victim = test.owner_of("survive", 0).await;
         test.cluster.kill_broker(victim).await;
         let took = wait_until_serving(&test, "survive").await;
         eprintln!("serving again {took:?} after the kill");
@@ -167,7 +154,7 @@ async fn an_owner_killed_with_one_of_its_backups_loses_nothing_acked() {
             .unwrap();
         let load = Load::start(&test, "pair", 2);
         load.wait_for_acks(60_000).await;
-        let owner = owner_of(&test, "pair", 1).await;
+        let owner = test.owner_of("pair", 1).await;
         let backup = backups_of(&test, owner).await[0];
         // Together: R = 2 leaves one copy of each of the owner's segments.
         test.cluster.kill_broker(owner).await;
@@ -190,7 +177,7 @@ async fn the_new_owner_killed_while_it_rebuilds_loses_nothing_acked() {
             .unwrap();
         let load = Load::start(&test, "twice", 2);
         load.wait_for_acks(60_000).await;
-        let first = owner_of(&test, "twice", 0).await;
+        let first = test.owner_of("twice", 0).await;
         test.cluster.kill_broker(first).await;
         // The broker rebuilding the first victim's streamlet dies in turn: its own streamlets
         // and the one it was rebuilding both go to recovery.
@@ -218,7 +205,7 @@ async fn a_coordinator_killed_during_a_recovery_resumes_it() {
             .unwrap();
         let load = Load::start(&test, "resume", 2);
         load.wait_for_acks(60_000).await;
-        let victim = owner_of(&test, "resume", 2).await;
+        let victim = test.owner_of("resume", 2).await;
         test.cluster.kill_broker(victim).await;
         rebuilding_on(&test, "resume", 2).await;
         test.cluster.restart_coordinator().await.unwrap();
@@ -240,7 +227,7 @@ async fn a_paused_owner_that_wakes_up_serves_nothing_that_moved() {
             .unwrap();
         let load = Load::start(&test, "zombie", 2);
         load.wait_for_acks(60_000).await;
-        let zombie = owner_of(&test, "zombie", 3).await;
+        let zombie = test.owner_of("zombie", 3).await;
         test.cluster.signal_broker(zombie, "STOP").unwrap();
         // Declared crashed and recovered elsewhere while it sleeps...
         let moved = Instant::now();

@@ -75,7 +75,10 @@ fn counts_that_claim_gigabytes_cost_nothing_and_full_arrays_cost_a_multiple_of_t
     let size = nested.len();
     let (bytes, ok) = allocated(nested.freeze());
     assert!(ok);
-    assert!(bytes <= AMPLIFICATION_MAX * size, "{bytes} bytes for {size}");
+    assert!(
+        bytes <= AMPLIFICATION_MAX * size,
+        "{bytes} bytes for {size}"
+    );
 }
 
 #[test]

@@ -115,6 +115,19 @@ impl TestCluster {
         panic!("the broker at {rpc_addr} did not register again");
     }
 
+    /// The broker index (in the launcher) that owns `streamlet` of `stream`.
+    pub async fn owner_of(&self, stream: &str, streamlet: usize) -> usize {
+        let metadata = self.client().refresh_stream(stream).await.unwrap();
+        let owner = &metadata.streamlets[streamlet].owner_addr;
+        (0..self.cluster.spec().brokers as usize)
+            .find(|i| {
+                self.cluster
+                    .broker(*i)
+                    .is_some_and(|b| b.rpc_addr.to_string() == *owner)
+            })
+            .expect("a live broker owns it")
+    }
+
     pub fn stream_config(&self) -> StreamConfig {
         self.config.stream_defaults.clone()
     }

@@ -1,0 +1,357 @@
+//! Kafka's own clients against a Tailstream cluster's Kafka listeners, as a user would run
+//! them: kcat (librdkafka) and kafka-python, unmodified. Every record acknowledged is read
+//! back exactly once and, per partition, in the order it was produced.
+//!
+//! The clients are installed by `.ci/install-deps.sh` (kcat from Debian, kafka-python from
+//! PyPI into `target/kafka-venv`). Without them these tests say so and pass, unless
+//! `TAILSTREAM_REQUIRE_KAFKA_CLIENTS` is set (as `.ci/run` does), when a missing client fails.
+
+mod common;
+
+use common::{TEST_TIMEOUT, TestCluster};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::process::Command;
+
+/// The Python with kafka-python, or `None` (the test is skipped or fails, see above).
+fn kafka_python() -> Option<PathBuf> {
+    let python = std::env::var_os("TAILSTREAM_KAFKA_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/kafka-venv/bin/python")
+        });
+    let works = std::process::Command::new(&python)
+        .args(["-c", "import kafka"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    works.then_some(python)
+}
+
+fn kcat() -> Option<PathBuf> {
+    let works = std::process::Command::new("kcat")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    works.then(|| PathBuf::from("kcat"))
+}
+
+/// The client, or the reason this test cannot run (a failure when clients are required).
+fn required(client: Option<PathBuf>, name: &str) -> Option<PathBuf> {
+    if client.is_none() {
+        assert!(
+            std::env::var_os("TAILSTREAM_REQUIRE_KAFKA_CLIENTS").is_none(),
+            "{name} is required (TAILSTREAM_REQUIRE_KAFKA_CLIENTS) but not installed: run .ci/install-deps.sh"
+        );
+        eprintln!("skipped: {name} is not installed (run .ci/install-deps.sh)");
+    }
+    client
+}
+
+fn bootstrap(test: &TestCluster) -> String {
+    test.cluster
+        .brokers()
+        .filter_map(|b| b.kafka_addr.map(|a| a.to_string()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+const CLIENTS_PY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kafka/clients.py");
+
+/// Runs a command to its end (bounded), returning its stdout; fails the test on an error.
+async fn run(program: &PathBuf, args: &[&str], stdin: &[u8]) -> String {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let data = stdin.to_vec();
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        let _ = input.write_all(&data).await;
+    });
+    let output = tokio::time::timeout(Duration::from_secs(150), child.wait_with_output())
+        .await
+        .expect("the client finished in time")
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{} {args:?} failed: {}",
+        program.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// A record as a client reports it: partition, offset, value.
+type Seen = (i32, u64, String);
+
+fn parse(lines: &str) -> Vec<Seen> {
+    lines
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|line| {
+            let mut parts = line.splitn(3, ' ');
+            let partition = parts.next().unwrap().parse().unwrap();
+            let offset = parts.next().unwrap().parse().unwrap();
+            (partition, offset, parts.next().unwrap_or("").to_owned())
+        })
+        .collect()
+}
+
+/// Every acknowledged record is read exactly once; per partition, offsets increase and the
+/// values of each key come in the order they were produced ("KEY:SEQUENCE").
+fn check_exactly_once_in_order(acked: &[Seen], read: &[Seen]) {
+    let acked_set: HashSet<&Seen> = acked.iter().collect();
+    assert_eq!(acked_set.len(), acked.len(), "an offset acknowledged twice");
+    let mut counts: HashMap<&Seen, usize> = HashMap::new();
+    for record in read {
+        *counts.entry(record).or_default() += 1;
+    }
+    let missing = acked.iter().filter(|r| !counts.contains_key(r)).count();
+    let duplicated = counts.values().filter(|c| **c > 1).count();
+    let unknown = counts.keys().filter(|r| !acked_set.contains(*r)).count();
+    assert_eq!(
+        (missing, duplicated, unknown),
+        (0, 0, 0),
+        "(missing, duplicated, unknown) of {} acknowledged",
+        acked.len()
+    );
+    let mut by_partition: BTreeMap<i32, Vec<&Seen>> = BTreeMap::new();
+    for record in acked {
+        by_partition.entry(record.0).or_default().push(record);
+    }
+    for (partition, mut records) in by_partition {
+        records.sort_by_key(|r| r.1);
+        let mut last: HashMap<&str, u64> = HashMap::new();
+        for (_, _, value) in records {
+            let (key, sequence) = value.split_once(':').unwrap();
+            let sequence: u64 = sequence.parse().unwrap();
+            if let Some(previous) = last.insert(key, sequence) {
+                assert!(
+                    previous < sequence,
+                    "partition {partition}: key {key} out of order ({previous} then {sequence})"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kafka_python_produces_idempotently_through_a_crash_and_a_rebalancing_group_reads_each_record_once()
+ {
+    let Some(python) = required(kafka_python(), "kafka-python") else {
+        return;
+    };
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let test = TestCluster::start(3, "").await;
+        let bootstrap = bootstrap(&test);
+        let py = |args: &[&str]| {
+            let mut all = vec![CLIENTS_PY];
+            all.extend_from_slice(args);
+            all.into_iter().map(str::to_owned).collect::<Vec<_>>()
+        };
+        // Replicated, so a broker crash loses nothing: 2 streamlets x 4 logs = 8 partitions.
+        let mut config = test.stream_config();
+        config.replicas = 1;
+        test.client()
+            .create_stream("clicks", 2, config)
+            .await
+            .unwrap();
+
+        // Produce at a bounded rate, and crash the owner of streamlet 1 meanwhile.
+        let args = py(&["produce", &bootstrap, "clicks", "20000", "8000"]);
+        let producer = {
+            let python = python.clone();
+            tokio::spawn(async move {
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                run(&python, &args, b"").await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let victim = test.owner_of("clicks", 1).await;
+        let mut test = test;
+        test.cluster.kill_broker(victim).await;
+        let acked = parse(&producer.await.unwrap());
+        assert_eq!(acked.len(), 20000, "every record acknowledged");
+
+        // A group of two: one member alone first, reading slowly (4000 records/s) so the
+        // second joins while most is unread; the second leaves after 3000 records and the
+        // first takes its partitions back, from the offsets the second committed.
+        let first_args = py(&["consume", &bootstrap, "clicks", "readers", "0", "6", "4000"]);
+        let first = {
+            let python = python.clone();
+            tokio::spawn(async move {
+                let args: Vec<&str> = first_args.iter().map(String::as_str).collect();
+                run(&python, &args, b"").await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let second_args = py(&["consume", &bootstrap, "clicks", "readers", "3000", "6"]);
+        let second_args: Vec<&str> = second_args.iter().map(String::as_str).collect();
+        let second = parse(&run(&python, &second_args, b"").await);
+        let first = parse(&first.await.unwrap());
+        assert!(!second.is_empty(), "the second member got partitions");
+        let mut read = first;
+        read.extend(second);
+        check_exactly_once_in_order(&acked, &read);
+
+        // Committed offsets survive a coordinator restart: the group goes on from them.
+        test.cluster.restart_coordinator().await.unwrap();
+        test.wait_for_brokers(2).await;
+        let more_args = py(&["produce", &bootstrap, "clicks", "160"]);
+        let more_args: Vec<&str> = more_args.iter().map(String::as_str).collect();
+        let more = parse(&run(&python, &more_args, b"").await);
+        let again_args = py(&["consume", &bootstrap, "clicks", "readers", "0", "5"]);
+        let again_args: Vec<&str> = again_args.iter().map(String::as_str).collect();
+        let again = parse(&run(&python, &again_args, b"").await);
+        let again_set: HashSet<&Seen> = again.iter().collect();
+        assert!(
+            more.iter().all(|r| again_set.contains(r)) && again.len() == more.len(),
+            "only the new records: {} read, {} new",
+            again.len(),
+            more.len()
+        );
+        test.stop().await;
+    })
+    .await
+    .expect("kafka-python test finished in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kcat_produces_consumes_and_shares_a_group_and_native_and_kafka_clients_read_each_other() {
+    let Some(kcat) = required(kcat(), "kcat") else {
+        return;
+    };
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let test = TestCluster::start(3, "").await;
+        let bootstrap = bootstrap(&test);
+        // kcat -P: keyed lines, the topic auto-created on first use.
+        let lines: String = (0..12_000)
+            .map(|i| format!("{}:{}:{}\n", i % 16, i % 16, i / 16))
+            .collect();
+        run(
+            &kcat,
+            &["-b", &bootstrap, "-t", "lines", "-P", "-K:", "-z", "lz4"],
+            lines.as_bytes(),
+        )
+        .await;
+        // kcat -C reads everything back once, in order per key.
+        let read = parse(
+            &run(
+                &kcat,
+                &[
+                    "-b",
+                    &bootstrap,
+                    "-t",
+                    "lines",
+                    "-C",
+                    "-o",
+                    "beginning",
+                    "-e",
+                    "-q",
+                    "-f",
+                    "%p %o %s\n",
+                ],
+                b"",
+            )
+            .await,
+        );
+        assert_eq!(read.len(), 12_000);
+        check_exactly_once_in_order(&read, &read);
+        // Two kcat members of one group: however the partitions fall between them (and
+        // whichever leaves first), together they read each record once.
+        let member = || {
+            let (kcat, bootstrap) = (kcat.clone(), bootstrap.clone());
+            tokio::spawn(async move {
+                run(
+                    &kcat,
+                    &[
+                        "-b",
+                        &bootstrap,
+                        "-G",
+                        "pair",
+                        "-X",
+                        "auto.offset.reset=earliest",
+                        "-q",
+                        "-e",
+                        "-f",
+                        "%p %o %s\n",
+                        "lines",
+                    ],
+                    b"",
+                )
+                .await
+            })
+        };
+        let (a, b) = (member(), member());
+        let mut both = parse(&a.await.unwrap());
+        both.extend(parse(&b.await.unwrap()));
+        check_exactly_once_in_order(&read, &both);
+
+        // Native producer -> kcat, kcat -> native consumer.
+        test.client()
+            .create_stream("mixed", 1, test.stream_config())
+            .await
+            .unwrap();
+        let native: String = (0..500).map(|i| format!("{i}\n")).collect();
+        let (ok, _, err) = test.cli(&["produce", "mixed"], native.as_bytes()).await;
+        assert!(ok, "{err}");
+        let through_kcat = run(
+            &kcat,
+            &[
+                "-b",
+                &bootstrap,
+                "-t",
+                "mixed",
+                "-C",
+                "-o",
+                "beginning",
+                "-e",
+                "-q",
+            ],
+            b"",
+        )
+        .await;
+        let mut values: Vec<u32> = through_kcat.lines().map(|l| l.parse().unwrap()).collect();
+        values.sort_unstable();
+        assert_eq!(values, (0..500).collect::<Vec<_>>());
+        let from_kcat: String = (0..300).map(|i| format!("k{i}\n")).collect();
+        run(
+            &kcat,
+            &["-b", &bootstrap, "-t", "back", "-P", "-z", "snappy"],
+            from_kcat.as_bytes(),
+        )
+        .await;
+        let (ok, out, err) = test
+            .cli(
+                &[
+                    "consume",
+                    "back",
+                    "--from-beginning",
+                    "--max-records",
+                    "300",
+                ],
+                b"",
+            )
+            .await;
+        assert!(ok, "{err}");
+        let mut got: Vec<String> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        got.sort();
+        let mut expected: Vec<String> = (0..300).map(|i| format!("k{i}")).collect();
+        expected.sort();
+        assert_eq!(got, expected);
+        test.stop().await;
+    })
+    .await
+    .expect("kcat test finished in time");
+}
