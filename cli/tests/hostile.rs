@@ -1,5 +1,5 @@
 //! Attacks from an anonymous peer against real processes on 127.0.0.1, each at small scale and
-//! bounded in time: idle connection floods, slowloris on every listener, stalled partial
+//! bounded in time: idle connection floods, slowloris on every listener (the Kafka one too), stalled partial
 //! bodies, poison and overflowing record batches, and a corrupt replica claim on disk. Each
 //! test checks that a legitimate client still completes a produce/consume round trip while the
 //! attack runs, and where memory is the target, that the broker's RSS stays under a stated
@@ -34,8 +34,8 @@ const HARDENED: &str = "[listeners]\nidle_timeout_ms = 2000\nrequest_read_timeou
     [broker]\nrequest_body_bytes_max = 33554432\n";
 
 /// Idle connections per listener in the flood test. The test process holds them all at once,
-/// so four floods stay below the common default of 1,024 open files.
-const FLOOD: usize = 200;
+/// so five floods stay below the common default of 1,024 open files.
+const FLOOD: usize = 180;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_floods_on_every_listener_lock_nobody_out() {
@@ -44,9 +44,10 @@ async fn idle_floods_on_every_listener_lock_nobody_out() {
         let broker = test.cluster.broker(0).unwrap();
         let broker_pid = broker.pid().unwrap();
         let rss_before = rss_bytes(broker_pid);
-        let targets: [(&str, SocketAddr); 4] = [
+        let targets: [(&str, SocketAddr); 5] = [
             ("broker rpc", broker.rpc_addr),
             ("broker admin", broker.admin_addr),
+            ("broker kafka", broker.kafka_addr.unwrap()),
             ("coordinator rpc", test.cluster.coordinator.rpc_addr),
             ("coordinator peer", test.cluster.coordinator.peer_addr),
         ];
@@ -122,6 +123,13 @@ async fn slowloris_is_cut_off_on_every_listener() {
             out
         };
         let http = b"GET /healthz HTTP/1.1\r\nHost: tailstream\r\n\r\n".to_vec();
+        // Kafka ApiVersions v0 (length, api key 18, version 0, correlation id 1, a 10-byte
+        // client id): 24 bytes, as long as the NIC hello.
+        let kafka = [
+            &[0, 0, 0, 20, 0, 18, 0, 0, 0, 0, 0, 1, 0, 10][..],
+            b"slowloris!",
+        ]
+        .concat();
         let hello = Hello {
             primary: ServerId::new(7, 1),
         }
@@ -132,6 +140,7 @@ async fn slowloris_is_cut_off_on_every_listener() {
             ("broker peer", broker.peer_addr, frame(Opcode::Ping)),
             ("broker nic", broker.nic_addr.unwrap(), hello),
             ("broker admin", broker.admin_addr, http.clone()),
+            ("broker kafka", broker.kafka_addr.unwrap(), kafka),
             (
                 "coordinator rpc",
                 test.cluster.coordinator.rpc_addr,
@@ -149,8 +158,9 @@ async fn slowloris_is_cut_off_on_every_listener() {
             ),
         ];
         let attacks = targets.into_iter().map(|(name, addr, bytes)| async move {
-            // One byte every 250 ms: the shortest request (the 24-byte NIC hello) would take
-            // 6 s to arrive; the listeners give a request 1 s from its first byte.
+            // One byte every 250 ms: the shortest request (the 24-byte NIC hello or Kafka
+            // ApiVersions) would take 6 s to arrive; the listeners give a request 1 s from its
+            // first byte.
             let lasted = trickle_until_closed(addr, &bytes, Duration::from_millis(250)).await;
             (name, lasted)
         });

@@ -1,0 +1,248 @@
+//! A hostile Kafka client against a real broker's Kafka listener, from 127.0.0.2: garbage,
+//! lying length prefixes, arrays claiming 2^31 elements, unserved APIs and versions each close
+//! only their own connection; corrupt and poisoned record batches are refused with Kafka's
+//! error code and the connection goes on; a client that pipelines thousands of requests
+//! without reading is answered in order, at the pace it reads. Meanwhile the broker's memory
+//! stays flat, legitimate clients keep working and nothing bad lands in the log.
+
+#![allow(clippy::unwrap_used)] // tests may unwrap freely (see clippy.toml)
+
+mod common;
+
+use bytes::{BufMut, BytesMut};
+use common::hostile::{connect_from_elsewhere, metric, round_trip, rss_bytes};
+use common::{TEST_TIMEOUT, TestCluster};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tailstream_wire::records::RecordBatchBuilder;
+use tailstream_wire::{BatchSequence, ProducerId};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const API_VERSIONS: i16 = 18;
+const METADATA: i16 = 3;
+const PRODUCE: i16 = 0;
+/// Kafka's error codes the broker must answer with.
+const CORRUPT_MESSAGE: i16 = 2;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+
+/// A request frame: length, header v1 (api key, version, correlation id, no client id), body.
+fn request(api_key: i16, version: i16, correlation_id: i32, body: &[u8]) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    out.put_i32((10 + body.len()) as i32);
+    out.put_i16(api_key);
+    out.put_i16(version);
+    out.put_i32(correlation_id);
+    out.put_i16(-1);
+    out.put_slice(body);
+    out.to_vec()
+}
+
+/// Produce v3, acks=all, one partition of `topic` carrying `records`.
+fn produce(correlation_id: i32, topic: &str, partition: i32, records: &[u8]) -> Vec<u8> {
+    let mut body = BytesMut::new();
+    body.put_i16(-1); // no transactional id
+    body.put_i16(-1); // acks = all
+    body.put_i32(10_000);
+    body.put_i32(1);
+    body.put_i16(topic.len() as i16);
+    body.put_slice(topic.as_bytes());
+    body.put_i32(1);
+    body.put_i32(partition);
+    body.put_i32(records.len() as i32);
+    body.put_slice(records);
+    request(PRODUCE, 3, correlation_id, &body)
+}
+
+/// The next answer on `stream`: (correlation id, body), or `None` if the broker closed it.
+async fn answer(stream: &mut TcpStream) -> Option<(i32, Vec<u8>)> {
+    let read = async {
+        let length = stream.read_i32().await.ok()?;
+        assert!(
+            (4..1 << 20).contains(&length),
+            "an answer of {length} bytes"
+        );
+        let correlation_id = stream.read_i32().await.ok()?;
+        let mut body = vec![0u8; length as usize - 4];
+        stream.read_exact(&mut body).await.ok()?;
+        Some((correlation_id, body))
+    };
+    tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .expect("an answer or a close within 10 s")
+}
+
+/// The error code of a Produce v3 answer's first partition.
+fn produce_error(body: &[u8]) -> i16 {
+    // topics count, topic name (i16 length + bytes), partitions count, index, error code
+    let name = i16::from_be_bytes([body[4], body[5]]) as usize;
+    let at = 6 + name + 8;
+    i16::from_be_bytes([body[at], body[at + 1]])
+}
+
+/// Sends `bytes` on a fresh connection from elsewhere and expects the broker to close it
+/// without an answer.
+async fn closes_without_answer(addr: SocketAddr, what: &str, bytes: &[u8]) {
+    let mut stream = connect_from_elsewhere(addr).await;
+    stream.write_all(bytes).await.unwrap();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest)).await;
+    assert!(
+        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+        "{what}: the connection was not closed ({read:?}, {} bytes answered)",
+        rest.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_kafka_requests_cost_their_sender_its_connection_and_nobody_else_anything() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let test = TestCluster::start(1, "").await;
+        let broker = test.cluster.broker(0).unwrap();
+        let kafka = broker
+            .kafka_addr
+            .expect("the kafka listener is on by default");
+        let pid = broker.pid().unwrap();
+        let rss_before = rss_bytes(pid);
+        let (ok, _, err) = test
+            .cli(
+                &[
+                    "stream",
+                    "create",
+                    "victim",
+                    "--streamlets",
+                    "1",
+                    "--logs",
+                    "1",
+                ],
+                b"",
+            )
+            .await;
+        assert!(ok, "{err}");
+        let lines: String = (0..100).map(|i| format!("good-{i}\n")).collect();
+        let (ok, _, err) = test.cli(&["produce", "victim"], lines.as_bytes()).await;
+        assert!(ok, "{err}");
+
+        // Frames that do not parse, or lie about their size: each closes its connection.
+        // Metadata v8 whose topics array claims 2^31 - 1 names, in a 4-byte body.
+        let metadata_lie = request(METADATA, 8, 3, &i32::MAX.to_be_bytes());
+        let unserved_version = request(PRODUCE, 99, 4, &[0; 16]);
+        let attacks: [(&str, Vec<u8>); 7] = [
+            ("garbage", [&16i32.to_be_bytes()[..], &[0xab; 16]].concat()),
+            ("a 2 GiB length prefix", i32::MAX.to_be_bytes().to_vec()),
+            ("a negative length prefix", (-1i32).to_be_bytes().to_vec()),
+            (
+                "a frame shorter than a header",
+                [0, 0, 0, 4, 0, 18, 0, 0].to_vec(),
+            ),
+            ("an array claiming 2^31 topics", metadata_lie),
+            ("an unserved version", unserved_version),
+            ("an unknown api", request(1000, 0, 5, &[])),
+        ];
+        for (what, bytes) in &attacks {
+            closes_without_answer(kafka, what, bytes).await;
+        }
+        let refused = metric(
+            broker.admin_addr,
+            "tailstream_kafka_requests_refused_total",
+            &[],
+        )
+        .await;
+        assert!(refused >= 4.0, "{refused} requests refused");
+
+        // Bad record batches are refused by partition, with Kafka's codes; the connection
+        // stays and answers the next request.
+        let mut stream = connect_from_elsewhere(kafka).await;
+        let mut builder = RecordBatchBuilder::new(64);
+        builder.push(0, None, Some(b"evil"), &[]);
+        let mut corrupt = builder.finish(ProducerId(77), 0, BatchSequence(0)).to_vec();
+        let last = corrupt.len() - 1;
+        corrupt[last] ^= 0x40; // a bit flip under the CRC
+        let mut poisoned = corrupt.clone();
+        poisoned[last] ^= 0x40;
+        // A negative record length (zigzag 5 = -3) behind a valid CRC.
+        let header = tailstream_wire::batch::BATCH_HEADER_BYTES;
+        poisoned.truncate(header);
+        poisoned.extend_from_slice(&[5, 0, 0, 0, 1, 1, 0]);
+        let length = (poisoned.len() - 12) as i32;
+        poisoned[8..12].copy_from_slice(&length.to_be_bytes());
+        tailstream_wire::batch::restamp_sequence(&mut poisoned, BatchSequence(0)).unwrap();
+        let cases = [
+            (
+                "a bit flip",
+                produce(10, "victim", 0, &corrupt),
+                CORRUPT_MESSAGE,
+            ),
+            (
+                "a poisoned record",
+                produce(11, "victim", 0, &poisoned),
+                CORRUPT_MESSAGE,
+            ),
+            (
+                "a partition that does not exist",
+                produce(12, "victim", 99, &corrupt),
+                UNKNOWN_TOPIC_OR_PARTITION,
+            ),
+        ];
+        for (what, bytes, code) in &cases {
+            stream.write_all(bytes).await.unwrap();
+            let (_, body) = answer(&mut stream).await.expect("answered, not closed");
+            assert_eq!(produce_error(&body), *code, "{what}");
+        }
+
+        // Thousands of requests pipelined without reading: the broker stops reading at its
+        // in-flight bound, and answers every one, in order, as the client reads.
+        let pipelined = 3000;
+        let burst: Vec<u8> = (0..pipelined)
+            .flat_map(|id| request(API_VERSIONS, 0, 100 + id, &[]))
+            .collect();
+        let (mut read_half, mut write_half) = stream.into_split();
+        let writer = tokio::spawn(async move {
+            write_half.write_all(&burst).await.unwrap();
+            write_half
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut stream_answers = 0;
+        while stream_answers < pipelined {
+            let length = read_half.read_i32().await.unwrap();
+            let correlation_id = read_half.read_i32().await.unwrap();
+            assert_eq!(
+                correlation_id,
+                100 + stream_answers,
+                "answers in request order"
+            );
+            let mut body = vec![0u8; length as usize - 4];
+            read_half.read_exact(&mut body).await.unwrap();
+            stream_answers += 1;
+        }
+        drop(writer.await.unwrap());
+
+        // The broker lives, its memory did not follow the lies, and nothing bad was stored:
+        // a consumer reads the 100 good records and nothing else.
+        round_trip(&test, "after-kafka-attacks", 100).await;
+        let rss_after = rss_bytes(pid);
+        assert!(
+            rss_after < rss_before + (128 << 20),
+            "RSS grew from {rss_before} to {rss_after}"
+        );
+        let (ok, out, err) = test
+            .cli(
+                &[
+                    "consume",
+                    "victim",
+                    "--from-beginning",
+                    "--max-records",
+                    "101",
+                    "--idle-timeout-ms",
+                    "1500",
+                ],
+                b"",
+            )
+            .await;
+        assert!(ok, "{err}");
+        assert_eq!(String::from_utf8(out).unwrap(), lines);
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}
