@@ -1,10 +1,10 @@
 //! Attacks from an anonymous peer against real processes on 127.0.0.1, each at small scale and
 //! bounded in time: idle connection floods and slowloris on every listener (the Kafka one
-//! too), stalled partial bodies, poison and overflowing record batches, and a corrupt replica claim on disk. Each
-//! test checks that a legitimate client still completes a produce/consume round trip while the
-//! attack runs, and where memory is the target, that the broker's RSS stays under a stated
-//! bound. Attackers connect from 127.0.0.2 (another host, as far as the servers can tell);
-//! the legitimate client stays on 127.0.0.1.
+//! too), stalled partial bodies, poison and overflowing record batches, and a corrupt replica
+//! claim on disk. Each test checks that a legitimate client still completes a produce/consume
+//! round trip while the attack runs, and where memory is the target, that the broker's RSS
+//! stays under a stated bound. Attackers connect from 127.0.0.2 (another host, as far as the
+//! servers can tell); the legitimate client stays on 127.0.0.1.
 
 #![allow(clippy::unwrap_used)] // tests may unwrap freely (see clippy.toml)
 
