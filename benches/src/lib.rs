@@ -5,6 +5,8 @@
 //!   latency from each record's scheduled send); reports records/s, MiB/s, latency
 //!   percentiles, CPU per GiB of each role (primary, backups, client; user and system) and,
 //!   for R > 0, the kernel's floor for the same bytes.
+//! - [`kafka`]: `tailstream bench kafka`: the same closed-loop load through the native
+//!   protocol and through the Kafka listener, side by side on one cluster, and their ratio.
 //! - [`e2e`]: `tailstream bench e2e`: produce-to-consume latency under an open-loop load.
 //! - [`consume`]: `tailstream bench consume`: read throughput of a filled stream, C consumers.
 //! - [`recovery`]: `tailstream bench recovery`: fills one streamlet, kills its owner, and
@@ -32,6 +34,7 @@ pub mod cpu;
 pub mod e2e;
 pub mod floor;
 pub mod harness;
+pub mod kafka;
 pub mod latency;
 pub mod plot;
 pub mod produce;

@@ -72,6 +72,9 @@ enum BenchCommand {
     E2e(tailstream_bench::e2e::E2eBenchArgs),
     /// Fill a stream, then read it with C consumers at once; report read throughput.
     Consume(tailstream_bench::consume::ConsumeBenchArgs),
+    /// The same produce load through the native protocol and through the Kafka listener,
+    /// side by side on one cluster; report both and their ratio.
+    Kafka(tailstream_bench::kafka::KafkaBenchArgs),
     /// Turn benchmark JSON lines into SVG figures (throughput, replication, latency, recovery).
     Plot(tailstream_bench::plot::PlotArgs),
 }
@@ -137,6 +140,9 @@ fn main() -> ExitCode {
             }
             Command::Bench(BenchCommand::Consume(args)) => {
                 tailstream_bench::consume::run(config, args).await
+            }
+            Command::Bench(BenchCommand::Kafka(args)) => {
+                tailstream_bench::kafka::run(config, args).await
             }
             Command::Bench(BenchCommand::Plot(args)) => tailstream_bench::plot::run(args),
         }

@@ -23,7 +23,8 @@ mod roles;
 use load::Load;
 pub(crate) use open::{STAMP_BYTES, measured_send_time};
 use outcome::ProducerOutcome;
-use roles::{CpuSnapshot, Roles, roles};
+use roles::roles;
+pub(crate) use roles::{CpuSnapshot, Roles};
 
 use crate::progress::ProgressLine;
 use clap::Args;
@@ -181,14 +182,14 @@ async fn run_producers(
 
 /// Retention of the produce benchmark's stream: small, so broker memory stays flat however
 /// long the run.
-const BOUNDED_RETENTION_BYTES: u64 = 256 << 20;
+pub(crate) const BOUNDED_RETENTION_BYTES: u64 = 256 << 20;
 
 /// A fresh benchmark stream and its producers.
 #[derive(Debug)]
 pub(crate) struct Prepared {
     pub cluster: Arc<Cluster>,
     pub stream: String,
-    roles: Roles,
+    pub roles: Roles,
     pub producers: Vec<Producer>,
 }
 
@@ -265,6 +266,8 @@ pub(crate) async fn drive(
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     if started.elapsed() < warmup {
+        // A producer that failed says why before the run is called too short.
+        load.join().await?;
         return Err(format!(
             "the run ended within the {:.1} s warm-up: too short to measure (send more \
              --records, or shorten --warmup-s)",

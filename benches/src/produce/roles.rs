@@ -7,7 +7,7 @@ use tailstream_launcher::LocalCluster;
 /// The broker processes in each role for the benchmark stream: owners of its streamlets
 /// (primaries) and the others (backups, or idle).
 #[derive(Debug, Default)]
-pub(super) struct Roles {
+pub(crate) struct Roles {
     pub primaries: Vec<u32>,
     pub others: Vec<u32>,
 }
@@ -60,7 +60,7 @@ pub(super) async fn roles(
 
 /// CPU of every role at one instant.
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) struct CpuSnapshot {
+pub(crate) struct CpuSnapshot {
     pub primaries: CpuTime,
     pub others: CpuTime,
     /// The other brokers' software NIC threads (part of `others`).
