@@ -48,6 +48,7 @@ pub async fn run(config: Config, args: E2eBenchArgs) -> Result<(), String> {
     if produce_args.rate.is_none() {
         return Err("bench e2e needs --rate (records/s, sent on a fixed schedule)".into());
     }
+    produce_args.check_protocol()?;
     if produce_args.record_bytes < STAMP_BYTES || args.consumers == 0 {
         return Err(format!(
             "bench e2e needs --record-bytes >= {STAMP_BYTES} and at least one consumer"

@@ -236,3 +236,59 @@ async fn a_consumer_resumes_from_saved_positions() {
     .await
     .unwrap();
 }
+
+/// `bench kafka` drives the same load through both front ends on a joined cluster and prints
+/// both runs in `bench produce`'s JSON, then their ratio. Its figures are not asserted; that
+/// the Kafka path carries every record, and the report is whole, is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_kafka_runs_both_protocols_and_reports_their_ratio() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let test = TestCluster::start(2, "").await;
+        let coordinator = test.coordinator();
+        let (ok, out, err) = test
+            .cli(
+                &[
+                    "bench",
+                    "kafka",
+                    "--join",
+                    &coordinator,
+                    "--rounds",
+                    "1",
+                    "--records",
+                    "200000",
+                    "--producers",
+                    "2",
+                    "--batch-bytes",
+                    "16384",
+                    "--replicas",
+                    "1",
+                    "--warmup-s",
+                    "0",
+                    "--json",
+                ],
+                b"",
+            )
+            .await;
+        assert!(ok, "{err}");
+        let lines: Vec<serde_json::Value> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 3, "two runs and a summary: {lines:?}");
+        for (run, protocol) in lines[..2].iter().zip(["native", "kafka"]) {
+            assert_eq!(run["protocol"], protocol, "{run}");
+            assert_eq!(run["records_acked"], 200_000, "{run}");
+            assert_eq!(run["records_failed"], 0, "{run}");
+            assert!(run["records_per_sec"].as_f64().unwrap() > 0.0, "{run}");
+        }
+        assert!(
+            lines[2]["kafka_over_native_throughput"].as_f64().unwrap() > 0.0,
+            "{}",
+            lines[2]
+        );
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}

@@ -1,12 +1,14 @@
 //! The producers at work, closed or open loop, and joining them.
 
-use super::{ProduceBenchArgs, ProducerOutcome, Progress, closed, open};
+use super::{ProduceBenchArgs, ProducerOutcome, Progress, closed, kafka_producer, open};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tailstream_client::Producer;
+use tailstream_wire::StreamletId;
 
 /// The producers at work, in either mode.
 pub(super) enum Load {
+    /// Closed loop, native or Kafka producers.
     Closed(Vec<tokio::task::JoinHandle<Result<ProducerOutcome, String>>>),
     Open(Vec<std::thread::JoinHandle<Result<ProducerOutcome, String>>>),
 }
@@ -33,6 +35,39 @@ impl Load {
                         deadline,
                         progress.clone(),
                     ))
+                })
+                .collect(),
+        )
+    }
+
+    /// Closed loop through the Kafka listener: producer i writes partition i (mod the
+    /// partition count), each its share of the records.
+    pub fn kafka(
+        stream: &str,
+        leaders: &[(i32, String)],
+        args: &ProduceBenchArgs,
+        deadline: Instant,
+        progress: &Arc<Progress>,
+    ) -> Self {
+        let count = u64::from(args.producers.max(1));
+        let logs = args.logs.max(1);
+        Load::Closed(
+            (0..count)
+                .map(|i| {
+                    // `partition_leaders` never returns an empty list.
+                    let (partition, leader) = leaders[i as usize % leaders.len()].clone();
+                    let plan = kafka_producer::Plan {
+                        leader,
+                        topic: stream.to_owned(),
+                        partition,
+                        streamlet: StreamletId(partition.unsigned_abs() / logs),
+                        records: args.records / count + u64::from(i < args.records % count),
+                        record_bytes: args.record_bytes,
+                        batch_bytes: args.batch_bytes as usize,
+                        max_in_flight: args.max_in_flight as usize,
+                        deadline,
+                    };
+                    tokio::spawn(kafka_producer::produce(plan, progress.clone()))
                 })
                 .collect(),
         )

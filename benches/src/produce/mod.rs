@@ -14,6 +14,8 @@
 //! ([`crate::floor`]) and the brokers' CPU as a multiple of it.
 
 mod closed;
+mod kafka_connection;
+mod kafka_producer;
 mod load;
 mod open;
 mod outcome;
@@ -23,8 +25,7 @@ mod roles;
 use load::Load;
 pub(crate) use open::{STAMP_BYTES, measured_send_time};
 use outcome::ProducerOutcome;
-use roles::roles;
-pub(crate) use roles::{CpuSnapshot, Roles};
+use roles::{CpuSnapshot, Roles, roles};
 
 use crate::progress::ProgressLine;
 use clap::Args;
@@ -95,9 +96,39 @@ pub struct ProduceBenchArgs {
     /// Print one JSON object instead of a table row.
     #[arg(long)]
     pub json: bool,
+    /// What the producers speak: `native` (the Tailstream client) or `kafka` (a lean
+    /// idempotent Kafka producer per partition, Produce v7 with acks = all, to the partition's
+    /// leader's Kafka listener; producer i writes partition i). Kafka runs closed loop only.
+    #[arg(long, value_enum, default_value_t = Protocol::Native)]
+    pub protocol: Protocol,
+}
+
+/// The protocol the benchmark's producers speak.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Native,
+    Kafka,
+}
+
+impl Protocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Native => "native",
+            Protocol::Kafka => "kafka",
+        }
+    }
 }
 
 impl ProduceBenchArgs {
+    /// Kafka producers run closed loop only (checked before a cluster is started).
+    pub fn check_protocol(&self) -> Result<(), String> {
+        if self.rate.is_some() && self.protocol == Protocol::Kafka {
+            return Err("--protocol kafka runs closed loop only (no --rate)".into());
+        }
+        Ok(())
+    }
+
     fn linger_ms(&self) -> u64 {
         self.linger_ms
             .unwrap_or(if self.rate.is_some() { 0 } else { 5 })
@@ -151,6 +182,7 @@ pub async fn measure(
     {
         return Err("--duration-s must be positive".into());
     }
+    args.check_protocol()?;
     let cluster = crate::harness::BenchCluster::start_or_join(
         &config,
         join,
@@ -189,8 +221,16 @@ pub(crate) const BOUNDED_RETENTION_BYTES: u64 = 256 << 20;
 pub(crate) struct Prepared {
     pub cluster: Arc<Cluster>,
     pub stream: String,
-    pub roles: Roles,
-    pub producers: Vec<Producer>,
+    roles: Roles,
+    pub producers: Producers,
+}
+
+/// The producers of a run, by protocol.
+#[derive(Debug)]
+pub(crate) enum Producers {
+    Native(Vec<Producer>),
+    /// Every partition of the stream with its leader's Kafka address.
+    Kafka(Vec<(i32, String)>),
 }
 
 /// Waits for the brokers, creates a fresh stream as `args` say (with `retention_bytes`, 0 for
@@ -202,6 +242,7 @@ pub(crate) async fn prepare(
     args: &ProduceBenchArgs,
     retention_bytes: u64,
 ) -> Result<Prepared, String> {
+    args.check_protocol()?;
     let cluster = crate::harness::client(config, coordinator);
     let brokers = if local.is_some() {
         brokers_to_start(args)
@@ -221,6 +262,15 @@ pub(crate) async fn prepare(
         .map_err(|e| e.to_string())?;
     let roles = roles(&cluster, local, &name, args.streamlets.max(1)).await?;
 
+    if args.protocol == Protocol::Kafka {
+        let leaders = kafka_connection::partition_leaders(&cluster, &name).await?;
+        return Ok(Prepared {
+            cluster,
+            stream: name,
+            roles,
+            producers: Producers::Kafka(leaders),
+        });
+    }
     let mut producer_config = config.producer.clone();
     producer_config.batch_size_bytes = args.batch_bytes;
     producer_config.linger_ms = args.linger_ms();
@@ -239,7 +289,7 @@ pub(crate) async fn prepare(
         cluster,
         stream: name,
         roles,
-        producers,
+        producers: Producers::Native(producers),
     })
 }
 
@@ -250,16 +300,22 @@ pub(crate) async fn drive(
     args: &ProduceBenchArgs,
 ) -> Result<ProduceBenchReport, String> {
     let Prepared {
-        roles, producers, ..
+        roles,
+        producers,
+        stream,
+        ..
     } = prepared;
     let progress = Arc::new(Progress::default());
     let _line = ProgressLine::start("records", progress.acked.clone());
     let started = Instant::now();
     let deadline = started + Duration::from_secs(args.time_limit_s);
     let warmup = Duration::from_secs_f64(args.warmup_s.max(0.0));
-    let load = match args.rate {
-        None => Load::closed(producers, args, deadline, &progress),
-        Some(rate) => Load::open(producers, args, rate, started, warmup, deadline, &progress),
+    let load = match (producers, args.rate) {
+        (Producers::Native(producers), None) => Load::closed(producers, args, deadline, &progress),
+        (Producers::Native(producers), Some(rate)) => {
+            Load::open(producers, args, rate, started, warmup, deadline, &progress)
+        }
+        (Producers::Kafka(leaders), _) => Load::kafka(&stream, &leaders, args, deadline, &progress),
     };
     // Warm-up: connections, buffer pools and segment memory settle before measuring.
     while started.elapsed() < warmup && !load.finished() {

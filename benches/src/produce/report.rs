@@ -12,6 +12,8 @@ const ROUND_TRIPS: u32 = 4000;
 /// the warm-up); CPU figures are `null` when the processes cannot be seen (`--join`).
 #[derive(Debug, Serialize)]
 pub struct ProduceBenchReport {
+    /// What the producers spoke: `native` or `kafka`.
+    pub protocol: super::Protocol,
     pub producers: u32,
     pub record_bytes: usize,
     pub batch_bytes: u32,
@@ -99,6 +101,7 @@ impl ProduceBenchReport {
         let brokers_cpu = (cpu.primaries + cpu.others).per_gib(bytes).filter(|_| seen);
         let client = cpu.client.per_gib(bytes);
         Self {
+            protocol: args.protocol,
             producers: args.producers,
             record_bytes: args.record_bytes,
             batch_bytes: args.batch_bytes,
@@ -185,11 +188,12 @@ impl ProduceBenchReport {
             .rate
             .map_or("closed loop".into(), |r| format!("open {r}/s"));
         format!(
-            "R={} {:>9} {:>3} producers {:>2} logs {:>7} B batches {load}: {:>11.0} records/s \
+            "R={} {:>9} {:<6} {:>3} producers {:>2} logs {:>7} B batches {load}: {:>11.0} records/s \
              {:>7.1} MiB/s  latency p50 {:>6} p99 {:>6} p999 {:>6} max {:>7} us  cpu s/GiB: \
              brokers {} primary {} backup {} client {} floor {} (x{})  round trip p50 {} us",
             self.replicas,
             self.replication,
+            self.protocol.name(),
             self.producers,
             self.logs,
             self.batch_bytes,

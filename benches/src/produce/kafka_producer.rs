@@ -1,22 +1,21 @@
-//! A closed-loop Kafka producer for one partition, as lean as a Kafka client can be: it builds
-//! full record batches (idempotent: producer id, epoch, sequences counting records), sends
-//! them as Produce v7 with acks=all, keeps up to `max_in_flight` requests unanswered, and
-//! reads the answers in order on a task of its own. What it measures is the broker's Kafka
-//! front end, not a client library's overheads.
+//! `--protocol kafka`: a closed-loop Kafka producer for one partition, as lean as a Kafka
+//! client can be: it builds full record batches (idempotent: producer id, epoch, sequences
+//! counting records), sends them as Produce v7 with acks = all, keeps up to `max_in_flight`
+//! requests unanswered, and reads the answers in order on a task of its own. What it measures
+//! is the broker's Kafka front end, not a client library's overheads.
 
-use super::Progress;
-use super::connection::{KafkaConnection, encode_request, read_answer};
-use crate::latency;
+use super::kafka_connection::{KafkaConnection, encode_request, read_answer};
+use super::{ProducerOutcome, Progress};
 use bytes::BytesMut;
-use hdrhistogram::Histogram;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
 use kafka_protocol::protocol::{Decodable, StrBytes};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
+use tailstream_client::RecordAck;
 use tailstream_wire::records::RecordBatchBuilder;
-use tailstream_wire::{BatchSequence, ProducerId};
+use tailstream_wire::{BatchSequence, ProducerId, StreamletId};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
@@ -32,20 +31,12 @@ pub(super) struct Plan {
     pub leader: String,
     pub topic: String,
     pub partition: i32,
+    pub streamlet: StreamletId,
     pub records: u64,
     pub record_bytes: usize,
     pub batch_bytes: usize,
     pub max_in_flight: usize,
     pub deadline: Instant,
-}
-
-/// What one producer measured.
-#[derive(Debug)]
-pub(super) struct Outcome {
-    /// Record latency, from the record's batch being built to its acknowledgement.
-    pub latency_us: Histogram<u64>,
-    /// When the last record sent while measuring was acknowledged.
-    pub last_measured_ack: Option<Instant>,
 }
 
 /// A request on the wire: what its answer settles.
@@ -57,7 +48,11 @@ struct InFlight {
     _slot: OwnedSemaphorePermit,
 }
 
-pub(super) async fn produce(plan: Plan, progress: Arc<Progress>) -> Result<Outcome, String> {
+/// Sends the plan's records; latency runs from a record's batch being built to its ack.
+pub(super) async fn produce(
+    plan: Plan,
+    progress: Arc<Progress>,
+) -> Result<ProducerOutcome, String> {
     let mut connection = KafkaConnection::connect(&plan.leader).await?;
     let (producer_id, epoch) = connection.init_producer_id().await?;
     let producer_id = u64::try_from(producer_id)
@@ -66,13 +61,11 @@ pub(super) async fn produce(plan: Plan, progress: Arc<Progress>) -> Result<Outco
     let slots = Arc::new(Semaphore::new(plan.max_in_flight.max(1)));
     let (sent, mut to_settle) = mpsc::unbounded_channel::<InFlight>();
     let partition = plan.partition;
+    let plan_streamlet = plan.streamlet;
     let settle_progress = progress.clone();
     let settler = tokio::spawn(async move {
         let progress = settle_progress;
-        let mut outcome = Outcome {
-            latency_us: latency::histogram(),
-            last_measured_ack: None,
-        };
+        let mut outcome = ProducerOutcome::new();
         while let Some(request) = to_settle.recv().await {
             let (correlation_id, mut body) = read_answer(&mut reader).await?;
             if correlation_id != request.correlation_id {
@@ -91,14 +84,20 @@ pub(super) async fn produce(plan: Plan, progress: Arc<Progress>) -> Result<Outco
             if code != Some(0) {
                 return Err(format!("partition {partition}: Produce error {code:?}"));
             }
-            let now = Instant::now();
-            let micros = now.duration_since(request.built).as_micros() as u64;
-            latency::record_n(&mut outcome.latency_us, micros, request.records);
-            progress.acked.fetch_add(request.records, Ordering::Relaxed);
-            if request.measured {
-                outcome.last_measured_ack = Some(now);
-            }
+            let ack = RecordAck {
+                streamlet: plan_streamlet,
+                location: None,
+                acked_at: Instant::now(),
+            };
+            outcome.settle(
+                &progress,
+                request.built,
+                request.measured,
+                Ok::<_, ()>(ack),
+                request.records,
+            );
         }
+        outcome.finish(&progress);
         Ok::<_, String>(outcome)
     });
 
@@ -156,11 +155,6 @@ pub(super) async fn produce(plan: Plan, progress: Arc<Progress>) -> Result<Outco
             .acquire_owned()
             .await
             .map_err(|_| "in-flight slots closed".to_string())?;
-        if measured {
-            progress
-                .measured
-                .fetch_add(u64::from(records), Ordering::Relaxed);
-        }
         let in_flight = InFlight {
             correlation_id,
             records: u64::from(records),

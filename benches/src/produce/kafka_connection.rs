@@ -11,7 +11,8 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+use tailstream_client::Cluster;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -163,5 +164,31 @@ impl KafkaConnection {
 
     pub fn into_split(self) -> (BufReader<OwnedReadHalf>, OwnedWriteHalf) {
         (self.reader, self.writer)
+    }
+}
+
+/// Every partition of `stream` and its leader's Kafka address, from a Kafka Metadata request
+/// to a live broker's Kafka listener (retried briefly while the new stream settles).
+pub(super) async fn partition_leaders(
+    cluster: &Cluster,
+    stream: &str,
+) -> Result<Vec<(i32, String)>, String> {
+    let brokers = cluster.list_brokers().await.map_err(|e| e.to_string())?;
+    let bootstrap = brokers
+        .iter()
+        .find(|b| b.alive && !b.kafka_addr.is_empty())
+        .map(|b| b.kafka_addr.clone())
+        .ok_or("no live broker has a Kafka listener ([kafka] enabled = false?)")?;
+    let mut connection = KafkaConnection::connect(&bootstrap).await?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match connection.leaders(stream).await {
+            Ok(leaders) if !leaders.is_empty() => return Ok(leaders),
+            Ok(_) if Instant::now() < deadline => {}
+            Err(_) if Instant::now() < deadline => {}
+            Ok(_) => return Err(format!("topic {stream} has no partitions")),
+            Err(error) => return Err(error),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
