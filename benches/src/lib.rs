@@ -4,7 +4,8 @@
 //!   drives P producers closed-loop (N records, saturated throughput) or open-loop (`--rate`,
 //!   latency from each record's scheduled send); reports records/s, MiB/s, latency
 //!   percentiles, CPU per GiB of each role (primary, backups, client; user and system) and,
-//!   for R > 0, the kernel's floor for the same bytes.
+//!   for R > 0, the kernel's floor for the same bytes. `--protocol kafka` drives the Kafka
+//!   listener instead, with a lean Kafka producer per partition, reporting the same figures.
 //! - [`kafka`]: `tailstream bench kafka`: the same closed-loop load through the native
 //!   protocol and through the Kafka listener, side by side on one cluster, and their ratio.
 //! - [`e2e`]: `tailstream bench e2e`: produce-to-consume latency under an open-loop load.

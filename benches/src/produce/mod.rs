@@ -8,6 +8,10 @@
 //! - open loop ([`open`], `--rate R --duration-s D`): records on a fixed schedule, latency
 //!   counted from each record's scheduled send time.
 //!
+//! With `--protocol kafka` the closed loop runs through the Kafka listener instead:
+//! [`kafka_producer`] (one lean idempotent Kafka producer per partition) over
+//! [`kafka_connection`], settling into the same outcome and report.
+//!
 //! After a warm-up it measures, over one interval: records/s and MiB/s acknowledged, record
 //! latency percentiles, CPU per GiB of each role (the primary, each backup, this client),
 //! user and system apart, and, for R > 0, the kernel's floor for the same bytes
