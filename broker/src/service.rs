@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use tailstream_config::BrokerConfig;
 use tailstream_net::{Reply, Request, Response, Service};
 use tailstream_wire::messages::{
-    FetchRequest, FetchResponse, ListGroupsRequest, ListGroupsResponse, ProduceRequest,
-    ProduceResponse,
+    FetchRequest, FetchResponse, ListGroupsRequest, ListGroupsResponse, LocateOffsetRequest,
+    LocateOffsetResponse, ProduceRequest, ProduceResponse,
 };
 use tailstream_wire::{Decode, Opcode, Status};
 
@@ -155,6 +155,26 @@ impl BrokerService {
             Err(error) => Reply::Ready(refuse(error)),
         }
     }
+
+    fn locate_offset(&self, body: Bytes) -> Reply {
+        let request = match LocateOffsetRequest::decode_exact(body) {
+            Ok(request) => request,
+            Err(error) => return malformed("locate offset request", error),
+        };
+        let at = StreamletRef {
+            stream: request.stream,
+            streamlet: request.streamlet,
+            epoch: request.epoch,
+        };
+        match self.plane.locate_offset(at, request.log, request.offset) {
+            Ok((group, segment, position)) => Reply::Ready(Response::ok(&LocateOffsetResponse {
+                group,
+                segment,
+                position,
+            })),
+            Err(error) => Reply::Ready(refuse(error)),
+        }
+    }
 }
 
 fn fetch_response(outcome: ReadOutcome) -> Response {
@@ -184,6 +204,7 @@ impl Service for BrokerService {
             Opcode::Produce => self.produce(request.body),
             Opcode::Fetch => self.fetch(request.body),
             Opcode::ListGroups => self.list_groups(request.body),
+            Opcode::LocateOffset => self.locate_offset(request.body),
             other => Reply::Ready(Response::error(
                 Status::UnknownOpcode,
                 format!("{other:?} is not a broker operation on its client listener"),

@@ -125,7 +125,12 @@ async fn bad_frames_and_requests_are_refused_without_harming_the_broker() {
         );
 
         // Malformed bodies, for every opcode the broker serves to clients.
-        for opcode in [Opcode::Produce, Opcode::Fetch, Opcode::ListGroups] {
+        for opcode in [
+            Opcode::Produce,
+            Opcode::Fetch,
+            Opcode::ListGroups,
+            Opcode::LocateOffset,
+        ] {
             let err = client
                 .call_parts(opcode, vec![Bytes::from_static(b"\x01\x02\x03")])
                 .await

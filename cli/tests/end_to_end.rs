@@ -292,3 +292,147 @@ async fn bench_kafka_runs_both_protocols_and_reports_their_ratio() {
     .await
     .unwrap();
 }
+
+/// Three `tailstream consume --group` members share a stream while it is written, and one is
+/// killed by SIGKILL mid-stream: the others take its logs over from the group's committed
+/// offsets. Every record is printed by some member (none skipped), and a record is printed
+/// twice only if the killed member printed it (its uncommitted window); those are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_group_takes_over_from_a_member_killed_mid_stream() {
+    const PRODUCERS: u32 = 4;
+    const RECORDS_PER_PHASE: u64 = 15_000;
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let test = TestCluster::start(
+            2,
+            "[consumer]\nmember_session_timeout_ms = 2000\nmember_heartbeat_interval_ms = 200\n",
+        )
+        .await;
+        let (ok, _, err) = test
+            .cli(&["stream", "create", "shared", "--streamlets", "2"], b"")
+            .await;
+        assert!(ok, "{err}");
+        let cluster = test.client();
+        let mut producers = Vec::new();
+        for _ in 0..PRODUCERS {
+            producers.push(
+                Producer::new(cluster.clone(), "shared", test.config.producer.clone())
+                    .await
+                    .unwrap(),
+            );
+        }
+        let produce = |phase: u64| {
+            let producers = producers.clone();
+            async move {
+                let mut acks = Vec::new();
+                for i in 0..RECORDS_PER_PHASE {
+                    let n = phase * RECORDS_PER_PHASE + i;
+                    let producer = &producers[(n % u64::from(PRODUCERS)) as usize];
+                    let key = n.to_string();
+                    acks.push(
+                        producer
+                            .send(Some(key.as_bytes()), key.as_bytes())
+                            .await
+                            .unwrap(),
+                    );
+                }
+                for ack in acks {
+                    ack.await.unwrap();
+                }
+            }
+        };
+        produce(0).await;
+
+        let outputs: Vec<_> = (0..3)
+            .map(|i| test.dir.path().join(format!("member-{i}.out")))
+            .collect();
+        let mut members = Vec::new();
+        for output in &outputs {
+            let file = std::fs::File::create(output).unwrap();
+            let child = test
+                .cli_command(&[
+                    "consume",
+                    "shared",
+                    "--group",
+                    "billing",
+                    "--from-beginning",
+                    "--idle-timeout-ms",
+                    "6000",
+                ])
+                .stdout(file)
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            members.push(child);
+        }
+        let lines = |path: &std::path::Path| -> Vec<u64> {
+            std::fs::read_to_string(path)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.parse().ok())
+                .collect()
+        };
+        // Member 0 prints some of its share and commits it (the stream idles past the commit
+        // interval); then the stream grows again and member 0 is killed while printing.
+        let wait_for = |at_least: usize| {
+            let path = outputs[0].clone();
+            async move {
+                let deadline = std::time::Instant::now() + Duration::from_secs(60);
+                while lines(&path).len() < at_least {
+                    assert!(std::time::Instant::now() < deadline, "member 0 stalled");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        };
+        wait_for(1000).await;
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let committed_before = lines(&outputs[0]).len();
+        let second_phase = tokio::spawn(produce(1));
+        wait_for(committed_before + 200).await;
+        members[0].start_kill().unwrap();
+        members[0].wait().await.unwrap();
+        let printed_by_killed = lines(&outputs[0]);
+        second_phase.await.unwrap();
+        for member in &mut members[1..] {
+            let status = member.wait().await.unwrap();
+            assert!(status.success(), "a surviving member failed: {status}");
+        }
+
+        let mut seen = std::collections::HashMap::<u64, u32>::new();
+        for output in &outputs {
+            for n in lines(output) {
+                *seen.entry(n).or_default() += 1;
+            }
+        }
+        let total = 2 * RECORDS_PER_PHASE;
+        let missing: Vec<u64> = (0..total).filter(|n| !seen.contains_key(n)).collect();
+        assert!(missing.is_empty(), "records no member printed: {missing:?}");
+        let killed: std::collections::HashSet<u64> = printed_by_killed.iter().copied().collect();
+        let duplicates: Vec<u64> = seen
+            .iter()
+            .filter(|(_, count)| **count > 1)
+            .map(|(n, _)| *n)
+            .collect();
+        let outside_window: Vec<&u64> = duplicates.iter().filter(|n| !killed.contains(n)).collect();
+        assert!(
+            outside_window.is_empty(),
+            "printed twice without the killed member having printed them: {outside_window:?}"
+        );
+        assert_eq!(seen.keys().filter(|n| **n >= total).count(), 0);
+        // What member 0 committed before the stream grew again is never read twice.
+        assert!(
+            duplicates.len() <= printed_by_killed.len() - committed_before,
+            "{} printed twice, but member 0 had committed all but {} of what it printed",
+            duplicates.len(),
+            printed_by_killed.len() - committed_before
+        );
+        eprintln!(
+            "consumer group: {total} records, member 0 printed {} before SIGKILL, {} printed \
+             again by the others (its uncommitted window)",
+            printed_by_killed.len(),
+            duplicates.len()
+        );
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}

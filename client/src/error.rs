@@ -38,4 +38,14 @@ impl ClientError {
             _ => None,
         }
     }
+
+    /// The same operation may succeed if tried again later (the cluster was busy, moving a
+    /// streamlet, rebalancing a group, or unreachable for a moment).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ClientError::Rpc(error) => error.is_retryable(),
+            ClientError::Refused { status, .. } => status.is_retryable(),
+            _ => false,
+        }
+    }
 }

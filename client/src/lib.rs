@@ -6,7 +6,8 @@
 //!   `max_in_flight` requests per broker, routes by key hash or round-robin, acks each record,
 //!   retries idempotently (producer id + batch sequence).
 //! - [`consumer`]: [`Consumer`]: discovers groups, pulls each log in order, verifies every
-//!   checksum, tracks resumable positions.
+//!   checksum, tracks resumable positions; [`GroupConsumer`]: a member of a consumer group
+//!   that shares a stream with the other members and resumes from committed offsets.
 //! - [`routing`]: which streamlet a record goes to.
 //! - [`error`]: `ClientError`, what any of it can fail with.
 //!
@@ -34,6 +35,7 @@ pub mod producer;
 pub mod routing;
 
 pub use cluster::Cluster;
+pub use consumer::group::GroupConsumer;
 pub use consumer::{ConsumedRecord, Consumer, LogPosition, Membership, StartFrom};
 pub use error::ClientError;
 pub use producer::{AckFuture, Producer, RecordAck, RecordLocation};

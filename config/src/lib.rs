@@ -188,6 +188,13 @@ pub struct ConsumerConfig {
     pub fetch_max_bytes: u32,
     pub fetch_max_wait_ms: u32,
     pub group_refresh_ms: u64,
+    /// Consumer groups: a member silent this long is removed and its logs go to the others.
+    pub member_session_timeout_ms: u32,
+    pub member_heartbeat_interval_ms: u64,
+    /// How long a rebalance waits for every member to rejoin.
+    pub member_rebalance_timeout_ms: u32,
+    /// How often a member commits what its polls returned, at most.
+    pub member_commit_interval_ms: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -402,6 +409,19 @@ impl Config {
         }
         if self.backup.open_buffers_max == 0 || self.backup.nic_connections_max == 0 {
             return invalid("backup buffer and connection limits must be positive".into());
+        }
+        if self.consumer.member_heartbeat_interval_ms == 0
+            || self.consumer.member_heartbeat_interval_ms
+                >= u64::from(self.consumer.member_session_timeout_ms)
+        {
+            return invalid(
+                "consumer.member_heartbeat_interval_ms must be positive and below \
+                 consumer.member_session_timeout_ms"
+                    .into(),
+            );
+        }
+        if self.consumer.member_rebalance_timeout_ms == 0 {
+            return invalid("consumer.member_rebalance_timeout_ms must be positive".into());
         }
         if self.consumer.fetch_max_bytes == 0 {
             return invalid("consumer.fetch_max_bytes must be positive".into());

@@ -89,6 +89,8 @@ opcodes! {
     Fetch = 31,
     /// Client → broker: the groups of every log of a streamlet.
     ListGroups = 32,
+    /// Client → broker: where a record offset of a log is (a group, segment and position).
+    LocateOffset = 33,
     /// Coordinator → broker: own (and create) these streamlets.
     AssignStreamlets = 40,
     /// Coordinator → broker: rebuild a crashed broker's streamlet from its backups, then

@@ -3,7 +3,9 @@
 use clap::Args;
 use std::io::Write;
 use std::time::{Duration, Instant};
-use tailstream_client::{Consumer, Membership, StartFrom};
+use tailstream_client::{
+    ClientError, ConsumedRecord, Consumer, GroupConsumer, Membership, StartFrom,
+};
 use tailstream_config::Config;
 
 #[derive(Args, Debug)]
@@ -22,6 +24,11 @@ pub struct ConsumeArgs {
     /// Print `key<TAB>value` instead of the value alone.
     #[arg(long)]
     print_keys: bool,
+    /// Share the stream with the other consumers of this group: the coordinator hands each
+    /// member some of the logs, rebalances when members come and go, and a member resumes
+    /// from the group's committed offsets (committed after the records are printed).
+    #[arg(long, conflicts_with_all = ["member", "members"])]
+    group: Option<String>,
     /// This consumer's share of the stream's logs: member `member` of `members`.
     #[arg(long, default_value_t = 0)]
     member: u32,
@@ -40,16 +47,31 @@ pub async fn run(config: Config, coordinator: &str, args: ConsumeArgs) -> Result
         member: args.member,
         members: args.members,
     };
-    let mut consumer = Consumer::new(
-        cluster,
-        &args.name,
-        config.consumer.clone(),
-        start,
-        membership,
-        &[],
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+    let mut reader = match &args.group {
+        Some(group) => Reader::Group(Box::new(
+            GroupConsumer::new(
+                cluster,
+                &config.client,
+                &args.name,
+                group,
+                config.consumer.clone(),
+                start,
+            )
+            .map_err(|e| e.to_string())?,
+        )),
+        None => Reader::Alone(
+            Consumer::new(
+                cluster,
+                &args.name,
+                config.consumer.clone(),
+                start,
+                membership,
+                &[],
+            )
+            .await
+            .map_err(|e| e.to_string())?,
+        ),
+    };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
     let max = args.max_records.unwrap_or(u64::MAX);
@@ -64,8 +86,8 @@ pub async fn run(config: Config, coordinator: &str, args: ConsumeArgs) -> Result
     let mut waiting_for = Vec::new();
     let write_error = |e: std::io::Error| format!("writing stdout: {e}");
     while count < max {
-        let records = consumer.poll(poll).await.map_err(|e| e.to_string())?;
-        let unavailable = consumer.unavailable();
+        let mut records = reader.poll(poll).await.map_err(|e| e.to_string())?;
+        let unavailable = reader.unavailable();
         if unavailable != waiting_for {
             for (streamlet, why) in &unavailable {
                 if !waiting_for.iter().any(|(s, _)| s == streamlet) {
@@ -90,7 +112,9 @@ pub async fn run(config: Config, coordinator: &str, args: ConsumeArgs) -> Result
             continue;
         }
         idle_since = Instant::now();
-        for record in records.into_iter().take((max - count) as usize) {
+        let unhandled = records.split_off(records.len().min((max - count) as usize));
+        reader.release(&unhandled);
+        for record in records {
             if args.print_keys {
                 if let Some(key) = &record.key {
                     out.write_all(key).map_err(write_error)?;
@@ -103,11 +127,58 @@ pub async fn run(config: Config, coordinator: &str, args: ConsumeArgs) -> Result
             out.write_all(b"\n").map_err(write_error)?;
             count += 1;
         }
+        if args.group.is_some() {
+            // The next poll commits these records: they must be out of this process first.
+            out.flush().map_err(write_error)?;
+        }
     }
     out.flush().map_err(write_error)?;
-    let lost = consumer.records_lost_to_retention();
+    let lost = reader.records_lost_to_retention();
     if lost > 0 {
         eprintln!("warning: {lost} records were freed by retention before they were read");
     }
-    Ok(())
+    // Printed and flushed: now a group member may commit them.
+    reader.close().await
+}
+
+/// A consumer on its own (all logs, or a static share) or a group member.
+enum Reader {
+    Alone(Consumer),
+    Group(Box<GroupConsumer>),
+}
+
+impl Reader {
+    async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumedRecord>, ClientError> {
+        match self {
+            Reader::Alone(consumer) => consumer.poll(timeout).await,
+            Reader::Group(member) => member.poll(timeout).await,
+        }
+    }
+
+    fn unavailable(&self) -> Vec<(tailstream_wire::StreamletId, String)> {
+        match self {
+            Reader::Alone(consumer) => consumer.unavailable(),
+            Reader::Group(member) => member.unavailable(),
+        }
+    }
+
+    fn release(&mut self, unhandled: &[ConsumedRecord]) {
+        if let Reader::Group(member) = self {
+            member.release(unhandled);
+        }
+    }
+
+    fn records_lost_to_retention(&self) -> u64 {
+        match self {
+            Reader::Alone(consumer) => consumer.records_lost_to_retention(),
+            Reader::Group(member) => member.records_lost_to_retention(),
+        }
+    }
+
+    async fn close(self) -> Result<(), String> {
+        match self {
+            Reader::Alone(_) => Ok(()),
+            Reader::Group(member) => (*member).close().await.map_err(|e| e.to_string()),
+        }
+    }
 }

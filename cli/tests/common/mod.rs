@@ -132,6 +132,21 @@ impl TestCluster {
         self.config.stream_defaults.clone()
     }
 
+    /// `tailstream ARGS` against this cluster, to be spawned by the caller (a long-running
+    /// command the test kills or waits for); killed when dropped.
+    pub fn cli_command(&self, args: &[&str]) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(BINARY);
+        if let Some(config) = &self.config_file {
+            command.arg("--config").arg(config);
+        }
+        command
+            .args(args)
+            .env("TAILSTREAM_COORDINATOR", self.coordinator())
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        command
+    }
+
     /// Runs `tailstream ARGS` against this cluster with `stdin` as input; returns (status
     /// success, stdout, stderr).
     pub async fn cli(&self, args: &[&str], stdin: &[u8]) -> (bool, Vec<u8>, String) {

@@ -31,6 +31,8 @@ pub enum StartFrom {
 pub enum Step {
     /// Learn the log's groups (none known yet, or the next group's first segment).
     ListGroups,
+    /// Learn where record `offset` is (a cursor resuming from a committed offset).
+    Locate { offset: RecordOffset },
     /// Fetch from this position.
     Fetch {
         group: GroupId,
@@ -41,6 +43,8 @@ pub enum Step {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
+    /// Resuming at a record offset: its position is not known yet.
+    Locate,
     /// No group to read yet: waiting for the log's first group, or for `after`'s successor.
     Discover {
         after: Option<GroupId>,
@@ -78,6 +82,19 @@ impl Cursor {
         }
     }
 
+    /// A cursor that starts at record `offset` (a consumer group's committed offset), wherever
+    /// it is stored; below the log's oldest live record it starts at that record.
+    pub fn at_offset(streamlet: StreamletId, log: LogId, offset: RecordOffset) -> Self {
+        Self {
+            streamlet,
+            log,
+            next_offset: offset,
+            state: State::Locate,
+            last_read: None,
+            records_lost_to_retention: 0,
+        }
+    }
+
     pub fn resume(position: LogPosition) -> Self {
         Self {
             streamlet: position.streamlet,
@@ -99,6 +116,9 @@ impl Cursor {
 
     pub fn step(&self) -> Step {
         match self.state {
+            State::Locate => Step::Locate {
+                offset: self.next_offset,
+            },
             State::Discover { .. } => Step::ListGroups,
             State::Reading {
                 group,
@@ -120,7 +140,7 @@ impl Cursor {
                 segment,
                 position,
             } => (group, segment, position),
-            State::Discover { .. } => self.last_read?,
+            State::Discover { .. } | State::Locate => self.last_read?,
         };
         Some(LogPosition {
             streamlet: self.streamlet,
@@ -175,6 +195,28 @@ impl Cursor {
             position,
         };
         true
+    }
+
+    /// The broker located the offset this cursor starts at.
+    pub fn on_located(&mut self, group: GroupId, segment: SegmentId, position: SegmentPosition) {
+        if self.state == State::Locate {
+            self.state = State::Reading {
+                group,
+                segment,
+                position,
+            };
+        }
+    }
+
+    /// The offset this cursor starts at is not in the log (retention freed it, or the log is
+    /// shorter): start at the oldest live record instead.
+    pub fn on_locate_out_of_range(&mut self) {
+        if self.state == State::Locate {
+            self.state = State::Discover {
+                after: None,
+                start: StartFrom::Beginning,
+            };
+        }
     }
 
     /// Applies a fetch answer whose records up to `next_offset` were delivered.
@@ -336,5 +378,33 @@ mod tests {
             }
         );
         assert_eq!(cursor.next_offset(), RecordOffset(100));
+    }
+
+    #[test]
+    fn a_cursor_at_an_offset_locates_it_then_reads_from_there_or_from_the_oldest_group() {
+        let mut cursor = Cursor::at_offset(StreamletId(0), LogId(0), RecordOffset(42));
+        assert_eq!(
+            cursor.step(),
+            Step::Locate {
+                offset: RecordOffset(42)
+            }
+        );
+        assert_eq!(cursor.position(), None);
+        cursor.on_located(GroupId(3), SegmentId(7), SegmentPosition(96));
+        assert_eq!(
+            cursor.step(),
+            Step::Fetch {
+                group: GroupId(3),
+                segment: SegmentId(7),
+                position: SegmentPosition(96)
+            }
+        );
+        assert_eq!(cursor.next_offset(), RecordOffset(42));
+
+        let mut gone = Cursor::at_offset(StreamletId(0), LogId(0), RecordOffset(5));
+        gone.on_locate_out_of_range();
+        assert_eq!(gone.step(), Step::ListGroups);
+        assert!(gone.on_groups(&groups(&[(4, 9, 60)])));
+        assert_eq!(gone.next_offset(), RecordOffset(60));
     }
 }

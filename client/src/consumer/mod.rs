@@ -13,9 +13,12 @@
 //!
 //! - [`cursor`]: the position in one log and how it moves (pure).
 //! - [`decode`]: fetched entries to records, every checksum verified.
+//! - [`group`]: a consumer group member: consumers naming one group share a stream's logs,
+//!   resume from the group's committed offsets and take over from members that leave or die.
 
 pub mod cursor;
 pub mod decode;
+pub mod group;
 
 use crate::cluster::Cluster;
 use crate::error::ClientError;
@@ -30,8 +33,8 @@ use std::time::{Duration, Instant};
 use tailstream_config::ConsumerConfig;
 use tailstream_net::RpcError;
 use tailstream_wire::messages::{
-    FetchRequest, FetchResponse, ListGroupsRequest, ListGroupsResponse, PlacementState,
-    StreamMetadata,
+    FetchRequest, FetchResponse, ListGroupsRequest, ListGroupsResponse, LocateOffsetRequest,
+    LocateOffsetResponse, PlacementState, StreamMetadata,
 };
 use tailstream_wire::{LogId, Opcode, Status, StreamletId};
 
@@ -53,6 +56,7 @@ impl Default for Membership {
 
 enum Outcome {
     Groups(Result<ListGroupsResponse, RpcError>),
+    Located(Result<LocateOffsetResponse, RpcError>),
     Fetched(Result<FetchResponse, RpcError>),
 }
 
@@ -117,8 +121,18 @@ impl Consumer {
                 });
             }
         }
+        Ok(Self::with_cursors(cluster, metadata, config, cursors))
+    }
+
+    /// A consumer of the logs `cursors` stand for (a consumer group member's share).
+    pub(crate) fn with_cursors(
+        cluster: Arc<Cluster>,
+        metadata: Arc<StreamMetadata>,
+        config: ConsumerConfig,
+        cursors: Vec<Cursor>,
+    ) -> Self {
         let now = Instant::now();
-        Ok(Self {
+        Self {
             cluster,
             metadata,
             config,
@@ -128,7 +142,7 @@ impl Consumer {
             last_refresh: None,
             cursors,
             in_flight: FuturesUnordered::new(),
-        })
+        }
     }
 
     /// Where this consumer is in each of its logs: pass these to `new` to resume.
@@ -253,6 +267,23 @@ impl Consumer {
                     (index, Outcome::Groups(result))
                 }
                 .boxed(),
+                Step::Locate { offset } => {
+                    let request = LocateOffsetRequest {
+                        stream,
+                        streamlet,
+                        epoch,
+                        log: cursor.log,
+                        offset,
+                    };
+                    async move {
+                        let result = match cluster.broker(&addr).await {
+                            Ok(client) => client.call(Opcode::LocateOffset, &request).await,
+                            Err(error) => Err(error),
+                        };
+                        (index, Outcome::Located(result))
+                    }
+                    .boxed()
+                }
                 Step::Fetch {
                     group,
                     segment,
@@ -304,6 +335,16 @@ impl Consumer {
                 }
                 return Ok(());
             }
+            Outcome::Located(Ok(at)) => {
+                self.blocked[index] = None;
+                cursor.on_located(at.group, at.segment, at.position);
+                return Ok(());
+            }
+            Outcome::Located(Err(error)) if error.status() == Some(Status::PositionOutOfRange) => {
+                self.blocked[index] = None;
+                cursor.on_locate_out_of_range();
+                return Ok(());
+            }
             Outcome::Fetched(Ok(response)) => {
                 self.blocked[index] = None;
                 let next = decode::decode_entries(
@@ -316,7 +357,9 @@ impl Consumer {
                 cursor.on_fetched(&response, next);
                 return Ok(());
             }
-            Outcome::Groups(Err(error)) | Outcome::Fetched(Err(error)) => error,
+            Outcome::Groups(Err(error))
+            | Outcome::Located(Err(error))
+            | Outcome::Fetched(Err(error)) => error,
         };
         match error.status() {
             Some(Status::GroupRetired) => {

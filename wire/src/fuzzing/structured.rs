@@ -50,6 +50,8 @@ fn decode_body(opcode: Option<Opcode>, is_response: bool, body: Bytes) {
         (Opcode::Fetch, true) => decode!(FetchResponse),
         (Opcode::ListGroups, false) => decode!(ListGroupsRequest),
         (Opcode::ListGroups, true) => decode!(ListGroupsResponse),
+        (Opcode::LocateOffset, false) => decode!(LocateOffsetRequest),
+        (Opcode::LocateOffset, true) => decode!(LocateOffsetResponse),
         (Opcode::AssignStreamlets, _) => decode!(AssignStreamletsRequest),
         (Opcode::ReplicaOpen, false) => decode!(ReplicaOpenRequest),
         (Opcode::ReplicaOpen, true) => decode!(BufferDescriptor),

@@ -137,6 +137,28 @@ impl Decode for FetchResponse {
 }
 
 wire_message! {
+    /// Where record `offset` of a log is: the entry that holds it, or the log's committed end
+    /// when `offset` is that end (what a consumer resuming from a committed offset fetches
+    /// from). Below the log's first live record, or past its end: `OffsetOutOfRange`.
+    pub struct LocateOffsetRequest {
+        pub stream: StreamId,
+        pub streamlet: StreamletId,
+        /// The ownership epoch the client routed by.
+        pub epoch: u32,
+        pub log: LogId,
+        pub offset: RecordOffset,
+    }
+}
+
+wire_message! {
+    pub struct LocateOffsetResponse {
+        pub group: GroupId,
+        pub segment: SegmentId,
+        pub position: SegmentPosition,
+    }
+}
+
+wire_message! {
     pub struct ListGroupsRequest {
         pub stream: StreamId,
         pub streamlet: StreamletId,

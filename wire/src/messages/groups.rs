@@ -170,3 +170,14 @@ wire_message! {
         pub offsets: Vec<CommittedOffset>,
     }
 }
+
+wire_message! {
+    /// What a native consumer group's leader hands each member (the opaque assignment bytes
+    /// of a `GroupAssignment`, protocol type `tailstream`): the partitions it reads, as Kafka
+    /// numbers them (`streamlet * Q + log`), of the one stream the group consumes.
+    pub struct ConsumerAssignment {
+        pub stream: String,
+        #[cfg_attr(test, proptest(strategy = "small_vec::<u32>()"))]
+        pub partitions: Vec<u32>,
+    }
+}
