@@ -27,10 +27,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tailstream_net::{RpcClient, RpcClientConfig, RpcError};
 use tailstream_wire::messages::{
-    AssignStreamletsRequest, BrokerHeartbeatRequest, BrokerHeartbeatResponse, BrokerInfo, LogHead,
-    RegisterBrokerRequest, RegisterBrokerResponse,
+    AssignStreamletsRequest, BrokerHeartbeatRequest, BrokerHeartbeatResponse, BrokerInfo, LogEnd,
+    LogHead, RegisterBrokerRequest, RegisterBrokerResponse,
 };
-use tailstream_wire::{LogId, Opcode, SegmentId, ServerId, Status, StreamId, StreamletId};
+use tailstream_wire::{
+    LogId, Opcode, RecordOffset, SegmentId, ServerId, Status, StreamId, StreamletId,
+};
 use tokio::sync::{mpsc, watch};
 
 #[derive(Debug, Default)]
@@ -39,6 +41,8 @@ struct Membership {
     version: u64,
     /// Log heads the coordinator has acknowledged.
     reported_heads: HashMap<(StreamId, StreamletId, LogId), SegmentId>,
+    /// Committed ends the coordinator has acknowledged.
+    reported_ends: HashMap<(StreamId, StreamletId, LogId), RecordOffset>,
     /// Retired generations whose replicas this backup already dropped.
     dropped: std::collections::HashSet<ServerId>,
 }
@@ -160,6 +164,7 @@ impl ClusterState {
         // A new incarnation starts from the coordinator's full assignment.
         membership.version = 0;
         membership.reported_heads.clear();
+        membership.reported_ends.clear();
     }
 
     /// Segment memory this broker has left, for the coordinator's placement of rebuilds.
@@ -175,6 +180,7 @@ impl ClusterState {
         let mut membership = self.lock();
         let old = membership.server_id.take();
         membership.reported_heads.clear();
+        membership.reported_ends.clear();
         tracing::warn!(
             server = ?old,
             dropped,
@@ -255,6 +261,37 @@ impl ClusterState {
             }
         }
         changed
+    }
+
+    /// Committed ends of owned logs that changed since the coordinator last acknowledged
+    /// them (what it computes consumer group lag from).
+    fn changed_ends(&self) -> Vec<LogEnd> {
+        let reported = self.lock().reported_ends.clone();
+        let mut changed = Vec::new();
+        for streamlet in self.store.streamlets() {
+            for log in streamlet.logs() {
+                let (_, committed) = log.offsets();
+                let key = (streamlet.stream(), streamlet.id(), log.id());
+                if reported.get(&key) != Some(&committed) {
+                    changed.push(LogEnd {
+                        stream: key.0,
+                        streamlet: key.1,
+                        log: key.2,
+                        committed_offset: committed,
+                    });
+                }
+            }
+        }
+        changed
+    }
+
+    fn ends_acknowledged(&self, ends: &[LogEnd]) {
+        let mut membership = self.lock();
+        for end in ends {
+            membership
+                .reported_ends
+                .insert((end.stream, end.streamlet, end.log), end.committed_offset);
+        }
     }
 
     fn heads_acknowledged(&self, heads: &[LogHead]) {
@@ -362,6 +399,7 @@ async fn membership_session(
             known_version: cluster.assignment_version(),
             heads,
             segment_memory_free_bytes: cluster.segment_memory_free_bytes(),
+            log_ends: cluster.changed_ends(),
         };
         let sent_at = Instant::now();
         let result: Result<BrokerHeartbeatResponse, RpcError> =
@@ -370,6 +408,7 @@ async fn membership_session(
             Ok(response) => {
                 cluster.renew_lease(sent_at);
                 cluster.heads_acknowledged(&request.heads);
+                cluster.ends_acknowledged(&request.log_ends);
                 cluster.update_brokers(response.brokers, &response.retired);
                 if let Some(assignments) = response.assignments
                     && let Err((_, message)) = cluster.apply_assignments(&assignments)

@@ -431,6 +431,37 @@ async fn a_consumer_group_takes_over_from_a_member_killed_mid_stream() {
             printed_by_killed.len(),
             duplicates.len()
         );
+
+        // The survivors committed everything at close: the coordinator's lag (from the ends
+        // the owners report) comes down to 0 for every partition the records went to.
+        let admin = test.cluster.coordinator.admin_addr;
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let response = TestCluster::http_get(admin, "/groups").await;
+            let body: serde_json::Value =
+                serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+            let rows: Vec<&serde_json::Value> = body["lag"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["group"] == "billing" && r["end_offset"].as_u64() > Some(0))
+                .collect();
+            let lagging = rows.iter().filter(|r| r["lag_records"] != 0).count();
+            // Each producer writes one log of each of the 2 streamlets.
+            if rows.len() >= 2 && lagging == 0 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "group lag never reached 0: {body:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let metrics = TestCluster::http_get(admin, "/metrics").await;
+        assert!(
+            metrics.contains("tailstream_coordinator_group_lag_records{group=\"billing\""),
+            "{metrics}"
+        );
         test.stop().await;
     })
     .await

@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tailstream_net::{Response, RpcPool};
 use tailstream_wire::messages::Empty;
-use tailstream_wire::{LogId, Opcode, SegmentId, ServerId, Status, StreamId, StreamletId};
+use tailstream_wire::{
+    LogId, Opcode, RecordOffset, SegmentId, ServerId, Status, StreamId, StreamletId,
+};
 
 /// What the coordinator holds in memory.
 #[derive(Debug)]
@@ -27,6 +29,9 @@ pub struct State {
     pub heads: HashMap<(StreamId, StreamletId, LogId), SegmentId>,
     /// Segment memory each broker had left at its last heartbeat (memory only).
     pub memory_free_bytes: HashMap<ServerId, u64>,
+    /// Each log's committed end, as its owner last reported it (memory only; for consumer
+    /// group lag).
+    pub log_ends: HashMap<(StreamId, StreamletId, LogId), RecordOffset>,
 }
 
 impl State {
@@ -87,6 +92,7 @@ impl Coordinator {
                     metadata,
                     liveness,
                     heads: HashMap::new(),
+                    log_ends: HashMap::new(),
                     memory_free_bytes: HashMap::new(),
                 }),
                 changes: tokio::sync::Mutex::new(()),

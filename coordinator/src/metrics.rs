@@ -16,6 +16,8 @@ pub const STREAMLETS: &str = "tailstream_coordinator_streamlets";
 pub const RECOVERY_PHASE: &str = "tailstream_coordinator_recovery_phase_seconds";
 pub const PERSIST_LATENCY: &str = "tailstream_coordinator_persist_latency_seconds";
 pub const RPCS: &str = "tailstream_coordinator_rpcs_total";
+pub const GROUP_LAG: &str = "tailstream_coordinator_group_lag_records";
+pub const GROUP_MEMBERS: &str = "tailstream_coordinator_group_members";
 
 /// Registers every coordinator metric with its help text.
 pub fn describe() {
@@ -42,6 +44,17 @@ pub fn describe() {
     }
     // Labelled by opcode as they come: an unlabelled zero would be a series of its own.
     describe_counter!(RPCS, Unit::Count, "RPCs answered, by opcode.");
+    describe_gauge!(
+        GROUP_LAG,
+        Unit::Count,
+        "Records a consumer group has not committed past, by group, stream and partition \
+         (streamlet * Q + log), Kafka and native groups alike."
+    );
+    describe_gauge!(
+        GROUP_MEMBERS,
+        Unit::Count,
+        "Members of a consumer group now."
+    );
     for (name, help) in [
         (
             BROKERS_ALIVE,

@@ -5,6 +5,7 @@ use crate::groups::GroupCoordinator;
 use crate::groups::membership::GroupLimits;
 use crate::groups::offsets::{OffsetLimits, OffsetStore};
 use crate::liveness::Liveness;
+use crate::metrics as m;
 use crate::persist::{MetadataFile, MetadataStore};
 use crate::recovery::orchestrator::{Orchestrator, OrchestratorConfig};
 use crate::service::{ClientFacing, CoordinatorService, PeerFacing};
@@ -19,6 +20,9 @@ use tailstream_net::server::{ServerLimits, run_until_shutdown, serve};
 use tailstream_net::{BodyBudget, ConnectionLimits, RpcClientConfig, RpcPool};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+
+/// How often group lag is exported.
+const GROUP_LAG_EVERY: Duration = Duration::from_secs(1);
 
 /// Binds, prints `tailstream coordinator ready rpc=... peer=... admin=...`, serves until
 /// `shutdown`.
@@ -118,6 +122,7 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
     );
     tokio::spawn(groups.clone().run_ticker(shutdown.clone()));
     let service = CoordinatorService::new(core, watchdog, orchestrator, groups);
+    tokio::spawn(publish_group_lag(service.clone(), shutdown.clone()));
     let listeners = &config.listeners;
     let limits = |connections_max: u32, budget: &'static str| ServerLimits {
         connections: ConnectionLimits {
@@ -155,11 +160,56 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
     Ok(())
 }
 
-/// `/brokers`, `/streams` and `/recoveries` as JSON.
+/// Exports each group's lag per partition, and its members, every second until `shutdown`.
+async fn publish_group_lag(service: CoordinatorService, mut shutdown: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(GROUP_LAG_EVERY);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = tailstream_net::server::shutdown_signalled(&mut shutdown) => return,
+        }
+        let (lag, members) = service.group_lag();
+        for row in lag {
+            if let Some(records) = row.lag_records {
+                metrics::gauge!(
+                    m::GROUP_LAG,
+                    "group" => row.group,
+                    "stream" => row.stream,
+                    "partition" => row.partition.to_string(),
+                )
+                .set(records as f64);
+            }
+        }
+        for (group, count, _) in members {
+            metrics::gauge!(m::GROUP_MEMBERS, "group" => group).set(count as f64);
+        }
+    }
+}
+
+/// `/brokers`, `/streams`, `/recoveries` and `/groups` as JSON.
 fn admin_routes(service: Arc<CoordinatorService>) -> Router {
     let streams_service = service.clone();
     let recoveries_service = service.clone();
+    let groups_service = service.clone();
     Router::new()
+        .route(
+            "/groups",
+            get(move || {
+                let (lag, members) = groups_service.group_lag();
+                let members: Vec<_> = members
+                    .into_iter()
+                    .map(|(group, members, generation)| {
+                        serde_json::json!({
+                            "group": group, "members": members, "generation": generation,
+                        })
+                    })
+                    .collect();
+                std::future::ready(axum::Json(serde_json::json!({
+                    "groups": members,
+                    "lag": lag,
+                })))
+            }),
+        )
         .route(
             "/recoveries",
             get(move || {

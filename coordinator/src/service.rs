@@ -9,10 +9,12 @@
 
 use crate::core::{Coordinator, unix_ms};
 use crate::groups::GroupCoordinator;
+use crate::groups::lag::{PartitionLag, StreamShape, lag};
 use crate::metadata::ProducerIds;
 use crate::recovery::orchestrator::Orchestrator;
 use crate::watchdog::WatchdogHandle;
 use bytes::Bytes;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tailstream_net::{Reply, Request, Response, Service};
@@ -54,6 +56,28 @@ impl CoordinatorService {
             orchestrator,
             groups,
         }
+    }
+
+    /// Lag of every group's committed partitions, and the groups with members now.
+    pub fn group_lag(&self) -> (Vec<PartitionLag>, Vec<(String, usize, u32)>) {
+        let committed = self.groups.committed();
+        let state = self.core.lock();
+        let streams: HashMap<String, StreamShape> = state
+            .metadata
+            .streams
+            .values()
+            .map(|s| {
+                let shape = StreamShape {
+                    id: s.id,
+                    logs_per_streamlet: s.config.logs_per_streamlet,
+                    streamlets: u32::try_from(s.placements.len()).unwrap_or(u32::MAX),
+                };
+                (s.name.clone(), shape)
+            })
+            .collect();
+        let rows = lag(&committed, &streams, &state.log_ends);
+        drop(state);
+        (rows, self.groups.members())
     }
 
     pub fn core(&self) -> &Coordinator {
@@ -149,6 +173,11 @@ impl CoordinatorService {
             state
                 .heads
                 .insert((head.stream, head.streamlet, head.log), head.segment);
+        }
+        for end in &request.log_ends {
+            state
+                .log_ends
+                .insert((end.stream, end.streamlet, end.log), end.committed_offset);
         }
         let assignments = (request.known_version < state.metadata.version)
             .then(|| state.metadata.assignments_for(request.server_id));

@@ -5,7 +5,10 @@
 //! Every broker's Kafka listener forwards its clients' group requests here, so any broker can
 //! answer FindCoordinator for any group; membership lives in memory (members rejoin after a
 //! coordinator restart, as they do after a Kafka coordinator moves), offsets on disk.
+//! `lag` (pure) turns committed offsets and the log ends brokers report into lag per group
+//! and partition.
 
+pub mod lag;
 pub mod membership;
 pub mod offsets;
 
@@ -169,6 +172,18 @@ impl GroupCoordinator {
             .offsets
             .fetch(&request.group, request.partitions.as_deref());
         Response::ok(&OffsetFetchResponse { offsets })
+    }
+
+    /// Every group's committed offsets (for lag).
+    pub fn committed(&self) -> Vec<(String, Vec<tailstream_wire::messages::CommittedOffset>)> {
+        self.offsets.snapshot()
+    }
+
+    /// Groups with members now: (name, members, generation).
+    pub fn members(&self) -> Vec<(String, usize, u32)> {
+        let mut sizes = self.membership().sizes();
+        sizes.sort();
+        sizes
     }
 
     /// Groups with members, and groups with committed offsets (for metrics).

@@ -243,6 +243,29 @@ impl OffsetStore {
         Ok(())
     }
 
+    /// Every group's committed offsets, by group name.
+    pub fn snapshot(&self) -> Vec<(String, Vec<CommittedOffset>)> {
+        let inner = self.lock();
+        let mut groups: Vec<_> = inner
+            .groups
+            .iter()
+            .map(|(group, committed)| {
+                let offsets = committed
+                    .iter()
+                    .map(|((topic, partition), (offset, metadata))| CommittedOffset {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        offset: *offset,
+                        metadata: metadata.clone(),
+                    })
+                    .collect();
+                (group.clone(), offsets)
+            })
+            .collect();
+        groups.sort_by(|a, b| a.0.cmp(&b.0));
+        groups
+    }
+
     /// Groups with committed offsets.
     pub fn group_count(&self) -> usize {
         self.lock().groups.len()

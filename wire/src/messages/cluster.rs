@@ -3,7 +3,7 @@
 
 #[cfg(test)]
 use super::small_vec;
-use crate::ids::{LogId, ProducerId, SegmentId, ServerId, StreamId, StreamletId};
+use crate::ids::{LogId, ProducerId, RecordOffset, SegmentId, ServerId, StreamId, StreamletId};
 use crate::wire_message;
 
 wire_message! {
@@ -154,6 +154,18 @@ wire_message! {
 }
 
 wire_message! {
+    /// How far one log a broker owns is committed (the coordinator turns it into consumer
+    /// group lag).
+    pub struct LogEnd {
+        pub stream: StreamId,
+        pub streamlet: StreamletId,
+        pub log: LogId,
+        /// Offset one past the last committed record.
+        pub committed_offset: RecordOffset,
+    }
+}
+
+wire_message! {
     pub struct BrokerHeartbeatRequest {
         pub server_id: ServerId,
         /// Metadata version of the assignments the broker holds.
@@ -163,6 +175,9 @@ wire_message! {
         pub heads: Vec<LogHead>,
         /// Segment memory the broker has left (the coordinator places rebuilds by it).
         pub segment_memory_free_bytes: u64,
+        /// Committed ends that changed since the last heartbeat the coordinator answered.
+        #[cfg_attr(test, proptest(strategy = "small_vec::<LogEnd>()"))]
+        pub log_ends: Vec<LogEnd>,
     }
 }
 
