@@ -9,16 +9,15 @@
 //! `request_read_timeout` of its first byte, and a connection with nothing in flight is closed
 //! after `idle_timeout`. A request that does not parse closes its connection, and only it.
 
-use crate::front_end::Kafka;
 use crate::handlers::{Answer, Body, dispatch};
+use crate::shared::{ConnectionLimits, Kafka};
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use std::sync::Arc;
-use std::time::Duration;
 use tailstream_kafka_wire::{Api, Decoded, decode_request};
-use tailstream_net::{BodyBudget, Closed};
+use tailstream_net::Closed;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -30,16 +29,6 @@ use tokio::time::Instant;
 const CONTROL_REQUEST_BYTES_MAX: u32 = 1 << 20;
 const READ_BUFFER_BYTES: usize = 64 * 1024;
 const WRITE_BUFFER_BYTES: usize = 64 * 1024;
-
-#[derive(Clone, Debug)]
-pub(crate) struct ConnectionLimits {
-    pub request_bytes_max: u32,
-    pub requests_in_flight_max: usize,
-    pub idle_timeout: Duration,
-    pub request_read_timeout: Duration,
-    pub budget: BodyBudget,
-    pub fetch_wait_max: Duration,
-}
 
 /// An answer on its way to the writer, holding its in-flight slot until written.
 struct Queued {

@@ -2,53 +2,17 @@
 //! advertised), then served over the broker's data plane through the accept loop every
 //! listener shares.
 
-use crate::connection::{ConnectionLimits as KafkaLimits, serve_connection};
+use crate::connection::serve_connection;
+use crate::shared::{Advertised, ConnectionLimits as KafkaLimits, Kafka};
 use crate::topics::Topics;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tailstream_broker::cluster::ClusterState;
-use tailstream_broker::data_plane::DataPlane;
 use tailstream_broker::server::{FrontEnd, FrontEndContext};
 use tailstream_client::Cluster;
-use tailstream_config::{BrokerConfig, KafkaConfig};
+use tailstream_config::KafkaConfig;
 use tailstream_net::{BodyBudget, ConnectionLimits, accept_loop};
 use tokio::net::TcpListener;
-
-/// What every Kafka connection of a broker shares.
-#[derive(Debug)]
-pub(crate) struct Kafka {
-    pub plane: Arc<DataPlane>,
-    pub cluster: Arc<ClusterState>,
-    pub coordinator: Arc<Cluster>,
-    /// The coordinator too, for group requests: a join waits for its group's rebalance, up to
-    /// the coordinator's longest rebalance timeout, so these calls may take that long.
-    pub groups: Arc<Cluster>,
-    pub topics: Topics,
-    pub broker: BrokerConfig,
-    /// Where this broker's Kafka clients are told to connect.
-    pub advertised: Advertised,
-}
-
-/// A host and port as Kafka's Metadata and FindCoordinator answers carry them.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Advertised {
-    pub host: String,
-    pub port: i32,
-}
-
-impl Advertised {
-    /// `host:port` split at the last colon; `None` if it is not that.
-    pub fn parse(addr: &str) -> Option<Self> {
-        let (host, port) = addr.rsplit_once(':')?;
-        let port: u16 = port.parse().ok()?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        (!host.is_empty()).then(|| Advertised {
-            host: host.to_owned(),
-            port: i32::from(port),
-        })
-    }
-}
 
 /// A bound Kafka listener, not yet serving.
 #[derive(Debug)]

@@ -6,6 +6,8 @@
 //! - [`front_end`]: binds the listener and serves it through the shared accept loop;
 //!   `connection` reads, dispatches and answers one client's requests in order.
 //! - `handlers`: one module per API, over the broker's data plane and the coordinator.
+//! - `shared`: what they all use: the broker's state every connection shares, a
+//!   connection's limits.
 //! - `topics`: topic = stream, partition = one log of one streamlet; metadata from the
 //!   coordinator. `errors`: Kafka's names for Tailstream's refusals. `metrics`: metric names.
 mod connection;
@@ -13,6 +15,7 @@ mod errors;
 pub mod front_end;
 mod handlers;
 mod metrics;
+mod shared;
 mod topics;
 
 pub use front_end::{KafkaListener, bind};

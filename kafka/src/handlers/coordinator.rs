@@ -4,7 +4,7 @@
 
 use super::{Answer, encode, str_bytes};
 use crate::errors::cluster_error_code;
-use crate::front_end::Kafka;
+use crate::shared::Kafka;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::{
     BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest,

@@ -6,7 +6,7 @@
 
 use super::Answer;
 use crate::errors::{NONE, data_error_code};
-use crate::front_end::Kafka;
+use crate::shared::Kafka;
 use crate::topics::{Partition, partition};
 use futures::FutureExt;
 use futures::future::select_all;

@@ -4,7 +4,7 @@
 //! committed offsets, durably. Whatever broker a client asked, the answer is the same.
 
 use super::{Answer, encode, str_bytes};
-use crate::front_end::Kafka;
+use crate::shared::Kafka;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::leave_group_response::MemberResponse;

@@ -4,7 +4,7 @@
 
 use super::{Answer, encode};
 use crate::errors::{NONE, data_error_code};
-use crate::front_end::Kafka;
+use crate::shared::Kafka;
 use crate::topics::partition;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::list_offsets_response::{

@@ -4,7 +4,7 @@
 //! leaders moved, and this is how clients learn where.
 
 use super::{Answer, encode, str_bytes};
-use crate::front_end::{Advertised, Kafka};
+use crate::shared::{Advertised, Kafka};
 use crate::topics::TopicError;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::metadata_response::{

@@ -13,8 +13,8 @@ mod list_offsets;
 mod metadata;
 mod produce;
 
-use crate::connection::ConnectionLimits;
-use crate::front_end::Kafka;
+use crate::shared::ConnectionLimits;
+use crate::shared::Kafka;
 use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
 use kafka_protocol::protocol::{Encodable, StrBytes};

@@ -1,0 +1,58 @@
+//! What the Kafka front end's parts share: the state every connection of a broker uses, and
+//! a connection's limits. Its own module so that the listener, the connections and the
+//! handlers all depend on it and not on each other in a circle.
+
+use crate::topics::Topics;
+use std::sync::Arc;
+use std::time::Duration;
+use tailstream_broker::cluster::ClusterState;
+use tailstream_broker::data_plane::DataPlane;
+use tailstream_client::Cluster;
+use tailstream_config::BrokerConfig;
+use tailstream_net::BodyBudget;
+
+/// What every Kafka connection of a broker shares.
+#[derive(Debug)]
+pub(crate) struct Kafka {
+    pub plane: Arc<DataPlane>,
+    pub cluster: Arc<ClusterState>,
+    pub coordinator: Arc<Cluster>,
+    /// The coordinator too, for group requests: a join waits for its group's rebalance, up to
+    /// the coordinator's longest rebalance timeout, so these calls may take that long.
+    pub groups: Arc<Cluster>,
+    pub topics: Topics,
+    pub broker: BrokerConfig,
+    /// Where this broker's Kafka clients are told to connect.
+    pub advertised: Advertised,
+}
+
+/// A host and port as Kafka's Metadata and FindCoordinator answers carry them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Advertised {
+    pub host: String,
+    pub port: i32,
+}
+
+impl Advertised {
+    /// `host:port` split at the last colon; `None` if it is not that.
+    pub fn parse(addr: &str) -> Option<Self> {
+        let (host, port) = addr.rsplit_once(':')?;
+        let port: u16 = port.parse().ok()?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        (!host.is_empty()).then(|| Advertised {
+            host: host.to_owned(),
+            port: i32::from(port),
+        })
+    }
+}
+
+/// Bounds of one Kafka connection.
+#[derive(Clone, Debug)]
+pub(crate) struct ConnectionLimits {
+    pub request_bytes_max: u32,
+    pub requests_in_flight_max: usize,
+    pub idle_timeout: Duration,
+    pub request_read_timeout: Duration,
+    pub budget: BodyBudget,
+    pub fetch_wait_max: Duration,
+}
