@@ -47,6 +47,25 @@ async fn a_million_lines_through_the_cli_come_back_exactly_once() {
             lines.iter().copied().eq(1..=1_000_000),
             "not exactly the million lines"
         );
+        // `stream describe` counts them, per log, asking each owner.
+        let (ok, out, err) = test.cli(&["stream", "describe", "s", "--json"], b"").await;
+        assert!(ok, "{err}");
+        let described: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let records: u64 = described["streamlets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| s["logs"].as_array().unwrap())
+            .map(|log| log["records"].as_u64().unwrap())
+            .sum();
+        assert_eq!(records, 1_000_000, "{described:#}");
+        let (ok, out, err) = test.cli(&["stream", "describe", "s"], b"").await;
+        assert!(ok, "{err}");
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("log 0 records") && text.contains("committed"),
+            "{text}"
+        );
         // Keys: `k|v` lines are split at the separator and printed back with --print-keys.
         let (ok, _, err) = test
             .cli(&["stream", "create", "keyed", "--streamlets", "2"], b"")

@@ -10,10 +10,11 @@ use tailstream_net::{RpcClient, RpcClientConfig, RpcError, RpcPool};
 use tailstream_wire::messages::{
     AllocateProducerIdResponse, BrokerInfo, CreateStreamRequest, DescribeStreamRequest, Empty,
     GroupHeartbeatRequest, GroupJoinRequest, GroupJoinResponse, GroupLeaveRequest,
-    GroupSyncRequest, GroupSyncResponse, ListBrokersResponse, ListStreamsResponse,
-    OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse, StreamConfig, StreamMetadata,
+    GroupSyncRequest, GroupSyncResponse, ListBrokersResponse, ListGroupsRequest,
+    ListGroupsResponse, ListStreamsResponse, OffsetCommitRequest, OffsetFetchRequest,
+    OffsetFetchResponse, StreamConfig, StreamMetadata,
 };
-use tailstream_wire::{Decode, Encode, Opcode, ProducerId, Status};
+use tailstream_wire::{Decode, Encode, Opcode, ProducerId, Status, StreamletId};
 
 /// How long control calls keep retrying a coordinator that is restarting or has no brokers.
 const CONTROL_RETRY_MS_MAX: u64 = 10_000;
@@ -201,6 +202,26 @@ impl Cluster {
         request: &OffsetFetchRequest,
     ) -> Result<OffsetFetchResponse, ClientError> {
         self.control(Opcode::OffsetFetch, request).await
+    }
+
+    /// The live groups and segments of every log of one streamlet, with each log's appended
+    /// and committed offsets, from the streamlet's owner (what `stream describe` shows).
+    pub async fn describe_logs(
+        &self,
+        metadata: &StreamMetadata,
+        streamlet: StreamletId,
+    ) -> Result<ListGroupsResponse, ClientError> {
+        let placement = metadata
+            .streamlets
+            .get(streamlet.0 as usize)
+            .ok_or_else(|| ClientError::Config(format!("no {streamlet} in metadata")))?;
+        let client = self.broker(&placement.owner_addr).await?;
+        let request = ListGroupsRequest {
+            stream: metadata.id,
+            streamlet,
+            epoch: placement.epoch,
+        };
+        Ok(client.call(Opcode::ListGroups, &request).await?)
     }
 
     pub async fn allocate_producer_id(&self) -> Result<ProducerId, ClientError> {

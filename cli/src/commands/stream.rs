@@ -1,18 +1,30 @@
 //! `tailstream stream create|list|describe`.
 
 use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+use tailstream_client::Cluster;
 use tailstream_config::Config;
-use tailstream_wire::messages::PlacementState;
-use tailstream_wire::messages::StreamMetadata;
+use tailstream_wire::StreamletId;
+use tailstream_wire::messages::{LogGroups, PlacementState, StreamMetadata};
 
 #[derive(Subcommand, Debug)]
 pub enum StreamCommand {
     /// Create a stream.
     Create(CreateArgs),
     /// List streams.
-    List,
-    /// Show a stream's settings and where its streamlets live.
-    Describe { name: String },
+    List {
+        /// One JSON object per stream.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a stream's settings, where its streamlets live, and each log's records, groups,
+    /// segments and committed bytes.
+    Describe {
+        name: String,
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -81,29 +93,206 @@ pub async fn run(config: Config, coordinator: &str, command: StreamCommand) -> R
                 .map_err(|e| e.to_string())?;
             print_stream(&created);
         }
-        StreamCommand::List => {
+        StreamCommand::List { json } => {
             for stream in cluster.list_streams().await.map_err(|e| e.to_string())? {
-                print_stream(&stream);
+                if json {
+                    println!("{}", stream_json(&stream));
+                } else {
+                    print_stream(&stream);
+                }
             }
         }
-        StreamCommand::Describe { name } => {
+        StreamCommand::Describe { name, json } => {
             let stream = cluster
                 .refresh_stream(&name)
                 .await
                 .map_err(|e| e.to_string())?;
-            print_stream(&stream);
-            for placement in &stream.streamlets {
-                let state = match placement.state {
-                    PlacementState::Serving => String::from("serving"),
-                    PlacementState::Recovering => format!("RECOVERING ({})", placement.detail),
-                    PlacementState::Lost => format!("LOST: {}", placement.detail),
-                };
-                println!(
-                    "  streamlet {} owner {} at {} epoch {} {state}",
-                    placement.streamlet.0, placement.owner, placement.owner_addr, placement.epoch
-                );
-            }
+            describe(&cluster, &stream, json).await;
         }
     }
     Ok(())
+}
+
+fn stream_json(stream: &StreamMetadata) -> Value {
+    let c = &stream.config;
+    json!({
+        "name": stream.name,
+        "id": stream.id.0,
+        "streamlets": stream.streamlets.len(),
+        "logs_per_streamlet": c.logs_per_streamlet,
+        "replicas": c.replicas,
+        "segment_size_bytes": c.segment_size_bytes,
+        "segments_per_group": c.segments_per_group,
+        "retention_bytes": c.retention_bytes,
+        "retention_ms": c.retention_ms,
+    })
+}
+
+/// Settings, then per streamlet its owner and state and per log its records (first live
+/// offset to committed end), appended end, groups, segments and committed bytes, asked of
+/// each owner. A streamlet whose owner does not answer says why and the rest goes on.
+async fn describe(cluster: &Cluster, stream: &StreamMetadata, json: bool) {
+    let mut streamlets = Vec::new();
+    for placement in &stream.streamlets {
+        let state = match placement.state {
+            PlacementState::Serving => "serving",
+            PlacementState::Recovering => "recovering",
+            PlacementState::Lost => "lost",
+        };
+        let logs = if placement.state == PlacementState::Serving {
+            cluster
+                .describe_logs(stream, StreamletId(placement.streamlet.0))
+                .await
+                .map(|answer| answer.logs)
+                .map_err(|e| e.to_string())
+        } else {
+            Err(placement.detail.clone())
+        };
+        streamlets.push((placement, state, logs));
+    }
+    if json {
+        let streamlets: Vec<Value> = streamlets
+            .iter()
+            .map(|(placement, state, logs)| {
+                json!({
+                    "streamlet": placement.streamlet.0,
+                    "owner": placement.owner.to_string(),
+                    "owner_addr": placement.owner_addr,
+                    "epoch": placement.epoch,
+                    "state": state,
+                    "detail": placement.detail,
+                    "logs": logs.as_ref().ok().map(|logs| {
+                        logs.iter().map(log_json).collect::<Vec<_>>()
+                    }),
+                    "error": logs.as_ref().err(),
+                })
+            })
+            .collect();
+        let mut value = stream_json(stream);
+        value["streamlets"] = Value::Array(streamlets);
+        println!("{value}");
+        return;
+    }
+    print_stream(stream);
+    for (placement, state, logs) in &streamlets {
+        println!(
+            "  streamlet {} owner {} at {} epoch {} {state}{}",
+            placement.streamlet.0,
+            placement.owner,
+            placement.owner_addr,
+            placement.epoch,
+            if placement.detail.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", placement.detail)
+            },
+        );
+        match logs {
+            Ok(logs) => {
+                for log in logs {
+                    let summary = LogSummary::of(log);
+                    println!(
+                        "    log {} records {}..{} ({}) appended to {}  groups {} segments {} \
+                         committed {}",
+                        log.log.0,
+                        summary.first_offset,
+                        log.committed_offset.0,
+                        human_count(summary.records),
+                        log.next_offset.0,
+                        log.groups.len(),
+                        summary.segments,
+                        human_bytes(summary.committed_bytes),
+                    );
+                }
+            }
+            Err(why) if placement.state == PlacementState::Serving => {
+                println!("    logs unknown: {why}");
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// What one log holds now.
+struct LogSummary {
+    /// Offset of the oldest record retention kept.
+    first_offset: u64,
+    records: u64,
+    segments: usize,
+    committed_bytes: u64,
+}
+
+impl LogSummary {
+    fn of(log: &LogGroups) -> Self {
+        let first_offset = log
+            .groups
+            .first()
+            .map_or(log.committed_offset.0, |g| g.first_offset.0);
+        Self {
+            first_offset,
+            records: log.committed_offset.0.saturating_sub(first_offset),
+            segments: log.groups.iter().map(|g| g.segments.len()).sum(),
+            committed_bytes: log
+                .groups
+                .iter()
+                .flat_map(|g| &g.segments)
+                .map(|s| u64::from(s.committed_bytes))
+                .sum(),
+        }
+    }
+}
+
+fn log_json(log: &LogGroups) -> Value {
+    let summary = LogSummary::of(log);
+    json!({
+        "log": log.log.0,
+        "first_offset": summary.first_offset,
+        "committed_offset": log.committed_offset.0,
+        "next_offset": log.next_offset.0,
+        "records": summary.records,
+        "groups": log.groups.len(),
+        "segments": summary.segments,
+        "committed_bytes": summary.committed_bytes,
+    })
+}
+
+/// `1.5 GiB`, `320.0 KiB`, `17 B`.
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// `1.2 M records`, `5.3 k records`, `17 records`.
+fn human_count(count: u64) -> String {
+    match count {
+        0..1_000 => format!("{count} records"),
+        1_000..1_000_000 => format!("{:.1} k records", count as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1} M records", count as f64 / 1e6),
+        _ => format!("{:.1} G records", count as f64 / 1e9),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_counts_read_as_people_write_them() {
+        assert_eq!(human_bytes(17), "17 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(8 << 20), "8.0 MiB");
+        assert_eq!(human_bytes(3 << 30), "3.0 GiB");
+        assert_eq!(human_count(999), "999 records");
+        assert_eq!(human_count(1_234), "1.2 k records");
+        assert_eq!(human_count(2_500_000), "2.5 M records");
+    }
 }

@@ -395,15 +395,5 @@ async fn list_groups(
     metadata: &StreamMetadata,
     streamlet: StreamletId,
 ) -> Result<ListGroupsResponse, ClientError> {
-    let placement = metadata
-        .streamlets
-        .get(streamlet.0 as usize)
-        .ok_or_else(|| ClientError::Config(format!("no {streamlet} in metadata")))?;
-    let client = cluster.broker(&placement.owner_addr).await?;
-    let request = ListGroupsRequest {
-        stream: metadata.id,
-        streamlet,
-        epoch: placement.epoch,
-    };
-    Ok(client.call(Opcode::ListGroups, &request).await?)
+    cluster.describe_logs(metadata, streamlet).await
 }
