@@ -49,6 +49,9 @@ enum Command {
     /// Create, list and describe streams.
     #[command(subcommand)]
     Stream(commands::stream::StreamCommand),
+    /// The cluster as the coordinator sees it.
+    #[command(subcommand)]
+    Cluster(commands::cluster::ClusterCommand),
     /// Produce one record per stdin line; prints the acked count to stderr.
     Produce(commands::produce::ProduceArgs),
     /// Print one record per line to stdout.
@@ -125,6 +128,9 @@ fn main() -> ExitCode {
             Command::Stream(command) => commands::stream::run(config, &coordinator, command).await,
             Command::Produce(args) => commands::produce::run(config, &coordinator, args).await,
             Command::Consume(args) => commands::consume::run(config, &coordinator, args).await,
+            Command::Cluster(command) => {
+                commands::cluster::run(config, &coordinator, command).await
+            }
             Command::Bench(BenchCommand::Produce(args)) => {
                 tailstream_bench::produce::run(config, config_path, cli_coordinator(&args), args)
                     .await

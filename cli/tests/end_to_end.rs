@@ -66,6 +66,23 @@ async fn a_million_lines_through_the_cli_come_back_exactly_once() {
             text.contains("log 0 records") && text.contains("committed"),
             "{text}"
         );
+        // `cluster status`: every broker alive, every streamlet serving.
+        let (ok, out, err) = test.cli(&["cluster", "status", "--json"], b"").await;
+        assert!(ok, "{err}");
+        let status: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let brokers = status["brokers"].as_array().unwrap();
+        assert_eq!(brokers.len(), 4, "{status:#}");
+        assert!(brokers.iter().all(|b| b["state"] == "alive"), "{status:#}");
+        let s = status["streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|stream| stream["name"] == "s")
+            .unwrap();
+        assert_eq!(
+            (s["serving"].as_u64(), s["lost"].as_u64()),
+            (Some(4), Some(0))
+        );
         // Keys: `k|v` lines are split at the separator and printed back with --print-keys.
         let (ok, _, err) = test
             .cli(&["stream", "create", "keyed", "--streamlets", "2"], b"")

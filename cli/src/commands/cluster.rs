@@ -1,0 +1,154 @@
+//! `tailstream cluster status`: brokers and their liveness, streams and the state of their
+//! streamlets (serving, being recovered, lost), from the coordinator.
+
+use clap::Subcommand;
+use serde_json::{Value, json};
+use tailstream_config::Config;
+use tailstream_wire::messages::{BrokerInfo, PlacementState, StreamMetadata};
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterCommand {
+    /// Brokers (alive, crashed, addresses) and streams (streamlets serving, recovering, lost).
+    Status {
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub async fn run(config: Config, coordinator: &str, command: ClusterCommand) -> Result<(), String> {
+    let cluster = super::cluster(&config, coordinator);
+    let ClusterCommand::Status { json } = command;
+    let brokers = cluster.list_brokers().await.map_err(|e| e.to_string())?;
+    let streams = cluster.list_streams().await.map_err(|e| e.to_string())?;
+    if json {
+        let value = json!({
+            "coordinator": coordinator,
+            "brokers": brokers.iter().map(broker_json).collect::<Vec<_>>(),
+            "streams": streams.iter().map(stream_json).collect::<Vec<_>>(),
+        });
+        println!("{value}");
+        return Ok(());
+    }
+    let alive = brokers.iter().filter(|b| b.alive && !b.crashed).count();
+    println!(
+        "coordinator {coordinator}: {} brokers, {alive} alive",
+        brokers.len()
+    );
+    for broker in &brokers {
+        println!(
+            "  {:<12} {:<8} rpc {}  kafka {}  admin http://{}",
+            broker.server_id.to_string(),
+            liveness(broker),
+            broker.rpc_addr,
+            if broker.kafka_addr.is_empty() {
+                "-"
+            } else {
+                &broker.kafka_addr
+            },
+            broker.admin_addr,
+        );
+    }
+    let counts = streams
+        .iter()
+        .map(StateCounts::of)
+        .fold(StateCounts::default(), |total, c| StateCounts {
+            serving: total.serving + c.serving,
+            recovering: total.recovering + c.recovering,
+            lost: total.lost + c.lost,
+        });
+    println!(
+        "{} streams: {} streamlets serving, {} recovering, {} lost",
+        streams.len(),
+        counts.serving,
+        counts.recovering,
+        counts.lost
+    );
+    for stream in &streams {
+        let c = StateCounts::of(stream);
+        println!(
+            "  {:<16} {} streamlets x {} logs, R={}: {} serving{}{}",
+            stream.name,
+            stream.streamlets.len(),
+            stream.config.logs_per_streamlet,
+            stream.config.replicas,
+            c.serving,
+            if c.recovering > 0 {
+                format!(", {} RECOVERING", c.recovering)
+            } else {
+                String::new()
+            },
+            if c.lost > 0 {
+                format!(", {} LOST", c.lost)
+            } else {
+                String::new()
+            },
+        );
+        for placement in &stream.streamlets {
+            if placement.state != PlacementState::Serving {
+                println!(
+                    "    streamlet {} {:?}: {}",
+                    placement.streamlet.0, placement.state, placement.detail
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn liveness(broker: &BrokerInfo) -> &'static str {
+    match (broker.crashed, broker.alive) {
+        (true, _) => "CRASHED",
+        (false, true) => "alive",
+        (false, false) => "SILENT",
+    }
+}
+
+fn broker_json(broker: &BrokerInfo) -> Value {
+    json!({
+        "server_id": broker.server_id.to_string(),
+        "state": liveness(broker).to_lowercase(),
+        "rpc_addr": broker.rpc_addr,
+        "peer_addr": broker.peer_addr,
+        "admin_addr": broker.admin_addr,
+        "kafka_addr": broker.kafka_addr,
+    })
+}
+
+fn stream_json(stream: &StreamMetadata) -> Value {
+    let c = StateCounts::of(stream);
+    json!({
+        "name": stream.name,
+        "streamlets": stream.streamlets.len(),
+        "logs_per_streamlet": stream.config.logs_per_streamlet,
+        "replicas": stream.config.replicas,
+        "serving": c.serving,
+        "recovering": c.recovering,
+        "lost": c.lost,
+    })
+}
+
+/// Streamlets of a stream by state.
+#[derive(Clone, Copy, Debug, Default)]
+struct StateCounts {
+    serving: usize,
+    recovering: usize,
+    lost: usize,
+}
+
+impl StateCounts {
+    fn of(stream: &StreamMetadata) -> Self {
+        let count = |state| {
+            stream
+                .streamlets
+                .iter()
+                .filter(|p| p.state == state)
+                .count()
+        };
+        Self {
+            serving: count(PlacementState::Serving),
+            recovering: count(PlacementState::Recovering),
+            lost: count(PlacementState::Lost),
+        }
+    }
+}
