@@ -96,14 +96,14 @@ async fn measure(
     let fill_args = &args.produce;
     // No retention: every record must still be there to be read.
     let prepared = produce::prepare(config, &cluster.coordinator, local, fill_args, 0).await?;
-    let client = prepared.cluster.clone();
+    let client = prepared.client.clone();
     let stream = prepared.stream.clone();
     let fill = produce::drive(prepared, local, fill_args).await?;
     let records = fill.records_acked;
     let pids: Vec<u32> = local
         .map(|c| c.brokers().filter_map(|b| b.pid()).collect())
         .unwrap_or_default();
-    let consumers = crate::harness::consumers(&client, &stream, config, args.consumers).await?;
+    let consumers = crate::harness::consumers(&client, &stream, args.consumers).await?;
     let read = Arc::new(AtomicU64::new(0));
     let _line = crate::progress::ProgressLine::start("records read", read.clone());
     let deadline = Instant::now() + Duration::from_secs(args.read_time_limit_s);

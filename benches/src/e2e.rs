@@ -96,7 +96,7 @@ async fn measure(
     let consumed = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let readers: Vec<_> =
-        crate::harness::consumers(&prepared.cluster, &prepared.stream, config, args.consumers)
+        crate::harness::consumers(&prepared.client, &prepared.stream, args.consumers)
             .await?
             .into_iter()
             .map(|consumer| tokio::spawn(read(consumer, consumed.clone(), stop.clone())))

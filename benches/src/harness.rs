@@ -4,9 +4,9 @@
 //! pages.
 
 use std::path::Path;
-use std::sync::Arc;
+
 use std::time::{Duration, Instant};
-use tailstream_client::Cluster;
+use tailstream_client::{Client, Cluster};
 use tailstream_config::Config;
 use tailstream_launcher::{ClusterSpec, LocalCluster, Ports};
 use tailstream_wire::ServerId;
@@ -128,37 +128,26 @@ pub async fn start_cluster(
 }
 
 /// A client of `coordinator` with `config`'s client settings.
-pub fn client(config: &Config, coordinator: &str) -> Arc<Cluster> {
-    Cluster::new(
-        coordinator,
-        &config.client,
-        config.producer.request_timeout_ms,
-    )
+pub fn client(config: &Config, coordinator: &str) -> Client {
+    Client::builder(coordinator).from_config(config).build()
 }
 
 /// `count` consumers of `stream` from its beginning, consumer i reading every `count`-th log
 /// starting at the i-th.
 pub async fn consumers(
-    cluster: &Arc<Cluster>,
+    client: &Client,
     stream: &str,
-    config: &Config,
     count: u32,
 ) -> Result<Vec<tailstream_client::Consumer>, String> {
     let mut consumers = Vec::new();
     for member in 0..count {
-        let consumer = tailstream_client::Consumer::new(
-            cluster.clone(),
-            stream,
-            config.consumer.clone(),
-            tailstream_client::StartFrom::Beginning,
-            tailstream_client::Membership {
-                member,
-                members: count,
-            },
-            &[],
-        )
-        .await
-        .map_err(|e| format!("consumer: {e}"))?;
+        let consumer = client
+            .consumer(stream)
+            .from_beginning()
+            .member(member, count)
+            .build()
+            .await
+            .map_err(|e| format!("consumer: {e}"))?;
         consumers.push(consumer);
     }
     Ok(consumers)

@@ -16,7 +16,7 @@ use clap::Args;
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
-use tailstream_client::{Consumer, Membership, Producer, StartFrom};
+use tailstream_client::Client;
 use tailstream_config::Config;
 
 #[derive(Args, Debug, Clone)]
@@ -196,7 +196,8 @@ async fn fill_and_kill(
     args: &RecoveryBenchArgs,
     brokers: u32,
 ) -> Result<RecoveryBenchReport, String> {
-    let cluster = harness::client(config, &local.coordinator_addr().to_string());
+    let client = harness::client(config, &local.coordinator_addr().to_string());
+    let cluster = client.cluster().clone();
     harness::wait_for_brokers(&cluster, brokers).await?;
     let mut stream = config.stream_defaults.clone();
     stream.replicas = args.replicas;
@@ -207,7 +208,7 @@ async fn fill_and_kill(
         .await
         .map_err(|e| e.to_string())?;
     let fill_started = Instant::now();
-    fill(config, &cluster, name, args).await?;
+    fill(config, &client, name, args).await?;
     let fill_records_per_sec = args.records as f64 / fill_started.elapsed().as_secs_f64();
     let mut runs = Vec::new();
     for run in 0..args.runs {
@@ -216,7 +217,7 @@ async fn fill_and_kill(
     let read_back = if args.no_verify {
         None
     } else {
-        Some(read_all(config, &cluster, name, args.records).await?)
+        Some(read_all(config, &client, name, args.records).await?)
     };
     Ok(RecoveryBenchReport {
         records: args.records,
@@ -278,7 +279,7 @@ async fn kill_owner_once(
 /// Producers send `args.records` records as fast as they are acked; every one must be.
 async fn fill(
     config: &Config,
-    cluster: &std::sync::Arc<tailstream_client::Cluster>,
+    client: &Client,
     stream: &str,
     args: &RecoveryBenchArgs,
 ) -> Result<(), String> {
@@ -288,7 +289,10 @@ async fn fill(
     for index in 0..args.producers {
         let records = args.records / u64::from(args.producers)
             + u64::from(u64::from(index) < args.records % u64::from(args.producers));
-        let producer = Producer::new(cluster.clone(), stream, producer_config.clone())
+        let producer = client
+            .producer(stream)
+            .config(producer_config.clone())
+            .build()
             .await
             .map_err(|e| e.to_string())?;
         let value = vec![b'r'; args.record_bytes];
@@ -325,20 +329,17 @@ async fn fill(
 /// Reads the whole stream from the beginning; the count of records read.
 async fn read_all(
     config: &Config,
-    cluster: &std::sync::Arc<tailstream_client::Cluster>,
+    client: &Client,
     stream: &str,
     expected: u64,
 ) -> Result<u64, String> {
-    let mut consumer = Consumer::new(
-        cluster.clone(),
-        stream,
-        config.consumer.clone(),
-        StartFrom::Beginning,
-        Membership::default(),
-        &[],
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+    let mut consumer = client
+        .consumer(stream)
+        .config(config.consumer.clone())
+        .from_beginning()
+        .build()
+        .await
+        .map_err(|e| e.to_string())?;
     let mut read = 0u64;
     let mut idle_since = Instant::now();
     // Bounded: stops once everything is read, or after 5 s with nothing new.

@@ -9,7 +9,6 @@ mod common;
 use bytes::{Bytes, BytesMut};
 use common::{TEST_TIMEOUT, TestCluster};
 use std::time::Duration;
-use tailstream_client::{Consumer, Membership, Producer, StartFrom};
 use tailstream_net::{RpcClient, RpcClientConfig};
 use tailstream_wire::frame::{FrameDecoder, FrameHeader};
 use tailstream_wire::messages::{
@@ -58,7 +57,11 @@ async fn bad_frames_and_requests_are_refused_without_harming_the_broker() {
             .unwrap();
 
         // Good data first, to check later that nothing below damaged it.
-        let producer = Producer::new(cluster.clone(), "victim", test.config.producer.clone())
+        let producer = cluster
+            .clone()
+            .producer("victim")
+            .config(test.config.producer.clone())
+            .build()
             .await
             .unwrap();
         for i in 0..100 {
@@ -288,16 +291,13 @@ async fn bad_frames_and_requests_are_refused_without_harming_the_broker() {
         }
 
         // The broker still serves, and the good data is intact and alone.
-        let mut consumer = Consumer::new(
-            cluster,
-            "victim",
-            test.config.consumer.clone(),
-            StartFrom::Beginning,
-            Membership::default(),
-            &[],
-        )
-        .await
-        .unwrap();
+        let mut consumer = cluster
+            .consumer("victim")
+            .config(test.config.consumer.clone())
+            .from_beginning()
+            .build()
+            .await
+            .unwrap();
         let mut values = Vec::new();
         for _ in 0..50 {
             values.extend(consumer.poll(Duration::from_millis(100)).await.unwrap());

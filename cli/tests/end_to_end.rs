@@ -8,7 +8,7 @@ mod common;
 use common::ledger::{Ledger, value};
 use common::{TEST_TIMEOUT, TestCluster};
 use std::time::Duration;
-use tailstream_client::{ConsumedRecord, Consumer, Membership, Producer, StartFrom};
+use tailstream_client::ConsumedRecord;
 
 /// The contract from the README: a million stdin lines in, the same million lines out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -142,17 +142,14 @@ async fn many_producers_and_consumers_read_every_acked_record_exactly_once_in_or
                 let cluster = cluster.clone();
                 let config = test.config.consumer.clone();
                 tokio::spawn(async move {
-                    let membership = Membership { member, members: 3 };
-                    let mut consumer = Consumer::new(
-                        cluster,
-                        "events",
-                        config,
-                        StartFrom::Beginning,
-                        membership,
-                        &[],
-                    )
-                    .await
-                    .unwrap();
+                    let mut consumer = cluster
+                        .consumer("events")
+                        .config(config)
+                        .from_beginning()
+                        .member(member, 3)
+                        .build()
+                        .await
+                        .unwrap();
                     let mut got: Vec<ConsumedRecord> = Vec::new();
                     let mut idle = 0;
                     // Stops after 3 s without records once production is over (bounded loop).
@@ -174,7 +171,12 @@ async fn many_producers_and_consumers_read_every_acked_record_exactly_once_in_or
                 let cluster = cluster.clone();
                 let config = test.config.producer.clone();
                 tokio::spawn(async move {
-                    let producer = Producer::new(cluster, "events", config).await.unwrap();
+                    let producer = cluster
+                        .producer("events")
+                        .config(config)
+                        .build()
+                        .await
+                        .unwrap();
                     let mut acks = Vec::new();
                     for i in 0..RECORDS {
                         let v = value(p, i);
@@ -221,7 +223,11 @@ async fn a_consumer_resumes_from_saved_positions() {
         stream.segment_size_bytes = 16 * 1024;
         stream.segments_per_group = 2;
         cluster.create_stream("resume", 2, stream).await.unwrap();
-        let producer = Producer::new(cluster.clone(), "resume", test.config.producer.clone())
+        let producer = cluster
+            .clone()
+            .producer("resume")
+            .config(test.config.producer.clone())
+            .build()
             .await
             .unwrap();
         let mut ledger = Ledger::default();
@@ -234,32 +240,28 @@ async fn a_consumer_resumes_from_saved_positions() {
             ledger.acked(v, ack.await.unwrap());
         }
         let config = test.config.consumer.clone();
-        let mut first = Consumer::new(
-            cluster.clone(),
-            "resume",
-            config.clone(),
-            StartFrom::Beginning,
-            Membership::default(),
-            &[],
-        )
-        .await
-        .unwrap();
+        let mut first = cluster
+            .clone()
+            .consumer("resume")
+            .config(config.clone())
+            .from_beginning()
+            .build()
+            .await
+            .unwrap();
         let mut consumed = Vec::new();
         while consumed.len() < 2_000 {
             consumed.extend(first.poll(Duration::from_millis(200)).await.unwrap());
         }
         let saved = first.positions();
         drop(first);
-        let mut second = Consumer::new(
-            cluster,
-            "resume",
-            config,
-            StartFrom::Beginning,
-            Membership::default(),
-            &saved,
-        )
-        .await
-        .unwrap();
+        let mut second = cluster
+            .consumer("resume")
+            .config(config)
+            .from_beginning()
+            .resume_from(&saved)
+            .build()
+            .await
+            .unwrap();
         for _ in 0..200 {
             if consumed.len() >= 5_000 {
                 break;
@@ -351,7 +353,11 @@ async fn a_consumer_group_takes_over_from_a_member_killed_mid_stream() {
         let mut producers = Vec::new();
         for _ in 0..PRODUCERS {
             producers.push(
-                Producer::new(cluster.clone(), "shared", test.config.producer.clone())
+                cluster
+                    .clone()
+                    .producer("shared")
+                    .config(test.config.producer.clone())
+                    .build()
                     .await
                     .unwrap(),
             );

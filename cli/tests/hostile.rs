@@ -291,7 +291,7 @@ async fn poison_and_overflowing_batches_are_refused_and_consumers_keep_reading()
         let lines: String = (0..100).map(|i| format!("good-{i}\n")).collect();
         let (ok, _, err) = test.cli(&["produce", "victim"], lines.as_bytes()).await;
         assert!(ok, "{err}");
-        let metadata = test.client().refresh_stream("victim").await.unwrap();
+        let metadata = test.client().describe_stream("victim").await.unwrap();
         let client = RpcClient::connect(
             &metadata.streamlets[0].owner_addr,
             RpcClientConfig::default(),
@@ -377,7 +377,7 @@ async fn a_corrupt_claim_file_is_logged_counted_and_never_trusted() {
             .unwrap();
         common::hostile::produce_and_consume(test.client(), "claimed", 200).await;
         // The backup is the broker that does not own the streamlet.
-        let metadata = test.client().refresh_stream("claimed").await.unwrap();
+        let metadata = test.client().describe_stream("claimed").await.unwrap();
         let owner = metadata.streamlets[0].owner_addr.clone();
         let backup = (0..2)
             .find(|i| test.cluster.broker(*i).unwrap().rpc_addr.to_string() != owner)

@@ -7,7 +7,7 @@
 mod common;
 
 use common::{TEST_TIMEOUT, TestCluster};
-use tailstream_client::{ClientError, Producer};
+use tailstream_client::ClientError;
 use tailstream_wire::Status;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -19,18 +19,21 @@ async fn coordinator_metadata_survives_a_kill_and_restart() {
             .create_stream("durable", 4, test.stream_config())
             .await
             .unwrap();
-        let before = cluster.allocate_producer_id().await.unwrap();
+        let before = cluster.cluster().allocate_producer_id().await.unwrap();
         test.cluster.restart_coordinator().await.unwrap();
         test.wait_for_brokers(2).await;
         let fresh = test.client();
-        let described = fresh.refresh_stream("durable").await.unwrap();
+        let described = fresh.describe_stream("durable").await.unwrap();
         assert_eq!(*described, *created);
         assert!(
-            fresh.allocate_producer_id().await.unwrap() > before,
+            fresh.cluster().allocate_producer_id().await.unwrap() > before,
             "producer ids are never reused"
         );
         // The brokers still own their streamlets: producing works.
-        let producer = Producer::new(fresh, "durable", test.config.producer.clone())
+        let producer = fresh
+            .producer("durable")
+            .config(test.config.producer.clone())
+            .build()
             .await
             .unwrap();
         let ack = producer.send(None, b"after restart").await.unwrap();
@@ -56,7 +59,10 @@ async fn retention_keeps_memory_within_budget_while_producers_write_far_more() {
         stream.segments_per_group = 2;
         stream.retention_bytes = 1024 * 1024;
         cluster.create_stream("rolling", 1, stream).await.unwrap();
-        let producer = Producer::new(cluster, "rolling", test.config.producer.clone())
+        let producer = cluster
+            .producer("rolling")
+            .config(test.config.producer.clone())
+            .build()
             .await
             .unwrap();
         let value = vec![b'r'; 1000];
@@ -96,7 +102,10 @@ async fn without_retention_a_full_budget_answers_backpressure() {
         stream.logs_per_streamlet = 1;
         stream.segment_size_bytes = 256 * 1024;
         cluster.create_stream("full", 1, stream).await.unwrap();
-        let producer = Producer::new(cluster, "full", test.config.producer.clone())
+        let producer = cluster
+            .producer("full")
+            .config(test.config.producer.clone())
+            .build()
             .await
             .unwrap();
         let value = vec![b'f'; 1000];
@@ -144,7 +153,10 @@ async fn admin_endpoints_serve_health_metrics_and_state() {
             .create_stream("watched", 2, test.stream_config())
             .await
             .unwrap();
-        let producer = Producer::new(cluster, "watched", test.config.producer.clone())
+        let producer = cluster
+            .producer("watched")
+            .config(test.config.producer.clone())
+            .build()
             .await
             .unwrap();
         for i in 0..1000 {

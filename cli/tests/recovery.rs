@@ -29,7 +29,7 @@ async fn wait_until_serving(test: &TestCluster, stream: &str) -> Duration {
     let started = Instant::now();
     let cluster = test.client();
     loop {
-        let metadata = cluster.refresh_stream(stream).await.unwrap();
+        let metadata = cluster.describe_stream(stream).await.unwrap();
         if metadata
             .streamlets
             .iter()
@@ -99,7 +99,7 @@ fn index_of(server: ServerId) -> usize {
 
 /// The broker index the metadata names as the owner of `streamlet`, whatever its state.
 async fn owner_of_any(test: &TestCluster, stream: &str, streamlet: usize) -> usize {
-    let metadata = test.client().refresh_stream(stream).await.unwrap();
+    let metadata = test.client().describe_stream(stream).await.unwrap();
     index_of(metadata.streamlets[streamlet].owner)
 }
 
@@ -129,7 +129,7 @@ async fn rebuilding_on(test: &TestCluster, stream: &str, streamlet: usize) -> Op
     let started = Instant::now();
     let cluster = test.client();
     while started.elapsed() < Duration::from_secs(10) {
-        let metadata = cluster.refresh_stream(stream).await.unwrap();
+        let metadata = cluster.describe_stream(stream).await.unwrap();
         let placement = &metadata.streamlets[streamlet];
         if placement.state == PlacementState::Recovering && placement.detail.contains("rebuilt on")
         {

@@ -39,7 +39,7 @@ async fn complete_copies(test: &TestCluster) -> HashMap<(ServerId, ReplicaId), u
 
 /// The broker that owns no streamlet of `stream`: it only acts as a backup.
 async fn backup_only_broker(test: &TestCluster, stream: &str) -> usize {
-    let metadata = test.client().refresh_stream(stream).await.unwrap();
+    let metadata = test.client().describe_stream(stream).await.unwrap();
     (0..test.cluster.spec().brokers as usize)
         .find(|i| {
             let addr = test.cluster.broker(*i).unwrap().rpc_addr.to_string();

@@ -5,11 +5,12 @@
 //! ```
 //! Reads everything from the beginning until the stream has been idle for a second, prints a
 //! summary per log, and shows that a consumer resumed from those positions finds nothing new.
+//! (To share a stream among processes and resume from committed offsets instead, name a
+//! consumer group: `client.consumer(&stream).group("my-group")`; see the `group` example.)
 
 use std::collections::BTreeMap;
 use std::time::Duration;
-use tailstream_client::{ClientError, Cluster, Consumer, Membership, StartFrom};
-use tailstream_config::Config;
+use tailstream_client::{Client, ClientError};
 
 #[tokio::main]
 async fn main() -> Result<(), ClientError> {
@@ -17,26 +18,13 @@ async fn main() -> Result<(), ClientError> {
     let coordinator = args.next().unwrap_or_else(|| "127.0.0.1:7400".into());
     let stream = args.next().unwrap_or_else(|| "example".into());
 
-    let config = Config::embedded();
-    let cluster = Cluster::new(
-        &coordinator,
-        &config.client,
-        config.producer.request_timeout_ms,
-    );
-    let mut consumer = Consumer::new(
-        cluster.clone(),
-        &stream,
-        config.consumer.clone(),
-        StartFrom::Beginning,
-        Membership::default(),
-        &[],
-    )
-    .await?;
+    let client = Client::connect(&coordinator).await?;
+    let mut consumer = client.consumer(&stream).from_beginning().build().await?;
 
     let mut per_log: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
     loop {
         let records = consumer.poll(Duration::from_secs(1)).await?;
-        if records.is_empty() {
+        if records.is_empty() && consumer.unavailable().is_empty() {
             break;
         }
         for record in records {
@@ -53,15 +41,11 @@ async fn main() -> Result<(), ClientError> {
 
     // Positions are plain data (serde): store them anywhere and resume later.
     let positions = consumer.positions();
-    let mut resumed = Consumer::new(
-        cluster,
-        &stream,
-        config.consumer.clone(),
-        StartFrom::Beginning,
-        Membership::default(),
-        &positions,
-    )
-    .await?;
+    let mut resumed = client
+        .consumer(&stream)
+        .resume_from(&positions)
+        .build()
+        .await?;
     let again = resumed.poll(Duration::from_millis(500)).await?;
     println!(
         "after resuming from {} saved positions: {} new records",

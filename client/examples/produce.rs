@@ -7,8 +7,7 @@
 //! Creates the stream if needed, sends N keyed records, waits for every ack and prints where
 //! the last one landed.
 
-use tailstream_client::{ClientError, Cluster, Producer};
-use tailstream_config::Config;
+use tailstream_client::{Client, ClientError, Status};
 
 #[tokio::main]
 async fn main() -> Result<(), ClientError> {
@@ -17,22 +16,17 @@ async fn main() -> Result<(), ClientError> {
     let stream = args.next().unwrap_or_else(|| "example".into());
     let count: u64 = args.next().and_then(|n| n.parse().ok()).unwrap_or(1000);
 
-    let config = Config::embedded();
-    let cluster = Cluster::new(
-        &coordinator,
-        &config.client,
-        config.producer.request_timeout_ms,
-    );
-    match cluster
-        .create_stream(&stream, 4, config.stream_defaults.clone())
+    let client = Client::connect(&coordinator).await?;
+    match client
+        .create_stream(&stream, 4, client.stream_defaults())
         .await
     {
         Ok(_) => println!("created stream {stream}"),
-        Err(error) if error.status() == Some(tailstream_wire::Status::StreamExists) => {}
+        Err(error) if error.status() == Some(Status::StreamExists) => {}
         Err(error) => return Err(error),
     }
 
-    let producer = Producer::new(cluster, &stream, config.producer.clone()).await?;
+    let producer = client.producer(&stream).linger_ms(5).build().await?;
     let mut acks = Vec::new();
     for i in 0..count {
         let key = format!("user-{}", i % 10);

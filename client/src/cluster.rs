@@ -19,6 +19,9 @@ use tailstream_wire::{Decode, Encode, Opcode, ProducerId, Status, StreamletId};
 /// How long control calls keep retrying a coordinator that is restarting or has no brokers.
 const CONTROL_RETRY_MS_MAX: u64 = 10_000;
 
+/// The lower-level handle a [`crate::Client`] wraps: one call per coordinator RPC, a cache of
+/// stream metadata and a pool of broker connections. Front ends (the Kafka listener) and tools
+/// use it directly; applications use [`crate::Client`].
 #[derive(Debug)]
 pub struct Cluster {
     coordinator_addr: String,
@@ -49,12 +52,16 @@ impl Cluster {
         })
     }
 
+    /// The coordinator's address, as given.
     pub fn coordinator_addr(&self) -> &str {
         &self.coordinator_addr
     }
 
-    pub fn pool(&self) -> &RpcPool {
-        &self.pool
+    /// Opens the coordinator connection now (once), so an unreachable coordinator is reported
+    /// at start-up rather than by the first call.
+    pub async fn connect_coordinator(&self) -> Result<(), ClientError> {
+        self.pool.get(&self.coordinator_addr).await?;
+        Ok(())
     }
 
     /// A connection to the broker at `addr`.
@@ -93,6 +100,7 @@ impl Cluster {
         }
     }
 
+    /// Creates a stream (the coordinator places its streamlets) and caches its metadata.
     pub async fn create_stream(
         &self,
         name: &str,
@@ -152,11 +160,13 @@ impl Cluster {
         }
     }
 
+    /// Every stream's metadata.
     pub async fn list_streams(&self) -> Result<Vec<StreamMetadata>, ClientError> {
         let response: ListStreamsResponse = self.control(Opcode::ListStreams, &Empty {}).await?;
         Ok(response.streams)
     }
 
+    /// Every broker the coordinator knows, alive or not.
     pub async fn list_brokers(&self) -> Result<Vec<BrokerInfo>, ClientError> {
         let response: ListBrokersResponse = self.control(Opcode::ListBrokers, &Empty {}).await?;
         Ok(response.brokers)
@@ -178,6 +188,7 @@ impl Cluster {
         self.control(Opcode::GroupSync, request).await
     }
 
+    /// Tells a group's coordinator this member is alive; refused when the group rebalances.
     pub async fn heartbeat_group(
         &self,
         request: &GroupHeartbeatRequest,
@@ -186,6 +197,7 @@ impl Cluster {
         Ok(())
     }
 
+    /// Removes members from a group (it rebalances at once).
     pub async fn leave_group(&self, request: &GroupLeaveRequest) -> Result<(), ClientError> {
         let _: Empty = self.control(Opcode::GroupLeave, request).await?;
         Ok(())
@@ -197,6 +209,7 @@ impl Cluster {
         Ok(())
     }
 
+    /// A group's committed offsets.
     pub async fn fetch_offsets(
         &self,
         request: &OffsetFetchRequest,
@@ -224,6 +237,7 @@ impl Cluster {
         Ok(client.call(Opcode::ListGroups, &request).await?)
     }
 
+    /// A producer id no other producer of the cluster has.
     pub async fn allocate_producer_id(&self) -> Result<ProducerId, ClientError> {
         let response: AllocateProducerIdResponse =
             self.control(Opcode::AllocateProducerId, &Empty {}).await?;

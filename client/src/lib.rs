@@ -1,41 +1,60 @@
-//! tailstream-client: talk to a Tailstream cluster.
+//! tailstream-client: produce to and consume from a Tailstream cluster.
 //!
-//! - [`cluster`]: [`Cluster`], the coordinator connection, stream metadata cache and broker
-//!   connection pool every producer and consumer shares.
-//! - [`producer`]: [`Producer`]: batches per streamlet (size or linger), pipelines up to
-//!   `max_in_flight` requests per broker, routes by key hash or round-robin, acks each record,
-//!   retries idempotently (producer id + batch sequence).
-//! - [`consumer`]: [`Consumer`]: discovers groups, pulls each log in order, verifies every
-//!   checksum, tracks resumable positions; [`GroupConsumer`]: a member of a consumer group
-//!   that shares a stream with the other members and resumes from committed offsets.
-//! - [`routing`]: which streamlet a record goes to.
-//! - [`error`]: `ClientError`, what any of it can fail with.
+//! Start with [`Client::connect`]; make producers with [`Client::producer`] and consumers
+//! with [`Client::consumer`]. Everything a program needs is re-exported here: ids, settings,
+//! the server's [`Status`] codes.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), tailstream_client::ClientError> {
-//! use tailstream_client::{Cluster, Producer, Consumer, StartFrom, Membership};
-//! let config = tailstream_config::Config::embedded();
-//! let cluster = Cluster::new("127.0.0.1:7400", &config.client, config.producer.request_timeout_ms);
-//! let producer = Producer::new(cluster.clone(), "events", config.producer.clone()).await?;
+//! use std::time::Duration;
+//! use tailstream_client::{Client, ClientError};
+//!
+//! # async fn demo() -> Result<(), ClientError> {
+//! let client = Client::connect("127.0.0.1:7400").await?;
+//! let producer = client.producer("clicks").linger_ms(5).build().await?;
 //! let ack = producer.send(Some(b"user-1"), b"clicked").await?;
 //! println!("stored at {:?}", ack.await?.location);
-//! let mut consumer = Consumer::new(
-//!     cluster, "events", config.consumer.clone(), StartFrom::Beginning, Membership::default(), &[],
-//! ).await?;
-//! for record in consumer.poll(std::time::Duration::from_secs(1)).await? {
+//!
+//! let mut consumer = client.consumer("clicks").group("billing").from_beginning().build().await?;
+//! for record in consumer.poll(Duration::from_secs(1)).await? {
 //!     println!("{:?} {:?}", record.offset, record.value);
 //! }
+//! consumer.close().await?;
 //! # Ok(()) }
 //! ```
+//!
+//! Modules (private; their public types are re-exported at the root):
+//! - `client`: [`Client`] and [`ClientBuilder`], the entry point and its settings.
+//! - `cluster`: [`Cluster`], the lower-level handle underneath: coordinator connection,
+//!   stream metadata cache, broker connection pool.
+//! - `producer`: [`Producer`] and [`ProducerBuilder`]: batches per streamlet (size or
+//!   linger), pipelines up to `max_in_flight` requests per streamlet, routes by key hash or
+//!   round-robin, acks each record, retries idempotently (producer id + batch sequence).
+//! - `consumer`: [`Consumer`] and [`ConsumerBuilder`]: pulls each log in order, verifies
+//!   every checksum, tracks resumable positions, or shares a stream with the other members
+//!   of a consumer group and resumes from its committed offsets.
+//! - `routing`: which streamlet a record goes to.
+//! - `error`: [`ClientError`], what any of it can fail with.
 
-pub mod cluster;
-pub mod consumer;
-pub mod error;
-pub mod producer;
-pub mod routing;
+#![deny(missing_docs)]
 
+mod client;
+mod cluster;
+mod consumer;
+mod error;
+mod producer;
+mod routing;
+
+pub use client::{Client, ClientBuilder};
 pub use cluster::Cluster;
-pub use consumer::group::GroupConsumer;
-pub use consumer::{ConsumedRecord, Consumer, LogPosition, Membership, StartFrom};
+pub use consumer::{ConsumedRecord, Consumer, ConsumerBuilder, LogPosition, StartFrom};
 pub use error::ClientError;
-pub use producer::{AckFuture, Producer, RecordAck, RecordLocation};
+pub use producer::{AckFuture, Producer, ProducerBuilder, RecordAck, RecordLocation};
+pub use tailstream_config::{ClientConfig, ConsumerConfig, ProducerConfig};
+pub use tailstream_wire::messages::{
+    BrokerInfo, ListGroupsResponse, LogGroups, PlacementState, StreamConfig, StreamMetadata,
+    StreamletPlacement,
+};
+pub use tailstream_wire::{
+    GroupId, LogId, ProducerId, RecordOffset, SegmentId, SegmentPosition, Status, StreamId,
+    StreamletId,
+};

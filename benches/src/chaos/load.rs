@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tailstream_client::{AckFuture, Cluster, Consumer, Membership, Producer, StartFrom};
+use tailstream_client::{AckFuture, Client};
 use tailstream_config::{ConsumerConfig, ProducerConfig};
 use tokio::time::Instant;
 
@@ -48,7 +48,7 @@ fn lock(ledger: &Mutex<Ledger>) -> std::sync::MutexGuard<'_, Ledger> {
 }
 
 impl Load {
-    pub fn start(cluster: Arc<Cluster>, stream: &str, config: LoadConfig) -> Load {
+    pub fn start(cluster: Client, stream: &str, config: LoadConfig) -> Load {
         let ledger = Arc::new(Mutex::new(Ledger::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(AtomicU64::new(0));
@@ -125,13 +125,16 @@ struct Shared {
 }
 
 async fn produce(
-    cluster: Arc<Cluster>,
+    cluster: Client,
     stream: String,
     producer_index: u32,
     config: LoadConfig,
     shared: Shared,
 ) -> Result<(), String> {
-    let producer = Producer::new(cluster, &stream, config.producer.clone())
+    let producer = cluster
+        .producer(&stream)
+        .config(config.producer.clone())
+        .build()
         .await
         .map_err(|e| format!("producer {producer_index}: {e}"))?;
     let settle = |sequence: u64, result: Result<tailstream_client::RecordAck, _>| {
@@ -179,22 +182,19 @@ async fn produce(
 }
 
 async fn consume(
-    cluster: Arc<Cluster>,
+    cluster: Client,
     stream: String,
     config: LoadConfig,
     ledger: Arc<Mutex<Ledger>>,
     stop: Arc<AtomicBool>,
 ) -> Result<(), String> {
-    let mut consumer = Consumer::new(
-        cluster,
-        &stream,
-        config.consumer.clone(),
-        StartFrom::Beginning,
-        Membership::default(),
-        &[],
-    )
-    .await
-    .map_err(|e| format!("consumer: {e}"))?;
+    let mut consumer = cluster
+        .consumer(&stream)
+        .config(config.consumer.clone())
+        .from_beginning()
+        .build()
+        .await
+        .map_err(|e| format!("consumer: {e}"))?;
     let mut drained_polls = 0;
     let mut stopped_at: Option<Instant> = None;
     loop {

@@ -195,7 +195,8 @@ async fn cycles(
     args: &ChaosBenchArgs,
 ) -> Result<ChaosReport, String> {
     let started = Instant::now();
-    let cluster = harness::client(config, &local.coordinator_addr().to_string());
+    let client = harness::client(config, &local.coordinator_addr().to_string());
+    let cluster = client.cluster().clone();
     harness::wait_for_brokers(&cluster, args.brokers).await?;
     let mut stream = config.stream_defaults.clone();
     stream.replicas = args.replicas;
@@ -208,7 +209,7 @@ async fn cycles(
         .await
         .map_err(|e| e.to_string())?;
     let load = Load::start(
-        cluster.clone(),
+        client.clone(),
         name,
         LoadConfig {
             producers: args.producers,

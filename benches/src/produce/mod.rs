@@ -38,7 +38,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tailstream_client::{Cluster, Producer};
+use tailstream_client::{Client, Cluster, Producer};
 use tailstream_config::Config;
 use tailstream_launcher::LocalCluster;
 
@@ -223,6 +223,7 @@ pub(crate) const BOUNDED_RETENTION_BYTES: u64 = 256 << 20;
 /// A fresh benchmark stream and its producers.
 #[derive(Debug)]
 pub(crate) struct Prepared {
+    pub client: Client,
     pub cluster: Arc<Cluster>,
     pub stream: String,
     roles: Roles,
@@ -247,7 +248,8 @@ pub(crate) async fn prepare(
     retention_bytes: u64,
 ) -> Result<Prepared, String> {
     args.check_protocol()?;
-    let cluster = crate::harness::client(config, coordinator);
+    let client = crate::harness::client(config, coordinator);
+    let cluster = client.cluster().clone();
     let brokers = if local.is_some() {
         brokers_to_start(args)
     } else {
@@ -269,6 +271,7 @@ pub(crate) async fn prepare(
     if args.protocol == Protocol::Kafka {
         let leaders = kafka_connection::partition_leaders(&cluster, &name).await?;
         return Ok(Prepared {
+            client,
             cluster,
             stream: name,
             roles,
@@ -284,12 +287,16 @@ pub(crate) async fn prepare(
         .max(4 * u64::from(args.batch_bytes) * u64::from(args.max_in_flight));
     let mut producers = Vec::new();
     for _ in 0..args.producers {
-        let producer = Producer::new(cluster.clone(), &name, producer_config.clone())
+        let producer = client
+            .producer(&name)
+            .config(producer_config.clone())
+            .build()
             .await
             .map_err(|e| e.to_string())?;
         producers.push(producer);
     }
     Ok(Prepared {
+        client,
         cluster,
         stream: name,
         roles,

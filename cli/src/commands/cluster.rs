@@ -17,7 +17,7 @@ pub enum ClusterCommand {
 }
 
 pub async fn run(config: Config, coordinator: &str, command: ClusterCommand) -> Result<(), String> {
-    let cluster = super::cluster(&config, coordinator);
+    let cluster = super::client(&config, coordinator);
     let ClusterCommand::Status { json } = command;
     let brokers = cluster.list_brokers().await.map_err(|e| e.to_string())?;
     let streams = cluster.list_streams().await.map_err(|e| e.to_string())?;

@@ -3,9 +3,6 @@
 use clap::Args;
 use std::io::Write;
 use std::time::{Duration, Instant};
-use tailstream_client::{
-    ClientError, ConsumedRecord, Consumer, GroupConsumer, Membership, StartFrom,
-};
 use tailstream_config::Config;
 
 #[derive(Args, Debug)]
@@ -37,41 +34,19 @@ pub struct ConsumeArgs {
 }
 
 pub async fn run(config: Config, coordinator: &str, args: ConsumeArgs) -> Result<(), String> {
-    let cluster = super::cluster(&config, coordinator);
-    let start = if args.from_beginning {
-        StartFrom::Beginning
+    let consumer = super::client(&config, coordinator).consumer(&args.name);
+    let consumer = if args.from_beginning {
+        consumer.from_beginning()
     } else {
-        StartFrom::End
-    };
-    let membership = Membership {
-        member: args.member,
-        members: args.members,
+        consumer.from_end()
     };
     let mut reader = match &args.group {
-        Some(group) => Reader::Group(Box::new(
-            GroupConsumer::new(
-                cluster,
-                &config.client,
-                &args.name,
-                group,
-                config.consumer.clone(),
-                start,
-            )
-            .map_err(|e| e.to_string())?,
-        )),
-        None => Reader::Alone(
-            Consumer::new(
-                cluster,
-                &args.name,
-                config.consumer.clone(),
-                start,
-                membership,
-                &[],
-            )
-            .await
-            .map_err(|e| e.to_string())?,
-        ),
-    };
+        Some(group) => consumer.group(group),
+        None => consumer.member(args.member, args.members),
+    }
+    .build()
+    .await
+    .map_err(|e| e.to_string())?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
     let max = args.max_records.unwrap_or(u64::MAX);
@@ -138,47 +113,5 @@ pub async fn run(config: Config, coordinator: &str, args: ConsumeArgs) -> Result
         eprintln!("warning: {lost} records were freed by retention before they were read");
     }
     // Printed and flushed: now a group member may commit them.
-    reader.close().await
-}
-
-/// A consumer on its own (all logs, or a static share) or a group member.
-enum Reader {
-    Alone(Consumer),
-    Group(Box<GroupConsumer>),
-}
-
-impl Reader {
-    async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumedRecord>, ClientError> {
-        match self {
-            Reader::Alone(consumer) => consumer.poll(timeout).await,
-            Reader::Group(member) => member.poll(timeout).await,
-        }
-    }
-
-    fn unavailable(&self) -> Vec<(tailstream_wire::StreamletId, String)> {
-        match self {
-            Reader::Alone(consumer) => consumer.unavailable(),
-            Reader::Group(member) => member.unavailable(),
-        }
-    }
-
-    fn release(&mut self, unhandled: &[ConsumedRecord]) {
-        if let Reader::Group(member) = self {
-            member.release(unhandled);
-        }
-    }
-
-    fn records_lost_to_retention(&self) -> u64 {
-        match self {
-            Reader::Alone(consumer) => consumer.records_lost_to_retention(),
-            Reader::Group(member) => member.records_lost_to_retention(),
-        }
-    }
-
-    async fn close(self) -> Result<(), String> {
-        match self {
-            Reader::Alone(_) => Ok(()),
-            Reader::Group(member) => (*member).close().await.map_err(|e| e.to_string()),
-        }
-    }
+    reader.close().await.map_err(|e| e.to_string())
 }

@@ -155,7 +155,7 @@ pub async fn run(
 
 /// Waits until the coordinator sees `brokers` live brokers.
 async fn wait_for_brokers(config: &Config, coordinator: &str, brokers: u32) -> Result<(), String> {
-    let cluster = super::cluster(config, coordinator);
+    let cluster = super::client(config, coordinator);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let alive = match cluster.list_brokers().await {

@@ -6,15 +6,11 @@ pub mod dev;
 pub mod produce;
 pub mod stream;
 
-use std::sync::Arc;
-use tailstream_client::Cluster;
+use tailstream_client::Client;
 use tailstream_config::Config;
 
-/// The cluster client every command uses.
-pub fn cluster(config: &Config, coordinator: &str) -> Arc<Cluster> {
-    Cluster::new(
-        coordinator,
-        &config.client,
-        config.producer.request_timeout_ms,
-    )
+/// The client every command uses: the library's own API, with the config file's client,
+/// producer, consumer and stream default tables.
+pub fn client(config: &Config, coordinator: &str) -> Client {
+    Client::builder(coordinator).from_config(config).build()
 }

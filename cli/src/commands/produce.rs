@@ -2,7 +2,7 @@
 
 use clap::Args;
 use std::collections::VecDeque;
-use tailstream_client::{AckFuture, Producer};
+use tailstream_client::AckFuture;
 use tailstream_config::Config;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -18,8 +18,9 @@ pub struct ProduceArgs {
 const PENDING_ACKS_MAX: usize = 1 << 20;
 
 pub async fn run(config: Config, coordinator: &str, args: ProduceArgs) -> Result<(), String> {
-    let cluster = super::cluster(&config, coordinator);
-    let producer = Producer::new(cluster, &args.name, config.producer.clone())
+    let producer = super::client(&config, coordinator)
+        .producer(&args.name)
+        .build()
         .await
         .map_err(|e| e.to_string())?;
     let mut lines = BufReader::with_capacity(1 << 16, tokio::io::stdin()).lines();

@@ -2,7 +2,7 @@
 
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
-use tailstream_client::Cluster;
+use tailstream_client::Client;
 use tailstream_config::Config;
 use tailstream_wire::StreamletId;
 use tailstream_wire::messages::{LogGroups, PlacementState, StreamMetadata};
@@ -68,7 +68,7 @@ fn print_stream(stream: &StreamMetadata) {
 }
 
 pub async fn run(config: Config, coordinator: &str, command: StreamCommand) -> Result<(), String> {
-    let cluster = super::cluster(&config, coordinator);
+    let cluster = super::client(&config, coordinator);
     match command {
         StreamCommand::Create(args) => {
             let mut stream = config.stream_defaults.clone();
@@ -104,7 +104,7 @@ pub async fn run(config: Config, coordinator: &str, command: StreamCommand) -> R
         }
         StreamCommand::Describe { name, json } => {
             let stream = cluster
-                .refresh_stream(&name)
+                .describe_stream(&name)
                 .await
                 .map_err(|e| e.to_string())?;
             describe(&cluster, &stream, json).await;
@@ -131,7 +131,7 @@ fn stream_json(stream: &StreamMetadata) -> Value {
 /// Settings, then per streamlet its owner and state and per log its records (first live
 /// offset to committed end), appended end, groups, segments and committed bytes, asked of
 /// each owner. A streamlet whose owner does not answer says why and the rest goes on.
-async fn describe(cluster: &Cluster, stream: &StreamMetadata, json: bool) {
+async fn describe(cluster: &Client, stream: &StreamMetadata, json: bool) {
     let mut streamlets = Vec::new();
     for placement in &stream.streamlets {
         let state = match placement.state {

@@ -3,9 +3,8 @@
 
 use super::TestCluster;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tailstream_client::{Cluster, Consumer, Membership, Producer, StartFrom};
+use tailstream_client::Client;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -18,9 +17,13 @@ pub async fn connect_from_elsewhere(addr: SocketAddr) -> TcpStream {
 
 /// Produces `records` records to `stream` (which must exist) and reads them all back, from the
 /// legitimate client's address.
-pub async fn produce_and_consume(cluster: Arc<Cluster>, stream: &str, records: usize) {
+pub async fn produce_and_consume(cluster: Client, stream: &str, records: usize) {
     let config = tailstream_config::Config::embedded();
-    let producer = Producer::new(cluster.clone(), stream, config.producer.clone())
+    let producer = cluster
+        .clone()
+        .producer(stream)
+        .config(config.producer.clone())
+        .build()
         .await
         .unwrap();
     let mut acks = Vec::new();
@@ -36,16 +39,13 @@ pub async fn produce_and_consume(cluster: Arc<Cluster>, stream: &str, records: u
     for ack in acks {
         ack.await.unwrap();
     }
-    let mut consumer = Consumer::new(
-        cluster,
-        stream,
-        config.consumer.clone(),
-        StartFrom::Beginning,
-        Membership::default(),
-        &[],
-    )
-    .await
-    .unwrap();
+    let mut consumer = cluster
+        .consumer(stream)
+        .config(config.consumer.clone())
+        .from_beginning()
+        .build()
+        .await
+        .unwrap();
     let mut seen = 0;
     let deadline = Instant::now() + Duration::from_secs(30);
     while seen < records {

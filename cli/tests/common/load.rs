@@ -6,7 +6,7 @@ use super::ledger::{Ledger, value};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-use tailstream_client::{ConsumedRecord, Consumer, Membership, Producer, StartFrom};
+use tailstream_client::ConsumedRecord;
 
 /// Producers and a consumer running against `stream` while `during` runs; returns the ledger
 /// of acks and everything consumed.
@@ -34,7 +34,12 @@ impl Load {
                 let config = test.config.producer.clone();
                 let stream = stream.to_string();
                 tokio::spawn(async move {
-                    let producer = Producer::new(cluster, &stream, config).await.unwrap();
+                    let producer = cluster
+                        .producer(&stream)
+                        .config(config)
+                        .build()
+                        .await
+                        .unwrap();
                     let mut ledger = Ledger::default();
                     let mut pending = std::collections::VecDeque::new();
                     let mut settle =
@@ -82,16 +87,13 @@ impl Load {
             let config = test.config.consumer.clone();
             let stream = stream.to_string();
             tokio::spawn(async move {
-                let mut consumer = Consumer::new(
-                    cluster,
-                    &stream,
-                    config,
-                    StartFrom::Beginning,
-                    Membership::default(),
-                    &[],
-                )
-                .await
-                .unwrap();
+                let mut consumer = cluster
+                    .consumer(&stream)
+                    .config(config)
+                    .from_beginning()
+                    .build()
+                    .await
+                    .unwrap();
                 let mut got = Vec::new();
                 let mut idle = 0;
                 while idle < 30 {

@@ -9,9 +9,8 @@ pub mod load;
 
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::Duration;
-use tailstream_client::Cluster;
+use tailstream_client::Client;
 use tailstream_config::Config;
 use tailstream_launcher::{ClusterSpec, LocalCluster, Ports};
 use tailstream_wire::messages::StreamConfig;
@@ -73,12 +72,10 @@ impl TestCluster {
         self.cluster.coordinator_addr().to_string()
     }
 
-    pub fn client(&self) -> Arc<Cluster> {
-        Cluster::new(
-            &self.coordinator(),
-            &self.config.client,
-            self.config.producer.request_timeout_ms,
-        )
+    pub fn client(&self) -> Client {
+        Client::builder(&self.coordinator())
+            .from_config(&self.config)
+            .build()
     }
 
     pub async fn wait_for_brokers(&self, brokers: usize) {
@@ -117,7 +114,7 @@ impl TestCluster {
 
     /// The broker index (in the launcher) that owns `streamlet` of `stream`.
     pub async fn owner_of(&self, stream: &str, streamlet: usize) -> usize {
-        let metadata = self.client().refresh_stream(stream).await.unwrap();
+        let metadata = self.client().describe_stream(stream).await.unwrap();
         let owner = &metadata.streamlets[streamlet].owner_addr;
         (0..self.cluster.spec().brokers as usize)
             .find(|i| {

@@ -9,11 +9,17 @@ use tailstream_wire::{GroupId, LogId, RecordOffset, SegmentId, SegmentPosition, 
 /// offset of the next record, which also lets a consumer drop anything redelivered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogPosition {
+    /// The streamlet the log belongs to.
     pub streamlet: StreamletId,
+    /// The log within its streamlet.
     pub log: LogId,
+    /// The group being read.
     pub group: GroupId,
+    /// The segment being read, within `group`.
     pub segment: SegmentId,
+    /// The byte position of the next entry in `segment`.
     pub position: SegmentPosition,
+    /// The offset of the next record to hand out.
     pub next_offset: RecordOffset,
 }
 
@@ -28,7 +34,7 @@ pub enum StartFrom {
 
 /// What the cursor needs next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// Learn the log's groups (none known yet, or the next group's first segment).
     ListGroups,
     /// Learn where record `offset` is (a cursor resuming from a committed offset).
@@ -57,8 +63,9 @@ enum State {
     },
 }
 
+/// The position in one log and how it moves.
 #[derive(Clone, Debug)]
-pub struct Cursor {
+pub(crate) struct Cursor {
     pub streamlet: StreamletId,
     pub log: LogId,
     next_offset: RecordOffset,
@@ -71,7 +78,7 @@ pub struct Cursor {
 }
 
 impl Cursor {
-    pub fn new(streamlet: StreamletId, log: LogId, start: StartFrom) -> Self {
+    pub(crate) fn new(streamlet: StreamletId, log: LogId, start: StartFrom) -> Self {
         Self {
             streamlet,
             log,
@@ -84,7 +91,7 @@ impl Cursor {
 
     /// A cursor that starts at record `offset` (a consumer group's committed offset), wherever
     /// it is stored; below the log's oldest live record it starts at that record.
-    pub fn at_offset(streamlet: StreamletId, log: LogId, offset: RecordOffset) -> Self {
+    pub(crate) fn at_offset(streamlet: StreamletId, log: LogId, offset: RecordOffset) -> Self {
         Self {
             streamlet,
             log,
@@ -95,7 +102,7 @@ impl Cursor {
         }
     }
 
-    pub fn resume(position: LogPosition) -> Self {
+    pub(crate) fn resume(position: LogPosition) -> Self {
         Self {
             streamlet: position.streamlet,
             log: position.log,
@@ -110,11 +117,11 @@ impl Cursor {
         }
     }
 
-    pub fn next_offset(&self) -> RecordOffset {
+    pub(crate) fn next_offset(&self) -> RecordOffset {
         self.next_offset
     }
 
-    pub fn step(&self) -> Step {
+    pub(crate) fn step(&self) -> Step {
         match self.state {
             State::Locate => Step::Locate {
                 offset: self.next_offset,
@@ -133,7 +140,7 @@ impl Cursor {
     }
 
     /// The resumable position, once the cursor has one.
-    pub fn position(&self) -> Option<LogPosition> {
+    pub(crate) fn position(&self) -> Option<LogPosition> {
         let (group, segment, position) = match self.state {
             State::Reading {
                 group,
@@ -153,7 +160,7 @@ impl Cursor {
     }
 
     /// Applies a group listing. Returns true when the cursor can now fetch.
-    pub fn on_groups(&mut self, groups: &LogGroups) -> bool {
+    pub(crate) fn on_groups(&mut self, groups: &LogGroups) -> bool {
         let State::Discover { after, start } = self.state else {
             return true;
         };
@@ -198,7 +205,12 @@ impl Cursor {
     }
 
     /// The broker located the offset this cursor starts at.
-    pub fn on_located(&mut self, group: GroupId, segment: SegmentId, position: SegmentPosition) {
+    pub(crate) fn on_located(
+        &mut self,
+        group: GroupId,
+        segment: SegmentId,
+        position: SegmentPosition,
+    ) {
         if self.state == State::Locate {
             self.state = State::Reading {
                 group,
@@ -210,7 +222,7 @@ impl Cursor {
 
     /// The offset this cursor starts at is not in the log (retention freed it, or the log is
     /// shorter): start at the oldest live record instead.
-    pub fn on_locate_out_of_range(&mut self) {
+    pub(crate) fn on_locate_out_of_range(&mut self) {
         if self.state == State::Locate {
             self.state = State::Discover {
                 after: None,
@@ -220,7 +232,7 @@ impl Cursor {
     }
 
     /// Applies a fetch answer whose records up to `next_offset` were delivered.
-    pub fn on_fetched(&mut self, response: &FetchResponse, next_offset: RecordOffset) {
+    pub(crate) fn on_fetched(&mut self, response: &FetchResponse, next_offset: RecordOffset) {
         self.next_offset = self.next_offset.max(next_offset);
         let State::Reading { group, .. } = self.state else {
             return;
@@ -241,7 +253,7 @@ impl Cursor {
     }
 
     /// The group was freed by retention: start over at the oldest live group.
-    pub fn on_group_retired(&mut self, groups: &LogGroups) {
+    pub(crate) fn on_group_retired(&mut self, groups: &LogGroups) {
         if let Some(oldest) = groups.groups.first() {
             let lost = oldest.first_offset.0.saturating_sub(self.next_offset.0);
             // A statistic, from the broker's answer: saturate rather than wrap.

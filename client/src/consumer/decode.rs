@@ -13,18 +13,25 @@ use tailstream_wire::{LogId, RecordOffset, StreamletId};
 /// One record as a consumer receives it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConsumedRecord {
+    /// The streamlet the record was appended to.
     pub streamlet: StreamletId,
+    /// The log within that streamlet; offsets increase per log.
     pub log: LogId,
+    /// The record's offset in its log.
     pub offset: RecordOffset,
+    /// When the producer created the record's batch (milliseconds since the Unix epoch, the
+    /// producer's clock) plus the record's own delta.
     pub timestamp_ms: i64,
+    /// The record's key, if it has one.
     pub key: Option<Bytes>,
+    /// The record's value (`None` only for a record produced with a null value).
     pub value: Option<Bytes>,
 }
 
 /// Decodes the records in `entries` (whole entries of one log), skipping digests and trailers
 /// and any record below `skip_below` (already delivered). Returns the offset one past the
 /// last record seen.
-pub fn decode_entries(
+pub(crate) fn decode_entries(
     streamlet: StreamletId,
     log: LogId,
     entries: &Bytes,

@@ -11,7 +11,8 @@
 //! member after a crash.
 
 use super::cursor::{Cursor, StartFrom};
-use super::{ConsumedRecord, Consumer};
+use super::decode::ConsumedRecord;
+use super::logs::LogConsumer;
 use crate::cluster::Cluster;
 use crate::error::ClientError;
 use std::collections::BTreeMap;
@@ -28,7 +29,7 @@ use tailstream_wire::{Decode, Encode, LogId, RecordOffset, Status, StreamletId};
 use tokio::sync::watch;
 
 /// The group protocol type of native members (Kafka's clients use `consumer`).
-pub const PROTOCOL_TYPE: &str = "tailstream";
+pub(crate) const PROTOCOL_TYPE: &str = "tailstream";
 /// The one assignment strategy native members offer.
 const STRATEGY: &str = "round-robin";
 /// Joining gives up after this many refusals in a row that a retry may fix.
@@ -37,7 +38,7 @@ const JOIN_ATTEMPTS_MAX: u32 = 20;
 /// Which member reads which partition (`streamlet * Q + log`): partition p goes to the p-th
 /// member (mod their count) in member id order, so every partition has exactly one reader and
 /// shares differ by at most one.
-pub fn assign(members: &[String], partitions: u32) -> BTreeMap<String, Vec<u32>> {
+pub(crate) fn assign(members: &[String], partitions: u32) -> BTreeMap<String, Vec<u32>> {
     let mut sorted: Vec<&String> = members.iter().collect();
     sorted.sort();
     sorted.dedup();
@@ -61,7 +62,7 @@ struct Identity {
 }
 
 /// One member of a consumer group reading one stream.
-pub struct GroupConsumer {
+pub(crate) struct GroupMember {
     cluster: Arc<Cluster>,
     /// Calls that may wait for a rebalance (longer deadline than `cluster`'s).
     groups: Arc<Cluster>,
@@ -76,7 +77,7 @@ pub struct GroupConsumer {
     rejoin: Arc<AtomicBool>,
     heartbeats: tokio::task::JoinHandle<()>,
     metadata: Option<Arc<StreamMetadata>>,
-    reader: Option<Consumer>,
+    reader: Option<LogConsumer>,
     /// The partitions this member reads.
     partitions: Vec<u32>,
     /// The next offset of each partition, after the records polls returned.
@@ -86,9 +87,9 @@ pub struct GroupConsumer {
     last_commit: Instant,
 }
 
-impl std::fmt::Debug for GroupConsumer {
+impl std::fmt::Debug for GroupMember {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GroupConsumer")
+        f.debug_struct("GroupMember")
             .field("stream", &self.stream)
             .field("group", &self.group)
             .field("member", &self.identity)
@@ -97,16 +98,16 @@ impl std::fmt::Debug for GroupConsumer {
     }
 }
 
-impl Drop for GroupConsumer {
+impl Drop for GroupMember {
     fn drop(&mut self) {
         self.heartbeats.abort();
     }
 }
 
-impl GroupConsumer {
+impl GroupMember {
     /// A member of `group` reading `stream`; logs the group never committed an offset for are
     /// read from `reset`. Joins on the first `poll`.
-    pub fn new(
+    pub(crate) fn new(
         cluster: Arc<Cluster>,
         client: &ClientConfig,
         stream: &str,
@@ -154,34 +155,37 @@ impl GroupConsumer {
     }
 
     /// The partitions (`streamlet * Q + log`) this member reads in the current generation.
-    pub fn partitions(&self) -> &[u32] {
+    pub(crate) fn partitions(&self) -> &[u32] {
         &self.partitions
     }
 
     /// The streamlets this member waits for (recovering, lost, or not answering) and why.
-    pub fn unavailable(&self) -> Vec<(StreamletId, String)> {
+    pub(crate) fn unavailable(&self) -> Vec<(StreamletId, String)> {
         self.reader
             .as_ref()
-            .map_or_else(Vec::new, Consumer::unavailable)
+            .map_or_else(Vec::new, LogConsumer::unavailable)
     }
 
     /// Records of this member's logs skipped because retention freed them before they were
     /// read (since the current generation began).
-    pub fn records_lost_to_retention(&self) -> u64 {
+    pub(crate) fn records_lost_to_retention(&self) -> u64 {
         self.reader
             .as_ref()
-            .map_or(0, Consumer::records_lost_to_retention)
+            .map_or(0, LogConsumer::records_lost_to_retention)
     }
 
     /// The group generation this member is in (0 before it joined).
-    pub fn generation(&self) -> u32 {
+    pub(crate) fn generation(&self) -> u32 {
         self.identity.generation
     }
 
     /// Waits up to `timeout` for records of this member's logs. Commits what earlier polls
     /// returned first (they were handled, or this poll would not be called), and rejoins the
     /// group when it rebalances.
-    pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumedRecord>, ClientError> {
+    pub(crate) async fn poll(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Vec<ConsumedRecord>, ClientError> {
         if self.reader.is_none() || self.rejoin.load(Ordering::Relaxed) {
             self.rejoin_group().await?;
         } else if self.uncommitted
@@ -210,7 +214,7 @@ impl GroupConsumer {
     /// Takes back records a poll returned that were not handled (a caller that stops
     /// part-way through a poll's records): their offsets are not committed. For a caller about
     /// to `close`; a member that polls on reads on after them.
-    pub fn release(&mut self, unhandled: &[ConsumedRecord]) {
+    pub(crate) fn release(&mut self, unhandled: &[ConsumedRecord]) {
         let logs = self
             .metadata
             .as_ref()
@@ -225,7 +229,7 @@ impl GroupConsumer {
 
     /// Commits the offsets after every record the polls returned (answered once on the
     /// coordinator's disk).
-    pub async fn commit(&mut self) -> Result<(), ClientError> {
+    pub(crate) async fn commit(&mut self) -> Result<(), ClientError> {
         if !self.uncommitted || self.identity.member_id.is_empty() {
             return Ok(());
         }
@@ -254,7 +258,7 @@ impl GroupConsumer {
 
     /// Commits what was handed out and leaves the group, so the others take over its logs at
     /// once instead of after a session timeout.
-    pub async fn close(mut self) -> Result<(), ClientError> {
+    pub(crate) async fn close(mut self) -> Result<(), ClientError> {
         let committed = self.commit().await;
         if !self.identity.member_id.is_empty() {
             let _ = self
@@ -324,7 +328,7 @@ impl GroupConsumer {
                 }
             })
             .collect();
-        self.reader = Some(Consumer::with_cursors(
+        self.reader = Some(LogConsumer::with_cursors(
             self.cluster.clone(),
             metadata.clone(),
             self.config.clone(),
@@ -404,7 +408,8 @@ impl GroupConsumer {
     }
 
     /// The group's committed offsets of this member's partitions.
-    async fn committed_offsets(&self) -> Result<BTreeMap<u32, RecordOffset>, ClientError> {
+    // `&mut`: a shared borrow held across the await would need the member to be `Sync`.
+    async fn committed_offsets(&mut self) -> Result<BTreeMap<u32, RecordOffset>, ClientError> {
         let response = self
             .groups
             .fetch_offsets(&OffsetFetchRequest {

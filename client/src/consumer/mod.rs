@@ -1,399 +1,149 @@
 //! The consumer: pull records from the logs of a stream, in order per log, and resume.
 //!
-//! A consumer owns a set of (streamlet, log) pairs: all of them, or, for `members > 1`, every
-//! `members`-th pair starting at `member`, so several consumers split a stream with no overlap.
-//! Each pair has a [`cursor::Cursor`]; at most one fetch per cursor is in flight, fetches of
-//! different cursors run concurrently and long-poll at the head of their log.
+//! A [`Consumer`] reads one of three shares of a stream: all of its logs, a static share
+//! (every `members`-th log, starting at the `member`-th), or, in a consumer group, whatever
+//! the group hands it. Build one with [`crate::Client::consumer`].
 //!
-//! When a streamlet's owner crashes, its cursors keep their positions (recovery keeps every
-//! position and offset) and wait: they refresh the metadata until the streamlet serves again,
-//! on its new owner under a new epoch, and go on from where they were. While any of them waits,
-//! `unavailable` says which streamlet and why, so a caller never mistakes the wait for the end
-//! of the stream.
-//!
-//! - [`cursor`]: the position in one log and how it moves (pure).
-//! - [`decode`]: fetched entries to records, every checksum verified.
-//! - [`group`]: a consumer group member: consumers naming one group share a stream's logs,
+//! - [`builder`]: [`ConsumerBuilder`], where to start, which share, which group.
+//! - `logs`: the reader of a fixed set of logs (cursors, fetches, waits for recovery).
+//! - `cursor`: the position in one log and how it moves (pure).
+//! - `decode`: fetched entries to records, every checksum verified.
+//! - `group`: a consumer group member: consumers naming one group share a stream's logs,
 //!   resume from the group's committed offsets and take over from members that leave or die.
 
-pub mod cursor;
-pub mod decode;
-pub mod group;
+pub mod builder;
+mod cursor;
+mod decode;
+mod group;
+mod logs;
 
-use crate::cluster::Cluster;
 use crate::error::ClientError;
-use cursor::{Cursor, Step};
+pub use builder::ConsumerBuilder;
 pub use cursor::{LogPosition, StartFrom};
 pub use decode::ConsumedRecord;
-use futures::FutureExt;
-use futures::future::BoxFuture;
-use futures::stream::{FuturesUnordered, StreamExt};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tailstream_config::ConsumerConfig;
-use tailstream_net::RpcError;
-use tailstream_wire::messages::{
-    FetchRequest, FetchResponse, ListGroupsRequest, ListGroupsResponse, LocateOffsetRequest,
-    LocateOffsetResponse, PlacementState, StreamMetadata,
-};
-use tailstream_wire::{LogId, Opcode, Status, StreamletId};
+use group::GroupMember;
+use logs::LogConsumer;
+use std::time::Duration;
+use tailstream_wire::StreamletId;
 
-/// Which share of a stream's logs a consumer reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Membership {
-    pub member: u32,
-    pub members: u32,
-}
-
-impl Default for Membership {
-    fn default() -> Self {
-        Self {
-            member: 0,
-            members: 1,
-        }
-    }
-}
-
-enum Outcome {
-    Groups(Result<ListGroupsResponse, RpcError>),
-    Located(Result<LocateOffsetResponse, RpcError>),
-    Fetched(Result<FetchResponse, RpcError>),
-}
-
-/// Reads a stream. Not `Clone`: one consumer owns its cursors.
+/// Reads a stream: records of each log in offset order, every checksum verified.
+///
+/// Not `Clone`: a consumer owns its positions. Build one with [`crate::Client::consumer`].
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), tailstream_client::ClientError> {
+/// use std::time::Duration;
+/// let client = tailstream_client::Client::connect("127.0.0.1:7400").await?;
+/// let mut consumer = client.consumer("clicks").group("billing").from_beginning().build().await?;
+/// loop {
+///     let records = consumer.poll(Duration::from_secs(1)).await?;
+///     for record in &records {
+///         println!("{:?} {:?}", record.offset, record.value);
+///     }
+///     // The next poll commits what this one returned: handle records before polling again.
+///     if records.is_empty() {
+///         break;
+///     }
+/// }
+/// consumer.close().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
 pub struct Consumer {
-    cluster: Arc<Cluster>,
-    metadata: Arc<StreamMetadata>,
-    config: ConsumerConfig,
-    cursors: Vec<Cursor>,
-    /// When each idle cursor may issue its next request.
-    not_before: Vec<Instant>,
-    busy: Vec<bool>,
-    /// Why each cursor cannot read right now (its streamlet is recovering or lost, or its
-    /// owner does not answer), until it reads again.
-    blocked: Vec<Option<String>>,
-    last_refresh: Option<Instant>,
-    in_flight: FuturesUnordered<BoxFuture<'static, (usize, Outcome)>>,
+    reader: Reader,
 }
 
-impl std::fmt::Debug for Consumer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Consumer")
-            .field("stream", &self.metadata.name)
-            .field("cursors", &self.cursors.len())
-            .finish()
-    }
+/// A consumer on its own (all logs, or a static share) or a group member.
+#[derive(Debug)]
+enum Reader {
+    Alone(LogConsumer),
+    Group(Box<GroupMember>),
 }
 
 impl Consumer {
-    /// A consumer of `stream` starting at `start` in every log it owns, except those for
-    /// which `resume` holds a position.
-    pub async fn new(
-        cluster: Arc<Cluster>,
-        stream: &str,
-        config: ConsumerConfig,
-        start: StartFrom,
-        membership: Membership,
-        resume: &[LogPosition],
-    ) -> Result<Self, ClientError> {
-        if membership.members == 0 || membership.member >= membership.members {
-            return Err(ClientError::Config(
-                "consumer member must be below members".into(),
-            ));
-        }
-        let metadata = cluster.stream(stream).await?;
-        let logs = metadata.config.logs_per_streamlet;
-        let mut cursors = Vec::new();
-        for streamlet in 0..metadata.streamlets.len() as u32 {
-            for log in 0..logs {
-                // Bounded by validated metadata (4096 streamlets x 256 logs), in u64 anyway.
-                let slot = u64::from(streamlet) * u64::from(logs) + u64::from(log);
-                if slot % u64::from(membership.members) != u64::from(membership.member) {
-                    continue;
-                }
-                let (streamlet, log) = (StreamletId(streamlet), LogId(log));
-                let saved = resume
-                    .iter()
-                    .find(|p| p.streamlet == streamlet && p.log == log);
-                cursors.push(match saved {
-                    Some(position) => Cursor::resume(*position),
-                    None => Cursor::new(streamlet, log, start),
-                });
-            }
-        }
-        Ok(Self::with_cursors(cluster, metadata, config, cursors))
-    }
-
-    /// A consumer of the logs `cursors` stand for (a consumer group member's share).
-    pub(crate) fn with_cursors(
-        cluster: Arc<Cluster>,
-        metadata: Arc<StreamMetadata>,
-        config: ConsumerConfig,
-        cursors: Vec<Cursor>,
-    ) -> Self {
-        let now = Instant::now();
-        Self {
-            cluster,
-            metadata,
-            config,
-            not_before: vec![now; cursors.len()],
-            busy: vec![false; cursors.len()],
-            blocked: vec![None; cursors.len()],
-            last_refresh: None,
-            cursors,
-            in_flight: FuturesUnordered::new(),
+    /// Waits up to `timeout` for records and returns those that arrived (possibly none).
+    /// Records of one log come in offset order, across calls too.
+    ///
+    /// In a group, a poll first commits the offsets after what earlier polls returned (at
+    /// most every `member_commit_interval_ms`), and joins or rejoins the group when it
+    /// rebalances: handle a poll's records before the next poll.
+    pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumedRecord>, ClientError> {
+        match &mut self.reader {
+            Reader::Alone(consumer) => consumer.poll(timeout).await,
+            Reader::Group(member) => member.poll(timeout).await,
         }
     }
 
-    /// Where this consumer is in each of its logs: pass these to `new` to resume.
-    pub fn positions(&self) -> Vec<LogPosition> {
-        self.cursors.iter().filter_map(Cursor::position).collect()
-    }
-
-    /// The streamlets this consumer waits for (recovering, lost, or not answering) and why.
-    /// Empty when every streamlet it reads is reachable.
+    /// The streamlets this consumer waits for (recovering after a broker crash, lost, or not
+    /// answering) and why. Empty when every streamlet it reads is reachable: an empty poll
+    /// with an empty `unavailable` means the consumer is at the end of its logs.
     pub fn unavailable(&self) -> Vec<(StreamletId, String)> {
-        let mut waiting: Vec<(StreamletId, String)> = self
-            .cursors
-            .iter()
-            .zip(&self.blocked)
-            .filter_map(|(cursor, why)| Some((cursor.streamlet, why.clone()?)))
-            .collect();
-        waiting.sort_by_key(|(streamlet, _)| *streamlet);
-        waiting.dedup_by_key(|(streamlet, _)| *streamlet);
-        waiting
+        match &self.reader {
+            Reader::Alone(consumer) => consumer.unavailable(),
+            Reader::Group(member) => member.unavailable(),
+        }
     }
 
     /// Records skipped because retention freed them before they were read.
     pub fn records_lost_to_retention(&self) -> u64 {
-        self.cursors.iter().fold(0u64, |sum, c| {
-            sum.saturating_add(c.records_lost_to_retention)
-        })
-    }
-
-    /// Waits up to `timeout` for records and returns those that arrived (possibly none).
-    /// Records of one log come in offset order, across calls too.
-    pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumedRecord>, ClientError> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut records = Vec::new();
-        loop {
-            self.refresh_if_waiting().await;
-            self.launch();
-            let next_launch = self.next_launch();
-            let wake = match next_launch {
-                Some(at) => deadline.min(at.into()),
-                None => deadline,
-            };
-            let done = tokio::select! {
-                done = self.in_flight.next(), if !self.in_flight.is_empty() => done,
-                _ = tokio::time::sleep_until(wake) => None,
-            };
-            if let Some((index, outcome)) = done {
-                self.handle(index, outcome, &mut records).await?;
-                // Take whatever else already finished, without waiting.
-                while let Some(Some((index, outcome))) = self.in_flight.next().now_or_never() {
-                    self.handle(index, outcome, &mut records).await?;
-                }
-            }
-            if !records.is_empty() || tokio::time::Instant::now() >= deadline {
-                return Ok(records);
-            }
+        match &self.reader {
+            Reader::Alone(consumer) => consumer.records_lost_to_retention(),
+            Reader::Group(member) => member.records_lost_to_retention(),
         }
     }
 
-    fn next_launch(&self) -> Option<Instant> {
-        (0..self.cursors.len())
-            .filter(|i| !self.busy[*i])
-            .map(|i| self.not_before[i])
-            .min()
-    }
-
-    /// While a cursor waits for its streamlet, asks for fresh metadata (at most every
-    /// `group_refresh_ms`).
-    async fn refresh_if_waiting(&mut self) {
-        if self.blocked.iter().all(Option::is_none) {
-            return;
-        }
-        let every = Duration::from_millis(self.config.group_refresh_ms.max(1));
-        let now = Instant::now();
-        if self
-            .last_refresh
-            .is_some_and(|at| now.duration_since(at) < every)
-        {
-            return;
-        }
-        self.last_refresh = Some(now);
-        if let Ok(metadata) = self.cluster.refresh_stream(&self.metadata.name).await {
-            self.metadata = metadata;
+    /// Where this consumer is in each of its logs, to resume from later with
+    /// [`ConsumerBuilder::resume_from`]. Positions are plain data (serde): store them
+    /// anywhere. Empty for a group member, whose positions are the group's committed offsets.
+    pub fn positions(&self) -> Vec<LogPosition> {
+        match &self.reader {
+            Reader::Alone(consumer) => consumer.positions(),
+            Reader::Group(_) => Vec::new(),
         }
     }
 
-    /// Starts the next request of every idle cursor whose wait is over.
-    fn launch(&mut self) {
-        let now = Instant::now();
-        let retry_later = Duration::from_millis(self.config.group_refresh_ms.max(1));
-        for index in 0..self.cursors.len() {
-            if self.busy[index] || now < self.not_before[index] {
-                continue;
-            }
-            let cursor = &self.cursors[index];
-            let Some(placement) = self.metadata.streamlets.get(cursor.streamlet.0 as usize) else {
-                continue;
-            };
-            if placement.state != PlacementState::Serving {
-                self.blocked[index] = Some(format!(
-                    "{} is {:?}: {}",
-                    cursor.streamlet, placement.state, placement.detail
-                ));
-                self.not_before[index] = now + retry_later;
-                continue;
-            }
-            let epoch = placement.epoch;
-            let addr = placement.owner_addr.clone();
-            let cluster = self.cluster.clone();
-            let stream = self.metadata.id;
-            let streamlet = cursor.streamlet;
-            let future: BoxFuture<'static, (usize, Outcome)> = match cursor.step() {
-                Step::ListGroups => async move {
-                    let request = ListGroupsRequest {
-                        stream,
-                        streamlet,
-                        epoch,
-                    };
-                    let result = match cluster.broker(&addr).await {
-                        Ok(client) => client.call(Opcode::ListGroups, &request).await,
-                        Err(error) => Err(error),
-                    };
-                    (index, Outcome::Groups(result))
-                }
-                .boxed(),
-                Step::Locate { offset } => {
-                    let request = LocateOffsetRequest {
-                        stream,
-                        streamlet,
-                        epoch,
-                        log: cursor.log,
-                        offset,
-                    };
-                    async move {
-                        let result = match cluster.broker(&addr).await {
-                            Ok(client) => client.call(Opcode::LocateOffset, &request).await,
-                            Err(error) => Err(error),
-                        };
-                        (index, Outcome::Located(result))
-                    }
-                    .boxed()
-                }
-                Step::Fetch {
-                    group,
-                    segment,
-                    position,
-                } => {
-                    let request = FetchRequest {
-                        stream,
-                        streamlet,
-                        epoch,
-                        log: cursor.log,
-                        group,
-                        segment,
-                        position,
-                        max_bytes: self.config.fetch_max_bytes,
-                        max_wait_ms: self.config.fetch_max_wait_ms,
-                    };
-                    async move {
-                        let result = match cluster.broker(&addr).await {
-                            Ok(client) => client.call(Opcode::Fetch, &request).await,
-                            Err(error) => Err(error),
-                        };
-                        (index, Outcome::Fetched(result))
-                    }
-                    .boxed()
-                }
-            };
-            self.busy[index] = true;
-            self.in_flight.push(future);
+    /// The group generation this member is in (`None` outside a group, `Some(0)` before it
+    /// joined).
+    pub fn group_generation(&self) -> Option<u32> {
+        match &self.reader {
+            Reader::Alone(_) => None,
+            Reader::Group(member) => Some(member.generation()),
         }
     }
 
-    async fn handle(
-        &mut self,
-        index: usize,
-        outcome: Outcome,
-        records: &mut Vec<ConsumedRecord>,
-    ) -> Result<(), ClientError> {
-        self.busy[index] = false;
-        let retry_later = Duration::from_millis(self.config.group_refresh_ms.max(1));
-        let cursor = &mut self.cursors[index];
-        let log = cursor.log;
-        let error = match outcome {
-            Outcome::Groups(Ok(groups)) => {
-                self.blocked[index] = None;
-                let found = groups.logs.iter().find(|l| l.log == log);
-                let ready = found.is_some_and(|groups| cursor.on_groups(groups));
-                if !ready {
-                    self.not_before[index] = Instant::now() + retry_later;
-                }
-                return Ok(());
-            }
-            Outcome::Located(Ok(at)) => {
-                self.blocked[index] = None;
-                cursor.on_located(at.group, at.segment, at.position);
-                return Ok(());
-            }
-            Outcome::Located(Err(error)) if error.status() == Some(Status::PositionOutOfRange) => {
-                self.blocked[index] = None;
-                cursor.on_locate_out_of_range();
-                return Ok(());
-            }
-            Outcome::Fetched(Ok(response)) => {
-                self.blocked[index] = None;
-                let next = decode::decode_entries(
-                    cursor.streamlet,
-                    log,
-                    &response.entries,
-                    cursor.next_offset(),
-                    records,
-                )?;
-                cursor.on_fetched(&response, next);
-                return Ok(());
-            }
-            Outcome::Groups(Err(error))
-            | Outcome::Located(Err(error))
-            | Outcome::Fetched(Err(error)) => error,
-        };
-        match error.status() {
-            Some(Status::GroupRetired) => {
-                let streamlet = cursor.streamlet;
-                let groups = list_groups(&self.cluster, &self.metadata, streamlet).await?;
-                if let Some(groups) = groups.logs.iter().find(|l| l.log == log) {
-                    self.cursors[index].on_group_retired(groups);
-                }
-                Ok(())
-            }
-            _ if error.is_retryable() => {
-                let stale = error.is_transport()
-                    || error.status().is_some_and(|s| s.needs_metadata_refresh());
-                if stale {
-                    let streamlet = self.cursors[index].streamlet;
-                    self.blocked[index] = Some(format!("{streamlet}: {error}"));
-                    if let Ok(metadata) = self.cluster.refresh_stream(&self.metadata.name).await {
-                        self.metadata = metadata;
-                        self.last_refresh = Some(Instant::now());
-                    }
-                }
-                self.not_before[index] = Instant::now() + retry_later;
-                Ok(())
-            }
-            _ => Err(error.into()),
+    /// The partitions (`streamlet * Q + log`) this member reads in the group's current
+    /// generation; empty outside a group.
+    pub fn assigned_partitions(&self) -> &[u32] {
+        match &self.reader {
+            Reader::Alone(_) => &[],
+            Reader::Group(member) => member.partitions(),
         }
     }
-}
 
-/// The groups of every log of `streamlet`, from its owner.
-async fn list_groups(
-    cluster: &Cluster,
-    metadata: &StreamMetadata,
-    streamlet: StreamletId,
-) -> Result<ListGroupsResponse, ClientError> {
-    cluster.describe_logs(metadata, streamlet).await
+    /// Takes back records a poll returned that were not handled (a caller that stops
+    /// part-way through a poll's records), so a group does not commit their offsets. Has no
+    /// effect outside a group.
+    pub fn release(&mut self, unhandled: &[ConsumedRecord]) {
+        if let Reader::Group(member) = &mut self.reader {
+            member.release(unhandled);
+        }
+    }
+
+    /// Commits the offsets after every record the polls returned, now (a poll commits them
+    /// anyway, at most every `member_commit_interval_ms`). Does nothing outside a group.
+    pub async fn commit(&mut self) -> Result<(), ClientError> {
+        match &mut self.reader {
+            Reader::Alone(_) => Ok(()),
+            Reader::Group(member) => member.commit().await,
+        }
+    }
+
+    /// Stops reading. A group member commits what it handed out and leaves the group, so the
+    /// others take over its logs at once instead of after its session timeout.
+    pub async fn close(self) -> Result<(), ClientError> {
+        match self.reader {
+            Reader::Alone(_) => Ok(()),
+            Reader::Group(member) => member.close().await,
+        }
+    }
 }

@@ -14,9 +14,13 @@ use tokio::sync::Notify;
 /// Where an acknowledged record is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecordLocation {
+    /// The log of its streamlet the record went to (the producer's log there).
     pub log: LogId,
+    /// The record's offset in that log.
     pub offset: RecordOffset,
+    /// The group holding the record.
     pub group: GroupId,
+    /// The segment holding the record, within `group`.
     pub segment: SegmentId,
     /// Position of the record's batch entry in the segment.
     pub position: SegmentPosition,
@@ -25,6 +29,7 @@ pub struct RecordLocation {
 /// A record the broker has acknowledged (stored, and replicated if the stream says so).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecordAck {
+    /// The streamlet the record went to.
     pub streamlet: StreamletId,
     /// `None` only when a retried batch was acknowledged by a broker that no longer remembered
     /// where the first attempt went: the record is stored, its offset is not known here.
@@ -135,6 +140,7 @@ impl AckFuture {
         self.cell.record(self.index)
     }
 
+    /// Waits for the outcome (what `.await` on the future itself does).
     pub async fn wait(self) -> Result<RecordAck, ClientError> {
         let outcome = self.cell.wait().await;
         record_ack(outcome, self.index)

@@ -6,13 +6,15 @@
 //!            │                                   lanes (sequence, window, retries)
 //!  AckFuture ◄─────────────── batch cell settled by the broker's answer ◄┘
 //! ```
-//! - [`accumulator`]: open batches and routing (by key hash, or round-robin by batch).
-//! - [`lane`]: per-streamlet sequence numbers, in-flight window and retry state machine (pure).
-//! - [`sender`]: the task that drives the lanes and owns the broker connections.
-//! - [`ack`]: per-batch ack cells and per-record ack futures.
+//! - `accumulator`: open batches and routing (by key hash, or round-robin by batch).
+//! - `lane`: per-streamlet sequence numbers, in-flight window and retry state machine (pure).
+//! - `sender`: the task that drives the lanes and owns the broker connections.
+//! - `ack`: per-batch ack cells and per-record ack futures.
+//! - [`builder`]: [`ProducerBuilder`], the producer's settings.
 
 mod accumulator;
-pub mod ack;
+mod ack;
+pub mod builder;
 mod lane;
 mod sender;
 
@@ -20,6 +22,7 @@ use crate::cluster::Cluster;
 use crate::error::ClientError;
 use accumulator::{Accumulator, PendingRecord};
 pub use ack::{AckFuture, RecordAck, RecordLocation};
+pub use builder::ProducerBuilder;
 use sender::{Command, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -56,7 +59,18 @@ struct Shared {
 
 /// Sends records to one stream. Cheap to clone; every clone feeds the same batches. Records
 /// still buffered when the last clone is dropped are delivered in the background; call
-/// [`Producer::flush`] to wait for them.
+/// [`Producer::flush`] to wait for them. Build one with [`crate::Client::producer`].
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), tailstream_client::ClientError> {
+/// let client = tailstream_client::Client::connect("127.0.0.1:7400").await?;
+/// let producer = client.producer("clicks").linger_ms(5).build().await?;
+/// // `send` returns once the record is buffered; its future resolves once all R backups
+/// // hold it.
+/// let ack = producer.send(Some(b"user-1"), b"clicked").await?;
+/// println!("stored at {:?}", ack.await?.location);
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug)]
 pub struct Producer {
     shared: Arc<Shared>,
@@ -64,7 +78,7 @@ pub struct Producer {
 
 impl Producer {
     /// A producer for `stream` with a fresh producer id from the coordinator.
-    pub async fn new(
+    pub(crate) async fn new(
         cluster: Arc<Cluster>,
         stream: &str,
         config: ProducerConfig,
@@ -114,10 +128,13 @@ impl Producer {
         })
     }
 
+    /// The producer id the coordinator gave this producer (brokers drop its retried batches
+    /// by it and the batch sequence).
     pub fn id(&self) -> ProducerId {
         self.shared.producer_id
     }
 
+    /// How many streamlets the stream has.
     pub fn streamlets(&self) -> u32 {
         self.shared.metadata.streamlets.len() as u32
     }

@@ -1,0 +1,208 @@
+//! [`Client`]: the entry point. One client per cluster, shared by every producer and consumer
+//! made from it (one connection per broker, one metadata cache).
+
+use crate::cluster::Cluster;
+use crate::consumer::ConsumerBuilder;
+use crate::error::ClientError;
+use crate::producer::ProducerBuilder;
+use std::sync::Arc;
+use tailstream_config::{ClientConfig, ConsumerConfig, ProducerConfig};
+use tailstream_wire::StreamletId;
+use tailstream_wire::messages::{BrokerInfo, ListGroupsResponse, StreamConfig, StreamMetadata};
+
+/// A connection to a Tailstream cluster, by its coordinator's address. Cheap to clone.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), tailstream_client::ClientError> {
+/// use tailstream_client::{Client, Status};
+/// let client = Client::connect("127.0.0.1:7400").await?;
+/// match client.create_stream("clicks", 4, client.stream_defaults()).await {
+///     Ok(_) => {}
+///     Err(error) if error.status() == Some(Status::StreamExists) => {}
+///     Err(error) => return Err(error),
+/// }
+/// let producer = client.producer("clicks").linger_ms(5).build().await?;
+/// producer.send(None, b"hello").await?.await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Client {
+    cluster: Arc<Cluster>,
+    settings: Arc<Settings>,
+}
+
+#[derive(Debug)]
+struct Settings {
+    client: ClientConfig,
+    producer: ProducerConfig,
+    consumer: ConsumerConfig,
+    stream_defaults: StreamConfig,
+}
+
+impl Client {
+    /// Connects to the cluster whose coordinator listens at `coordinator_addr`, with default
+    /// settings. Fails if the coordinator cannot be reached.
+    pub async fn connect(coordinator_addr: &str) -> Result<Client, ClientError> {
+        Client::builder(coordinator_addr).connect().await
+    }
+
+    /// A client with settings of one's own; see [`ClientBuilder`].
+    pub fn builder(coordinator_addr: &str) -> ClientBuilder {
+        ClientBuilder {
+            coordinator_addr: coordinator_addr.to_owned(),
+            client: ClientConfig::default(),
+            producer: ProducerConfig::default(),
+            consumer: ConsumerConfig::default(),
+            stream_defaults: tailstream_config::Config::embedded().stream_defaults,
+            request_timeout_ms: None,
+        }
+    }
+
+    /// A producer of `stream`; set it up and `build()` it.
+    pub fn producer(&self, stream: &str) -> ProducerBuilder {
+        ProducerBuilder::new(self.cluster.clone(), stream, self.settings.producer.clone())
+    }
+
+    /// A consumer of `stream`; set it up and `build()` it.
+    pub fn consumer(&self, stream: &str) -> ConsumerBuilder {
+        ConsumerBuilder::new(
+            self.cluster.clone(),
+            self.settings.client.clone(),
+            stream,
+            self.settings.consumer.clone(),
+        )
+    }
+
+    /// The settings [`create_stream`](Self::create_stream) starts from (the embedded
+    /// default config's `[stream_defaults]`, unless the builder was given others): change
+    /// the fields that matter and pass it.
+    pub fn stream_defaults(&self) -> StreamConfig {
+        self.settings.stream_defaults.clone()
+    }
+
+    /// Creates stream `name` with `streamlets` streamlets. Fails with
+    /// [`Status::StreamExists`](crate::Status::StreamExists) if it exists.
+    pub async fn create_stream(
+        &self,
+        name: &str,
+        streamlets: u32,
+        settings: StreamConfig,
+    ) -> Result<Arc<StreamMetadata>, ClientError> {
+        self.cluster.create_stream(name, streamlets, settings).await
+    }
+
+    /// Stream `name`'s settings and where its streamlets are (fresh from the coordinator).
+    pub async fn describe_stream(&self, name: &str) -> Result<Arc<StreamMetadata>, ClientError> {
+        self.cluster.refresh_stream(name).await
+    }
+
+    /// Every stream.
+    pub async fn list_streams(&self) -> Result<Vec<StreamMetadata>, ClientError> {
+        self.cluster.list_streams().await
+    }
+
+    /// Every broker the coordinator knows, alive or not.
+    pub async fn list_brokers(&self) -> Result<Vec<BrokerInfo>, ClientError> {
+        self.cluster.list_brokers().await
+    }
+
+    /// The logs of one streamlet as its owner sees them: groups, segments, committed ends.
+    pub async fn describe_logs(
+        &self,
+        stream: &StreamMetadata,
+        streamlet: StreamletId,
+    ) -> Result<ListGroupsResponse, ClientError> {
+        self.cluster.describe_logs(stream, streamlet).await
+    }
+
+    /// The lower-level handle underneath: one call per coordinator and broker RPC, for front
+    /// ends (the Kafka listener) and tools. Applications want the methods above.
+    pub fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
+    }
+}
+
+/// Settings for a [`Client`] and the defaults of the producers and consumers made from it.
+///
+/// ```
+/// use tailstream_client::{Client, ProducerConfig};
+/// let client = Client::builder("127.0.0.1:7400")
+///     .request_timeout_ms(2_000)
+///     .producer_defaults(ProducerConfig { linger_ms: 1, ..ProducerConfig::default() })
+///     .build();
+/// ```
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `build` or `connect`"]
+pub struct ClientBuilder {
+    coordinator_addr: String,
+    client: ClientConfig,
+    producer: ProducerConfig,
+    consumer: ConsumerConfig,
+    stream_defaults: StreamConfig,
+    request_timeout_ms: Option<u64>,
+}
+
+impl ClientBuilder {
+    /// Connection settings: in-flight requests, largest frame, connect timeout.
+    pub fn config(mut self, client: ClientConfig) -> Self {
+        self.client = client;
+        self
+    }
+
+    /// How long a request may wait for its answer (default: the producer defaults'
+    /// `request_timeout_ms`).
+    pub fn request_timeout_ms(mut self, timeout_ms: u64) -> Self {
+        self.request_timeout_ms = Some(timeout_ms);
+        self
+    }
+
+    /// What [`Client::producer`] starts from.
+    pub fn producer_defaults(mut self, producer: ProducerConfig) -> Self {
+        self.producer = producer;
+        self
+    }
+
+    /// What [`Client::consumer`] starts from.
+    pub fn consumer_defaults(mut self, consumer: ConsumerConfig) -> Self {
+        self.consumer = consumer;
+        self
+    }
+
+    /// What [`Client::stream_defaults`] returns.
+    pub fn stream_defaults(mut self, stream: StreamConfig) -> Self {
+        self.stream_defaults = stream;
+        self
+    }
+
+    /// Takes every client-side table of a whole configuration (`[client]`, `[producer]`,
+    /// `[consumer]`, `[stream_defaults]`), as the `tailstream` CLI does with its config file.
+    pub fn from_config(self, config: &tailstream_config::Config) -> Self {
+        self.config(config.client.clone())
+            .producer_defaults(config.producer.clone())
+            .consumer_defaults(config.consumer.clone())
+            .stream_defaults(config.stream_defaults.clone())
+    }
+
+    /// The client, connecting lazily: the first call reports an unreachable coordinator.
+    pub fn build(self) -> Client {
+        let request_timeout_ms = self
+            .request_timeout_ms
+            .unwrap_or(self.producer.request_timeout_ms);
+        Client {
+            cluster: Cluster::new(&self.coordinator_addr, &self.client, request_timeout_ms),
+            settings: Arc::new(Settings {
+                client: self.client,
+                producer: self.producer,
+                consumer: self.consumer,
+                stream_defaults: self.stream_defaults,
+            }),
+        }
+    }
+
+    /// The client, connected to the coordinator now.
+    pub async fn connect(self) -> Result<Client, ClientError> {
+        let client = self.build();
+        client.cluster.connect_coordinator().await?;
+        Ok(client)
+    }
+}
