@@ -6,14 +6,15 @@
 #   coexists with the preinstalled qemu-utils) and a static busybox, for
 #   ../shared/tools/rdma-vm/rxe-vm.sh;
 # - to run Kafka's own clients against the Kafka listener (cli/tests/kafka_clients.rs): kcat
-#   (librdkafka) from Debian, and kafka-python (pinned) in a virtualenv at target/kafka-venv.
+#   (librdkafka) from Debian, and kafka-python (pinned) in a virtualenv at target/kafka-venv;
+# - to load the coordinator's web console in a browser (cli/tests/console.rs): chromium.
 # Idempotent: installs only what is missing. Debian bookworm (what CI runs on).
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 
-base=(libibverbs-dev librdmacm-dev ibverbs-providers libclang1-14 libclang-common-14-dev busybox-static kcat)
+base=(libibverbs-dev librdmacm-dev ibverbs-providers libclang1-14 libclang-common-14-dev busybox-static kcat chromium)
 missing=()
 for pkg in "${base[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

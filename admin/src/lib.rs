@@ -5,7 +5,9 @@
 //! process adds, until shutdown. Connections come through the accept loop every listener
 //! shares (bounded in total and per address); each serves one HTTP/1 request whose header must
 //! arrive within the request read timeout, and the whole exchange is bounded in time, so an
-//! admin port cannot be pinned. One file: it is glue, not logic.
+//! admin port cannot be pinned. [`fetch`] is the other side: a bounded GET of another
+//! process's admin route (the coordinator's console reads the brokers' through it). One file:
+//! it is glue, not logic.
 
 use axum::Router;
 use axum::routing::get;
@@ -47,6 +49,49 @@ pub fn install_metrics() -> Result<PrometheusHandle, String> {
         }
     });
     Ok(handle)
+}
+
+/// GETs `path` from the admin port at `addr` and returns the body of a 200 answer. The whole
+/// exchange takes at most `timeout`, and a body over `body_bytes_max` is refused, not read.
+pub async fn fetch(
+    addr: &str,
+    path: &str,
+    timeout: Duration,
+    body_bytes_max: usize,
+) -> Result<bytes::Bytes, String> {
+    use http_body_util::{BodyExt, Limited};
+    let exchange = async {
+        let stream = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connecting to {addr}: {e}"))?;
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("{addr}: {e}"))?;
+        // The connection task ends with the exchange (the server closes after one answer).
+        let driver = tokio::spawn(connection);
+        let request = hyper::Request::get(path)
+            .header(hyper::header::HOST, addr)
+            .body(String::new())
+            .map_err(|e| format!("{path}: {e}"))?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| format!("{addr}{path}: {e}"))?;
+        let status = response.status();
+        let body = Limited::new(response.into_body(), body_bytes_max)
+            .collect()
+            .await
+            .map_err(|e| format!("{addr}{path}: {e}"))?
+            .to_bytes();
+        driver.abort();
+        if status != hyper::StatusCode::OK {
+            return Err(format!("{addr}{path}: HTTP {status}"));
+        }
+        Ok(body)
+    };
+    tokio::time::timeout(timeout, exchange)
+        .await
+        .map_err(|_| format!("{addr}{path}: no answer within {} ms", timeout.as_millis()))?
 }
 
 /// Bounds of the admin listener.

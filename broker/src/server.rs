@@ -131,6 +131,7 @@ pub async fn run_with(
         selector: Mutex::new(BackupSelector::new(Duration::from_millis(
             replication.failed_backup_quarantine_ms,
         ))),
+        placements: Default::default(),
     });
     tokio::spawn(run_manager(context.clone(), created));
     let backup_service = BackupService::new(backup_store.clone(), nic_addr.to_string());
@@ -193,7 +194,12 @@ pub async fn run_with(
     let admin = tokio::spawn(tailstream_admin::serve(
         admin_listener,
         metrics,
-        admin_routes(store.clone(), cluster.clone(), backup_store),
+        admin_routes(
+            store.clone(),
+            cluster.clone(),
+            backup_store,
+            context.clone(),
+        ),
         tailstream_admin::AdminLimits::from_config(listeners),
         shutdown.clone(),
     ));
@@ -288,9 +294,15 @@ async fn retention_loop(
     }
 }
 
-/// `/streamlets`: what this broker owns, per log (appended and committed offsets);
-/// `/memory`: the segment budget; `/backup`: the replica buffer pool.
-fn admin_routes(store: Arc<Store>, cluster: Arc<ClusterState>, backup: Arc<BackupStore>) -> Router {
+/// `/streamlets`: what this broker owns, per log (appended and committed offsets, and where
+/// the segments in flight have their replicas); `/memory`: the segment budget; `/backup`: the
+/// replica buffer pool.
+fn admin_routes(
+    store: Arc<Store>,
+    cluster: Arc<ClusterState>,
+    backup: Arc<BackupStore>,
+    replication: Arc<ReplicationContext>,
+) -> Router {
     let memory_store = store.clone();
     Router::new()
         .route(
@@ -298,6 +310,7 @@ fn admin_routes(store: Arc<Store>, cluster: Arc<ClusterState>, backup: Arc<Backu
             get(move || {
                 let store = store.clone();
                 let cluster = cluster.clone();
+                let replication = replication.clone();
                 async move {
                     let streamlets: Vec<_> = store
                         .streamlets()
@@ -310,7 +323,21 @@ fn admin_routes(store: Arc<Store>, cluster: Arc<ClusterState>, backup: Arc<Backu
                                     let (next, committed) = log.offsets();
                                     let head = log.segments_since(None).pop();
                                     let commit = log.commit_point();
+                                    let replicas: Vec<_> = replication
+                                        .placements
+                                        .of((s.stream(), s.id(), log.id()))
+                                        .into_iter()
+                                        .map(|r| {
+                                            serde_json::json!({
+                                                "segment": r.segment.0,
+                                                "backups": r.backups.iter()
+                                                    .map(ToString::to_string)
+                                                    .collect::<Vec<_>>(),
+                                            })
+                                        })
+                                        .collect();
                                     serde_json::json!({
+                                        "replicas": replicas,
                                         "log": log.id().0,
                                         "next_offset": next.0,
                                         "committed_offset": committed.0,

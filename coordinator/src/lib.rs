@@ -17,8 +17,10 @@
 //! - [`metrics`]: every exported metric's name.
 //! - [`service`]: the RPC handlers, split by listener: clients (streams, brokers, producer
 //!   ids) and peers (register, heartbeat).
+//! - [`admin`]: the admin HTTP routes: JSON for operators and the console page itself.
 //! - [`server`]: wires it together: listeners, admin HTTP, shutdown.
 
+pub mod admin;
 pub mod core;
 pub mod detector;
 pub mod groups;

@@ -10,8 +10,6 @@ use crate::persist::{MetadataFile, MetadataStore};
 use crate::recovery::orchestrator::{Orchestrator, OrchestratorConfig};
 use crate::service::{ClientFacing, CoordinatorService, PeerFacing};
 use crate::watchdog::{self, WatchdogConfig};
-use axum::Router;
-use axum::routing::get;
 use std::sync::Arc;
 use std::time::Duration;
 use tailstream_config::COORDINATOR_FRAME_BODY_BYTES_MAX;
@@ -152,7 +150,7 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
     let admin = tokio::spawn(tailstream_admin::serve(
         admin_listener,
         metrics,
-        admin_routes(Arc::new(service)),
+        crate::admin::routes(Arc::new(service)),
         tailstream_admin::AdminLimits::from_config(&config.listeners),
         shutdown.clone(),
     ));
@@ -184,91 +182,4 @@ async fn publish_group_lag(service: CoordinatorService, mut shutdown: watch::Rec
             metrics::gauge!(m::GROUP_MEMBERS, "group" => group).set(count as f64);
         }
     }
-}
-
-/// `/brokers`, `/streams`, `/recoveries` and `/groups` as JSON.
-fn admin_routes(service: Arc<CoordinatorService>) -> Router {
-    let streams_service = service.clone();
-    let recoveries_service = service.clone();
-    let groups_service = service.clone();
-    Router::new()
-        .route(
-            "/groups",
-            get(move || {
-                let (lag, members) = groups_service.group_lag();
-                let members: Vec<_> = members
-                    .into_iter()
-                    .map(|(group, members, generation)| {
-                        serde_json::json!({
-                            "group": group, "members": members, "generation": generation,
-                        })
-                    })
-                    .collect();
-                std::future::ready(axum::Json(serde_json::json!({
-                    "groups": members,
-                    "lag": lag,
-                })))
-            }),
-        )
-        .route(
-            "/recoveries",
-            get(move || {
-                let recoveries = recoveries_service.core().lock().metadata.recoveries.clone();
-                std::future::ready(axum::Json(serde_json::json!({ "recoveries": recoveries })))
-            }),
-        )
-        .route(
-            "/brokers",
-            get(move || {
-                let (brokers, _) = service.snapshot();
-                let brokers: Vec<_> = brokers
-                    .brokers
-                    .iter()
-                    .map(|b| {
-                        serde_json::json!({
-                            "server_id": b.server_id.to_string(),
-                            "rpc_addr": b.rpc_addr,
-                            "peer_addr": b.peer_addr,
-                            "admin_url": format!("http://{}", b.admin_addr),
-                            "alive": b.alive,
-                            "crashed": b.crashed,
-                        })
-                    })
-                    .collect();
-                std::future::ready(axum::Json(serde_json::json!({ "brokers": brokers })))
-            }),
-        )
-        .route(
-            "/streams",
-            get(move || {
-                let (_, streams) = streams_service.snapshot();
-                let streams: Vec<_> = streams
-                    .streams
-                    .iter()
-                    .map(|s| {
-                        let placements: Vec<_> = s
-                            .streamlets
-                            .iter()
-                            .map(|p| {
-                                serde_json::json!({
-                                    "streamlet": p.streamlet.0,
-                                    "owner": p.owner.to_string(),
-                                    "owner_addr": p.owner_addr,
-                                    "epoch": p.epoch,
-                                    "state": format!("{:?}", p.state),
-                                    "detail": p.detail,
-                                })
-                            })
-                            .collect();
-                        serde_json::json!({
-                            "id": s.id.0,
-                            "name": s.name,
-                            "config": s.config,
-                            "streamlets": placements,
-                        })
-                    })
-                    .collect();
-                std::future::ready(axum::Json(serde_json::json!({ "streams": streams })))
-            }),
-        )
 }

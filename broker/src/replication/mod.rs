@@ -7,11 +7,13 @@
 //!   not recently failed).
 //! - [`transport`]: the write paths (tcp one-sided, rdma one-sided, RPC baseline).
 //! - [`backups`]: the replica control RPCs and one writer per backup.
+//! - [`placements`]: where each log's segments in flight have their replicas (admin view).
 //! - [`replicator`]: the per-log task driving the state machines (its action issuing and its
 //!   handling of lost backups and freed segments are in `replicator_actions` and
 //!   `replicator_failures`).
 
 pub mod backups;
+pub mod placements;
 pub mod replicator;
 mod replicator_actions;
 mod replicator_failures;

@@ -9,6 +9,7 @@
 //! elsewhere in the background and freed replicas are released when retention frees the data.
 
 use super::backups::Backups;
+use super::placements::SegmentReplicas;
 use super::segment::ReplicatedSegment;
 use super::selector::BackupSelector;
 use super::transport::{ReplicaWriter, TransportError};
@@ -38,6 +39,7 @@ pub struct ReplicationContext {
     pub backups: Arc<Backups>,
     pub config: ReplicationConfig,
     pub selector: Mutex<BackupSelector>,
+    pub placements: super::placements::ReplicaPlacements,
 }
 
 #[derive(Debug)]
@@ -109,6 +111,8 @@ pub(super) struct Replicator {
     pub(super) floor: Option<SegmentId>,
     /// True while every segment of the log has all its replicas (no repair pending).
     pub(super) durable: watch::Sender<bool>,
+    /// What `publish_placement` last published.
+    pub(super) published: Vec<SegmentReplicas>,
 }
 
 /// Replicates one log of `streamlet` until the streamlet is no longer owned here.
@@ -151,6 +155,7 @@ pub fn spawn_recovered(
         waiting_for_backup: false,
         floor: recovered.floor,
         durable,
+        published: Vec::new(),
     };
     tokio::spawn(replicator.run());
     durable_rx
@@ -181,7 +186,14 @@ impl Replicator {
         self.ctx.cluster.server_id()
     }
 
-    async fn run(mut self) {
+    async fn run(self) {
+        let (ctx, key) = (self.ctx.clone(), self.log_key());
+        self.run_rounds().await;
+        // A log no longer replicated here has no placement to show.
+        ctx.placements.remove(key);
+    }
+
+    async fn run_rounds(mut self) {
         let wake = self.log().replication_wake();
         let mut ownership = tokio::time::interval(OWNERSHIP_CHECK);
         loop {
@@ -192,6 +204,7 @@ impl Replicator {
             self.drive();
             self.commit();
             self.retire();
+            self.publish_placement();
             let durable = self.repairs.is_empty();
             self.durable
                 .send_if_modified(|d| std::mem::replace(d, durable) != durable);
@@ -218,6 +231,47 @@ impl Replicator {
                 }
             }
         }
+    }
+
+    fn log_key(
+        &self,
+    ) -> (
+        tailstream_wire::StreamId,
+        tailstream_wire::StreamletId,
+        LogId,
+    ) {
+        (self.streamlet.stream(), self.streamlet.id(), self.log)
+    }
+
+    /// Publishes where the segments in flight have their replicas, when that changed (compared
+    /// in place: a round with nothing new allocates nothing).
+    fn publish_placement(&mut self) {
+        let same = self.published.len() == self.active.len()
+            && self
+                .published
+                .iter()
+                .zip(&self.active)
+                .all(|(shown, tracked)| {
+                    shown.segment == tracked.seg.id.segment
+                        && shown.backups.iter().copied().eq(tracked
+                            .seg
+                            .slots()
+                            .iter()
+                            .filter_map(|s| s.backup))
+                });
+        if same {
+            return;
+        }
+        self.published = self
+            .active
+            .iter()
+            .map(|tracked| SegmentReplicas {
+                segment: tracked.seg.id.segment,
+                backups: tracked.seg.backups(),
+            })
+            .collect();
+        let key = self.log_key();
+        self.ctx.placements.publish(key, self.published.clone());
     }
 
     /// Tracks the log's new segments (and the reserved next one) and their written bytes.

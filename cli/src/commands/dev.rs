@@ -63,7 +63,7 @@ pub async fn run(
         cluster.coordinator.peer_addr
     );
     println!(
-        "tailstream dev: coordinator admin http://{}",
+        "tailstream dev: console http://{}/ (the coordinator's admin port)",
         cluster.coordinator.admin_addr
     );
     for broker in cluster.brokers() {
