@@ -1,6 +1,7 @@
 //! The coordinator's web console, loaded by headless Chromium against a running cluster: the
 //! page renders with no console errors and shows the brokers, a stream with its logs and
-//! replica placement, and a consumer group with its lag.
+//! replica placement, and a consumer group with its lag; the coordinator exports the same as
+//! metrics.
 //!
 //! Chromium comes from the project's install step (`.ci/install-deps.sh`); without it the test
 //! is skipped, unless `TAILSTREAM_REQUIRE_CHROMIUM` is set (as `.ci/run` does), when it fails.
@@ -163,6 +164,21 @@ async fn the_console_shows_brokers_streams_replicas_and_groups_without_errors() 
             )
             .await;
             assert!(path.exists(), "no screenshot at {}", path.display());
+        }
+        // What the console shows, the coordinator also exports.
+        let metrics = TestCluster::http_get(test.cluster.coordinator.admin_addr, "/metrics").await;
+        for series in [
+            "tailstream_coordinator_streams 1",
+            "tailstream_coordinator_streamlets 2",
+            "tailstream_coordinator_streamlets_owned{server=",
+            "tailstream_coordinator_rpcs_total{opcode=\"CreateStream\"}",
+            "tailstream_coordinator_persist_latency_seconds_count",
+            "tailstream_coordinator_group_lag_records{group=\"billing\"",
+        ] {
+            assert!(
+                metrics.contains(series),
+                "{series} is not exported: {metrics}"
+            );
         }
         member.close().await.unwrap();
         test.stop().await;

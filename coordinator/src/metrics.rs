@@ -13,6 +13,7 @@ pub const STREAMLETS_UNAVAILABLE: &str = "tailstream_coordinator_streamlets_unav
 pub const STREAMLETS_LOST: &str = "tailstream_coordinator_streamlets_lost";
 pub const STREAMS: &str = "tailstream_coordinator_streams";
 pub const STREAMLETS: &str = "tailstream_coordinator_streamlets";
+pub const STREAMLETS_OWNED: &str = "tailstream_coordinator_streamlets_owned";
 pub const RECOVERY_PHASE: &str = "tailstream_coordinator_recovery_phase_seconds";
 pub const PERSIST_LATENCY: &str = "tailstream_coordinator_persist_latency_seconds";
 pub const RPCS: &str = "tailstream_coordinator_rpcs_total";
@@ -49,6 +50,11 @@ pub fn describe() {
         Unit::Count,
         "Records a consumer group has not committed past, by group, stream and partition \
          (streamlet * Q + log), Kafka and native groups alike."
+    );
+    describe_gauge!(
+        STREAMLETS_OWNED,
+        Unit::Count,
+        "Streamlets placed on each broker (by server index; the placement), serving or not."
     );
     describe_gauge!(
         GROUP_MEMBERS,

@@ -110,8 +110,12 @@ impl Orchestrator {
         metrics::gauge!(m::STREAMS).set(metadata.streams.len() as f64);
         let placements = metadata.streams.values().flat_map(|s| s.placements.iter());
         let (mut total, mut unavailable, mut lost) = (0, 0, 0);
+        // Every registered slot gets a value, so a broker that lost all its streamlets shows 0.
+        let mut owned: std::collections::BTreeMap<u32, u32> =
+            metadata.members().map(|b| (b.server_id.index, 0)).collect();
         for placement in placements {
             total += 1;
+            *owned.entry(placement.owner.index).or_default() += 1;
             match placement.state {
                 tailstream_wire::messages::PlacementState::Serving => {}
                 tailstream_wire::messages::PlacementState::Recovering => unavailable += 1,
@@ -124,6 +128,10 @@ impl Orchestrator {
         metrics::gauge!(m::STREAMLETS).set(f64::from(total));
         metrics::gauge!(m::STREAMLETS_UNAVAILABLE).set(f64::from(unavailable));
         metrics::gauge!(m::STREAMLETS_LOST).set(f64::from(lost));
+        for (server, count) in owned {
+            metrics::gauge!(m::STREAMLETS_OWNED, "server" => server.to_string())
+                .set(f64::from(count));
+        }
     }
 
     /// Streamlets to plan now: not serving, not being rebuilt by this coordinator, and (for
