@@ -10,6 +10,7 @@
 
 use crate::cluster::ClusterState;
 use crate::metrics as m;
+use crate::replication::placements::ReplicaPlacements;
 use crate::storage::streamlet::Admission;
 use crate::storage::{AppendLocation, CommitPoint, ReadOutcome, StorageError, Store, Streamlet};
 use std::sync::Arc;
@@ -126,14 +127,22 @@ pub struct DataPlane {
     cluster: Arc<ClusterState>,
     /// How long a produce on a replicated stream waits for its replicas.
     ack_timeout: Duration,
+    /// Where replicated logs' segments in flight have their replicas (for `list_groups`).
+    placements: Arc<ReplicaPlacements>,
 }
 
 impl DataPlane {
-    pub fn new(store: Arc<Store>, cluster: Arc<ClusterState>, ack_timeout: Duration) -> Self {
+    pub fn new(
+        store: Arc<Store>,
+        cluster: Arc<ClusterState>,
+        ack_timeout: Duration,
+        placements: Arc<ReplicaPlacements>,
+    ) -> Self {
         Self {
             store,
             cluster,
             ack_timeout,
+            placements,
         }
     }
 
@@ -312,7 +321,13 @@ impl DataPlane {
         Ok(batches)
     }
 
+    /// The live groups of every log of the streamlet, with where each log's segments in
+    /// flight have their replicas.
     pub fn list_groups(&self, at: StreamletRef) -> Result<Vec<LogGroups>, DataError> {
-        Ok(self.admit(at)?.list_groups())
+        let mut logs = self.admit(at)?.list_groups();
+        for log in &mut logs {
+            log.replicas = self.placements.of((at.stream, at.streamlet, log.log));
+        }
+        Ok(logs)
     }
 }

@@ -139,6 +139,7 @@ pub async fn run_with(
         store.clone(),
         cluster.clone(),
         Duration::from_millis(replication.ack_timeout_ms),
+        context.placements.clone(),
     ));
     let service = Arc::new(BrokerService::new(plane.clone(), config.clone()));
     let recovery = Arc::new(Recovery {

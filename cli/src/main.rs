@@ -52,6 +52,9 @@ enum Command {
     /// The cluster as the coordinator sees it.
     #[command(subcommand)]
     Cluster(commands::cluster::ClusterCommand),
+    /// Consumer groups and their lag.
+    #[command(subcommand)]
+    Group(commands::group::GroupCommand),
     /// Produce one record per stdin line; prints the acked count to stderr.
     Produce(commands::produce::ProduceArgs),
     /// Print one record per line to stdout.
@@ -131,6 +134,7 @@ fn main() -> ExitCode {
             Command::Cluster(command) => {
                 commands::cluster::run(config, &coordinator, command).await
             }
+            Command::Group(command) => commands::group::run(config, &coordinator, command).await,
             Command::Bench(BenchCommand::Produce(args)) => {
                 tailstream_bench::produce::run(config, config_path, cli_coordinator(&args), args)
                     .await

@@ -504,6 +504,42 @@ async fn a_consumer_group_takes_over_from_a_member_killed_mid_stream() {
             metrics.contains("tailstream_coordinator_group_lag_records{group=\"billing\""),
             "{metrics}"
         );
+        // The CLI shows the same lag, per group and under the stream, and where the stream's
+        // segments in flight have their replicas (R = 1 on two brokers).
+        let (ok, out, err) = test
+            .cli(&["group", "describe", "billing", "--json"], b"")
+            .await;
+        assert!(ok, "{err}");
+        let described: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(described["groups"][0]["lag_records"], 0, "{described:#}");
+        let (ok, out, err) = test.cli(&["group", "list"], b"").await;
+        assert!(ok, "{err}");
+        let listed = String::from_utf8_lossy(&out);
+        assert!(
+            listed.contains("billing:") && listed.contains("lag 0 records"),
+            "{listed}"
+        );
+        let (ok, out, err) = test
+            .cli(&["stream", "describe", "shared", "--json"], b"")
+            .await;
+        assert!(ok, "{err}");
+        let stream: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            stream["consumer_groups"]["groups"][0]["group"], "billing",
+            "{stream:#}"
+        );
+        let replicated_logs = stream["streamlets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| s["logs"].as_array().unwrap())
+            .filter(|log| {
+                log["replicas"][0]["backups"]
+                    .as_array()
+                    .is_some_and(|b| b.len() == 1)
+            })
+            .count();
+        assert!(replicated_logs >= 2, "{stream:#}");
         test.stop().await;
     })
     .await

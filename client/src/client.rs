@@ -8,7 +8,9 @@ use crate::producer::ProducerBuilder;
 use std::sync::Arc;
 use tailstream_config::{ClientConfig, ConsumerConfig, ProducerConfig};
 use tailstream_wire::StreamletId;
-use tailstream_wire::messages::{BrokerInfo, ListGroupsResponse, StreamConfig, StreamMetadata};
+use tailstream_wire::messages::{
+    BrokerInfo, DescribeConsumerGroupsResponse, ListGroupsResponse, StreamConfig, StreamMetadata,
+};
 
 /// A connection to a Tailstream cluster, by its coordinator's address. Cheap to clone.
 ///
@@ -113,6 +115,12 @@ impl Client {
         streamlet: StreamletId,
     ) -> Result<ListGroupsResponse, ClientError> {
         self.cluster.describe_logs(stream, streamlet).await
+    }
+
+    /// Every consumer group (Kafka's and native) with its members, and how far it trails each
+    /// partition it committed (`streamlet * Q + log`): consumer lag.
+    pub async fn consumer_groups(&self) -> Result<DescribeConsumerGroupsResponse, ClientError> {
+        self.cluster.describe_consumer_groups().await
     }
 
     /// The lower-level handle underneath: one call per coordinator and broker RPC, for front

@@ -8,9 +8,9 @@ use std::time::Duration;
 use tailstream_config::ClientConfig;
 use tailstream_net::{RpcClient, RpcClientConfig, RpcError, RpcPool};
 use tailstream_wire::messages::{
-    AllocateProducerIdResponse, BrokerInfo, CreateStreamRequest, DescribeStreamRequest, Empty,
-    GroupHeartbeatRequest, GroupJoinRequest, GroupJoinResponse, GroupLeaveRequest,
-    GroupSyncRequest, GroupSyncResponse, ListBrokersResponse, ListGroupsRequest,
+    AllocateProducerIdResponse, BrokerInfo, CreateStreamRequest, DescribeConsumerGroupsResponse,
+    DescribeStreamRequest, Empty, GroupHeartbeatRequest, GroupJoinRequest, GroupJoinResponse,
+    GroupLeaveRequest, GroupSyncRequest, GroupSyncResponse, ListBrokersResponse, ListGroupsRequest,
     ListGroupsResponse, ListStreamsResponse, OffsetCommitRequest, OffsetFetchRequest,
     OffsetFetchResponse, StreamConfig, StreamMetadata,
 };
@@ -207,6 +207,14 @@ impl Cluster {
     pub async fn commit_offsets(&self, request: &OffsetCommitRequest) -> Result<(), ClientError> {
         let _: Empty = self.control(Opcode::OffsetCommit, request).await?;
         Ok(())
+    }
+
+    /// Every consumer group with members, and the lag of every partition a group committed.
+    pub async fn describe_consumer_groups(
+        &self,
+    ) -> Result<DescribeConsumerGroupsResponse, ClientError> {
+        self.control(Opcode::DescribeConsumerGroups, &Empty {})
+            .await
     }
 
     /// A group's committed offsets.

@@ -51,7 +51,8 @@ pub use error::ClientError;
 pub use producer::{AckFuture, Producer, ProducerBuilder, RecordAck, RecordLocation};
 pub use tailstream_config::{ClientConfig, ConsumerConfig, ProducerConfig};
 pub use tailstream_wire::messages::{
-    BrokerInfo, ListGroupsResponse, LogGroups, PlacementState, StreamConfig, StreamMetadata,
+    BrokerInfo, ConsumerGroupSummary, DescribeConsumerGroupsResponse, ListGroupsResponse,
+    LogGroups, PartitionLagInfo, PlacementState, SegmentReplicas, StreamConfig, StreamMetadata,
     StreamletPlacement,
 };
 pub use tailstream_wire::{

@@ -20,7 +20,8 @@ use std::time::Instant;
 use tailstream_net::{Reply, Request, Response, Service};
 use tailstream_wire::messages::{
     AllocateProducerIdResponse, BrokerHeartbeatRequest, BrokerHeartbeatResponse,
-    CreateStreamRequest, DescribeStreamRequest, ListBrokersResponse, ListStreamsResponse,
+    ConsumerGroupSummary, CreateStreamRequest, DescribeConsumerGroupsResponse,
+    DescribeStreamRequest, ListBrokersResponse, ListStreamsResponse, PartitionLagInfo,
     RegisterBrokerRequest, RegisterBrokerResponse, ReportSuspectRequest,
 };
 use tailstream_wire::{Decode, Opcode, ServerId, Status};
@@ -78,6 +79,34 @@ impl CoordinatorService {
         let rows = lag(&committed, &streams, &state.log_ends);
         drop(state);
         (rows, self.groups.members())
+    }
+
+    /// `group_lag` as the `DescribeConsumerGroups` answer (what `tailstream group list` shows).
+    pub fn describe_consumer_groups(&self) -> DescribeConsumerGroupsResponse {
+        let (lag, members) = self.group_lag();
+        DescribeConsumerGroupsResponse {
+            groups: members
+                .into_iter()
+                .map(|(group, members, generation)| ConsumerGroupSummary {
+                    group,
+                    members: u32::try_from(members).unwrap_or(u32::MAX),
+                    generation,
+                })
+                .collect(),
+            lag: lag
+                .into_iter()
+                .map(|row| PartitionLagInfo {
+                    group: row.group,
+                    stream: row.stream,
+                    partition: row.partition,
+                    streamlet: row.streamlet,
+                    log: row.log,
+                    committed_offset: row.committed_offset,
+                    end_offset: row.end_offset,
+                    lag_records: row.lag_records,
+                })
+                .collect(),
+        }
     }
 
     pub fn core(&self) -> &Coordinator {
@@ -312,6 +341,9 @@ impl CoordinatorService {
             (_, Opcode::GroupLeave) => Reply::Ready(self.groups.leave(request.body)),
             (_, Opcode::OffsetCommit) => self.groups.commit(request.body),
             (_, Opcode::OffsetFetch) => Reply::Ready(self.groups.fetch(request.body)),
+            (_, Opcode::DescribeConsumerGroups) => {
+                Reply::Ready(Response::ok(&self.describe_consumer_groups()))
+            }
             (Facing::Clients, Opcode::RegisterBroker | Opcode::BrokerHeartbeat) => {
                 Reply::Ready(Response::error(
                     Status::UnknownOpcode,

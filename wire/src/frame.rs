@@ -128,6 +128,8 @@ opcodes! {
     OffsetCommit = 64,
     /// → coordinator: a group's committed offsets.
     OffsetFetch = 65,
+    /// → coordinator: every consumer group, its members and its lag per partition.
+    DescribeConsumerGroups = 66,
 }
 
 impl Opcode {

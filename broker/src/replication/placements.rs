@@ -5,14 +5,8 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use tailstream_wire::{LogId, SegmentId, ServerId, StreamId, StreamletId};
-
-/// One segment being written or closed and the backups holding (or receiving) its replicas.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SegmentReplicas {
-    pub segment: SegmentId,
-    pub backups: Vec<ServerId>,
-}
+pub use tailstream_wire::messages::SegmentReplicas;
+use tailstream_wire::{LogId, StreamId, StreamletId};
 
 type LogKey = (StreamId, StreamletId, LogId);
 
@@ -46,6 +40,7 @@ impl ReplicaPlacements {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tailstream_wire::{SegmentId, ServerId};
 
     #[test]
     fn a_log_shows_what_was_last_published_until_removed() {

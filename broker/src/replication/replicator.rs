@@ -39,7 +39,7 @@ pub struct ReplicationContext {
     pub backups: Arc<Backups>,
     pub config: ReplicationConfig,
     pub selector: Mutex<BackupSelector>,
-    pub placements: super::placements::ReplicaPlacements,
+    pub placements: Arc<super::placements::ReplicaPlacements>,
 }
 
 #[derive(Debug)]

@@ -137,6 +137,8 @@ impl Log {
             next_offset: state.next_offset,
             committed_offset: state.committed_offset,
             groups: state.groups.iter().map(Group::summary).collect(),
+            // Storage does not know where replicas are: the data plane adds them.
+            replicas: Vec::new(),
         }
     }
 

@@ -3,6 +3,7 @@
 pub mod cluster;
 pub mod consume;
 pub mod dev;
+pub mod group;
 pub mod produce;
 pub mod stream;
 

@@ -2,10 +2,10 @@
 
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
-use tailstream_client::Client;
+use tailstream_client::{
+    Client, LogGroups, PartitionLagInfo, PlacementState, StreamMetadata, StreamletId,
+};
 use tailstream_config::Config;
-use tailstream_wire::StreamletId;
-use tailstream_wire::messages::{LogGroups, PlacementState, StreamMetadata};
 
 #[derive(Subcommand, Debug)]
 pub enum StreamCommand {
@@ -129,8 +129,9 @@ fn stream_json(stream: &StreamMetadata) -> Value {
 }
 
 /// Settings, then per streamlet its owner and state and per log its records (first live
-/// offset to committed end), appended end, groups, segments and committed bytes, asked of
-/// each owner. A streamlet whose owner does not answer says why and the rest goes on.
+/// offset to committed end), appended end, groups, segments, committed bytes and where its
+/// segments in flight have their replicas, asked of each owner; then every consumer group's
+/// lag on this stream. A streamlet whose owner does not answer says why and the rest goes on.
 async fn describe(cluster: &Client, stream: &StreamMetadata, json: bool) {
     let mut streamlets = Vec::new();
     for placement in &stream.streamlets {
@@ -150,6 +151,17 @@ async fn describe(cluster: &Client, stream: &StreamMetadata, json: bool) {
         };
         streamlets.push((placement, state, logs));
     }
+    let lag: Result<Vec<PartitionLagInfo>, String> = cluster
+        .consumer_groups()
+        .await
+        .map(|groups| {
+            groups
+                .lag
+                .into_iter()
+                .filter(|row| row.stream == stream.name)
+                .collect()
+        })
+        .map_err(|e| e.to_string());
     if json {
         let streamlets: Vec<Value> = streamlets
             .iter()
@@ -170,6 +182,10 @@ async fn describe(cluster: &Client, stream: &StreamMetadata, json: bool) {
             .collect();
         let mut value = stream_json(stream);
         value["streamlets"] = Value::Array(streamlets);
+        value["consumer_groups"] = match &lag {
+            Ok(rows) => super::group::lag_json(rows),
+            Err(error) => json!({ "error": error }),
+        };
         println!("{value}");
         return;
     }
@@ -203,6 +219,9 @@ async fn describe(cluster: &Client, stream: &StreamMetadata, json: bool) {
                         summary.segments,
                         human_bytes(summary.committed_bytes),
                     );
+                    if !log.replicas.is_empty() {
+                        println!("      replicas {}", replicas_line(log));
+                    }
                 }
             }
             Err(why) if placement.state == PlacementState::Serving => {
@@ -211,6 +230,22 @@ async fn describe(cluster: &Client, stream: &StreamMetadata, json: bool) {
             Err(_) => {}
         }
     }
+    match lag {
+        Ok(rows) => super::group::print_lag(&rows),
+        Err(error) => println!("  consumer groups unknown: {error}"),
+    }
+}
+
+/// `segment 3 on server-1.0, server-2.0; segment 4 on server-2.0, server-3.0`.
+fn replicas_line(log: &LogGroups) -> String {
+    log.replicas
+        .iter()
+        .map(|r| {
+            let backups: Vec<String> = r.backups.iter().map(ToString::to_string).collect();
+            format!("segment {} on {}", r.segment.0, backups.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// What one log holds now.
@@ -253,11 +288,15 @@ fn log_json(log: &LogGroups) -> Value {
         "groups": log.groups.len(),
         "segments": summary.segments,
         "committed_bytes": summary.committed_bytes,
+        "replicas": log.replicas.iter().map(|r| json!({
+            "segment": r.segment.0,
+            "backups": r.backups.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
     })
 }
 
 /// `1.5 GiB`, `320.0 KiB`, `17 B`.
-fn human_bytes(bytes: u64) -> String {
+pub fn human_bytes(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
     if bytes < 1024 {
         return format!("{bytes} B");
@@ -272,7 +311,7 @@ fn human_bytes(bytes: u64) -> String {
 }
 
 /// `1.2 M records`, `5.3 k records`, `17 records`.
-fn human_count(count: u64) -> String {
+pub fn human_count(count: u64) -> String {
     match count {
         0..1_000 => format!("{count} records"),
         1_000..1_000_000 => format!("{:.1} k records", count as f64 / 1e3),

@@ -290,6 +290,7 @@ mod tests {
                     }],
                 })
                 .collect(),
+            replicas: Vec::new(),
         }
     }
 

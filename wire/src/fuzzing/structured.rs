@@ -77,6 +77,8 @@ fn decode_body(opcode: Option<Opcode>, is_response: bool, body: Bytes) {
         (Opcode::OffsetCommit, _) => decode!(OffsetCommitRequest),
         (Opcode::OffsetFetch, false) => decode!(OffsetFetchRequest),
         (Opcode::OffsetFetch, true) => decode!(OffsetFetchResponse),
+        (Opcode::DescribeConsumerGroups, false) => decode!(Empty),
+        (Opcode::DescribeConsumerGroups, true) => decode!(DescribeConsumerGroupsResponse),
     }
 }
 

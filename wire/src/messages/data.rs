@@ -4,7 +4,9 @@
 use super::{small_bytes, small_vec};
 use crate::codec::{Decode, DecodeError, Encode, WireReader};
 use crate::field::WireField;
-use crate::ids::{GroupId, LogId, RecordOffset, SegmentId, SegmentPosition, StreamId, StreamletId};
+use crate::ids::{
+    GroupId, LogId, RecordOffset, SegmentId, SegmentPosition, ServerId, StreamId, StreamletId,
+};
 use crate::wire_message;
 use bytes::{Bytes, BytesMut};
 
@@ -190,6 +192,16 @@ wire_message! {
 }
 
 wire_message! {
+    /// One segment being written or closed and the backups holding (or receiving) its
+    /// replicas.
+    pub struct SegmentReplicas {
+        pub segment: SegmentId,
+        #[cfg_attr(test, proptest(strategy = "small_vec::<ServerId>()"))]
+        pub backups: Vec<ServerId>,
+    }
+}
+
+wire_message! {
     /// The live groups of one log, oldest first.
     pub struct LogGroups {
         pub log: LogId,
@@ -199,6 +211,9 @@ wire_message! {
         pub committed_offset: RecordOffset,
         #[cfg_attr(test, proptest(strategy = "small_vec::<GroupSummary>()"))]
         pub groups: Vec<GroupSummary>,
+        /// Where the log's segments in flight have their replicas (empty when unreplicated).
+        #[cfg_attr(test, proptest(strategy = "small_vec::<SegmentReplicas>()"))]
+        pub replicas: Vec<SegmentReplicas>,
     }
 }
 

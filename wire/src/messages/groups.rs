@@ -162,6 +162,41 @@ wire_message! {
 }
 
 wire_message! {
+    /// A consumer group now: how many members, in which generation.
+    pub struct ConsumerGroupSummary {
+        pub group: String,
+        pub members: u32,
+        pub generation: u32,
+    }
+}
+
+wire_message! {
+    /// How far one group trails one partition (`streamlet * Q + log`) of a stream.
+    pub struct PartitionLagInfo {
+        pub group: String,
+        pub stream: String,
+        pub partition: u32,
+        pub streamlet: u32,
+        pub log: u32,
+        pub committed_offset: u64,
+        /// The log's committed end, when its owner has reported it.
+        pub end_offset: Option<u64>,
+        /// Records committed to the log past the group's offset (when the end is known).
+        pub lag_records: Option<u64>,
+    }
+}
+
+wire_message! {
+    /// Every consumer group with members, and the lag of every partition a group committed.
+    pub struct DescribeConsumerGroupsResponse {
+        #[cfg_attr(test, proptest(strategy = "small_vec::<ConsumerGroupSummary>()"))]
+        pub groups: Vec<ConsumerGroupSummary>,
+        #[cfg_attr(test, proptest(strategy = "small_vec::<PartitionLagInfo>()"))]
+        pub lag: Vec<PartitionLagInfo>,
+    }
+}
+
+wire_message! {
     /// One record of the coordinator's offsets file: a commit of one group (see
     /// `offsets_file`).
     pub struct OffsetsRecord {

@@ -118,6 +118,7 @@ mod tests {
         offset_commit: OffsetCommitRequest,
         offset_fetch_request: OffsetFetchRequest,
         offset_fetch_response: OffsetFetchResponse,
+        describe_consumer_groups: DescribeConsumerGroupsResponse,
         offsets_record: OffsetsRecord,
     }
 
