@@ -45,6 +45,9 @@ struct Membership {
     reported_ends: HashMap<(StreamId, StreamletId, LogId), RecordOffset>,
     /// Retired generations whose replicas this backup already dropped.
     dropped: std::collections::HashSet<ServerId>,
+    /// Deleted streams whose replicas this backup already dropped (those the coordinator still
+    /// lists: bounded by what it sends).
+    dropped_streams: std::collections::HashSet<StreamId>,
 }
 
 #[derive(Debug)]
@@ -102,6 +105,44 @@ impl ClusterState {
     /// The membership as of the latest heartbeat.
     pub fn brokers(&self) -> watch::Receiver<Vec<BrokerInfo>> {
         self.brokers.subscribe()
+    }
+
+    /// Drops what this backup holds of streams the coordinator deleted (each once), and forgets
+    /// what it reported of their logs.
+    fn drop_deleted_streams(&self, deleted: &[StreamId]) {
+        let fresh: Vec<StreamId> = {
+            let mut membership = self.lock();
+            membership.dropped_streams.retain(|s| deleted.contains(s));
+            let fresh: Vec<StreamId> = deleted
+                .iter()
+                .copied()
+                .filter(|s| membership.dropped_streams.insert(*s))
+                .collect();
+            membership
+                .reported_heads
+                .retain(|(stream, _, _), _| !fresh.contains(stream));
+            membership
+                .reported_ends
+                .retain(|(stream, _, _), _| !fresh.contains(stream));
+            fresh
+        };
+        if fresh.is_empty() {
+            return;
+        }
+        // Dropping replicas removes files and waits for buffer locks: off the async workers.
+        let backup = self.backup.clone();
+        tokio::task::spawn_blocking(move || {
+            for stream in fresh {
+                let dropped = backup.drop_stream(stream);
+                if dropped > 0 {
+                    tracing::info!(
+                        stream = stream.0,
+                        dropped,
+                        "dropped the replicas of a deleted stream"
+                    );
+                }
+            }
+        });
     }
 
     /// Records the coordinator's membership: newer generations fence older ones, crashed
@@ -410,6 +451,7 @@ async fn membership_session(
                 cluster.heads_acknowledged(&request.heads);
                 cluster.ends_acknowledged(&request.log_ends);
                 cluster.update_brokers(response.brokers, &response.retired);
+                cluster.drop_deleted_streams(&response.deleted_streams);
                 if let Some(assignments) = response.assignments
                     && let Err((_, message)) = cluster.apply_assignments(&assignments)
                 {

@@ -203,3 +203,112 @@ async fn admin_endpoints_serve_health_metrics_and_state() {
     .await
     .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_stream_s_data_is_dropped_by_its_owners_and_backups() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let test = TestCluster::start(2, "").await;
+        let client = test.client();
+        let mut settings = client.stream_defaults();
+        settings.replicas = 1;
+        settings.segment_size_bytes = 64 * 1024;
+        let stream = client
+            .create_stream("doomed", 2, settings)
+            .await
+            .unwrap()
+            .id;
+        let producer = client.producer("doomed").build().await.unwrap();
+        let mut acks = Vec::new();
+        for i in 0..5_000 {
+            acks.push(
+                producer
+                    .send(None, format!("r-{i}").as_bytes())
+                    .await
+                    .unwrap(),
+            );
+        }
+        for ack in acks {
+            ack.await.unwrap();
+        }
+        let held = |replicas: &[tailstream_wire::messages::ReplicaInfo]| {
+            replicas
+                .iter()
+                .filter(|r| r.replica.stream == stream)
+                .count()
+        };
+        let peers: Vec<String> = test
+            .cluster
+            .brokers()
+            .map(|b| b.peer_addr.to_string())
+            .collect();
+        let mut before = 0;
+        for peer in &peers {
+            before += held(&common::list_replicas(peer).await);
+        }
+        assert!(before > 0, "the backups hold the stream's segments");
+
+        let (ok, out, err) = test.cli(&["stream", "delete", "doomed"], b"").await;
+        assert!(ok, "{err}");
+        assert!(String::from_utf8_lossy(&out).contains("deleted stream doomed"));
+        let (ok, _, err) = test.cli(&["stream", "describe", "doomed"], b"").await;
+        assert!(!ok && err.contains("no stream named"), "{err}");
+        let (ok, _, err) = test.cli(&["stream", "delete", "doomed"], b"").await;
+        assert!(!ok && err.contains("no stream named"), "{err}");
+
+        // Owners free its segment memory; backups drop its replicas (told by heartbeats).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let mut left = 0;
+            for peer in &peers {
+                left += held(&common::list_replicas(peer).await);
+            }
+            let mut memory = 0;
+            for broker in test.cluster.brokers() {
+                let body = TestCluster::http_get(broker.admin_addr, "/memory").await;
+                let json: serde_json::Value =
+                    serde_json::from_str(body.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+                memory += json["segment_memory_bytes"].as_u64().unwrap();
+            }
+            if left == 0 && memory == 0 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{left} replicas and {memory} bytes of segment memory left of a deleted stream"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+
+        // The name is free again: a new, empty stream.
+        let again = client
+            .create_stream("doomed", 1, client.stream_defaults())
+            .await
+            .unwrap();
+        assert!(again.id > stream);
+        let mut consumer = client
+            .consumer("doomed")
+            .from_beginning()
+            .build()
+            .await
+            .unwrap();
+        let producer = client.producer("doomed").build().await.unwrap();
+        producer.send(None, b"fresh").await.unwrap().await.unwrap();
+        let mut read = Vec::new();
+        for _ in 0..50 {
+            read.extend(
+                consumer
+                    .poll(std::time::Duration::from_millis(200))
+                    .await
+                    .unwrap(),
+            );
+            if !read.is_empty() {
+                break;
+            }
+        }
+        assert_eq!(read.len(), 1);
+        assert_eq!(read[0].value.as_deref(), Some(&b"fresh"[..]));
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}

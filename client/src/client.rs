@@ -98,6 +98,12 @@ impl Client {
         self.cluster.refresh_stream(name).await
     }
 
+    /// Deletes stream `name`: its owners drop its streamlets and its backups its replicas.
+    /// Producers and consumers of it fail from then on (`UnknownStream`).
+    pub async fn delete_stream(&self, name: &str) -> Result<(), ClientError> {
+        self.cluster.delete_stream(name).await
+    }
+
     /// Every stream.
     pub async fn list_streams(&self) -> Result<Vec<StreamMetadata>, ClientError> {
         self.cluster.list_streams().await

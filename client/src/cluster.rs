@@ -8,11 +8,11 @@ use std::time::Duration;
 use tailstream_config::ClientConfig;
 use tailstream_net::{RpcClient, RpcClientConfig, RpcError, RpcPool};
 use tailstream_wire::messages::{
-    AllocateProducerIdResponse, BrokerInfo, CreateStreamRequest, DescribeConsumerGroupsResponse,
-    DescribeStreamRequest, Empty, GroupHeartbeatRequest, GroupJoinRequest, GroupJoinResponse,
-    GroupLeaveRequest, GroupSyncRequest, GroupSyncResponse, ListBrokersResponse, ListGroupsRequest,
-    ListGroupsResponse, ListStreamsResponse, OffsetCommitRequest, OffsetFetchRequest,
-    OffsetFetchResponse, StreamConfig, StreamMetadata,
+    AllocateProducerIdResponse, BrokerInfo, CreateStreamRequest, DeleteStreamRequest,
+    DescribeConsumerGroupsResponse, DescribeStreamRequest, Empty, GroupHeartbeatRequest,
+    GroupJoinRequest, GroupJoinResponse, GroupLeaveRequest, GroupSyncRequest, GroupSyncResponse,
+    ListBrokersResponse, ListGroupsRequest, ListGroupsResponse, ListStreamsResponse,
+    OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse, StreamConfig, StreamMetadata,
 };
 use tailstream_wire::{Decode, Encode, Opcode, ProducerId, Status, StreamletId};
 
@@ -132,6 +132,19 @@ impl Cluster {
             streams.insert(metadata.name.clone(), metadata.clone());
         }
         Ok(metadata)
+    }
+
+    /// Deletes a stream: its owners and backups drop its data. Producers and consumers of it
+    /// fail from then on.
+    pub async fn delete_stream(&self, name: &str) -> Result<(), ClientError> {
+        let request = DeleteStreamRequest {
+            name: name.to_string(),
+        };
+        let _: Empty = self.control(Opcode::DeleteStream, &request).await?;
+        if let Ok(mut streams) = self.streams.lock() {
+            streams.remove(name);
+        }
+        Ok(())
     }
 
     /// The stream's metadata, from the cache when present.

@@ -20,7 +20,7 @@ use std::time::Instant;
 use tailstream_net::{Reply, Request, Response, Service};
 use tailstream_wire::messages::{
     AllocateProducerIdResponse, BrokerHeartbeatRequest, BrokerHeartbeatResponse,
-    ConsumerGroupSummary, CreateStreamRequest, DescribeConsumerGroupsResponse,
+    ConsumerGroupSummary, CreateStreamRequest, DeleteStreamRequest, DescribeConsumerGroupsResponse,
     DescribeStreamRequest, ListBrokersResponse, ListStreamsResponse, PartitionLagInfo,
     RegisterBrokerRequest, RegisterBrokerResponse, ReportSuspectRequest,
 };
@@ -218,6 +218,7 @@ impl CoordinatorService {
             assignments,
             brokers,
             retired: state.metadata.retired(),
+            deleted_streams: state.metadata.deleted_streams.clone(),
         }))
     }
 
@@ -297,6 +298,31 @@ impl CoordinatorService {
         })
     }
 
+    fn delete_stream(&self, body: Bytes) -> Reply {
+        let request: DeleteStreamRequest = match decode(body) {
+            Ok(request) => request,
+            Err(response) => return Reply::Ready(response),
+        };
+        let core = self.core.clone();
+        later(async move {
+            let name = request.name.clone();
+            let deleted = core.change(move |m| m.delete_stream(&request.name)).await;
+            let (id, owners) = match deleted {
+                Ok(deleted) => deleted,
+                Err(error) => return error.response(),
+            };
+            {
+                let mut state = core.lock();
+                state.heads.retain(|(stream, _, _), _| *stream != id);
+                state.log_ends.retain(|(stream, _, _), _| *stream != id);
+            }
+            tracing::info!(stream = %name, id = id.0, "stream deleted");
+            // Its owners drop its streamlets now; its backups hear of it in their heartbeats.
+            core.push_assignments(owners).await;
+            Response::empty()
+        })
+    }
+
     /// A broker says a peer missed its pings: the watchdog checks it itself.
     fn report_suspect(&self, body: Bytes) -> Result<Response, Response> {
         let request: ReportSuspectRequest = decode(body)?;
@@ -333,6 +359,7 @@ impl CoordinatorService {
             (_, Opcode::AllocateProducerId) => self.allocate_producer_id(),
             (_, Opcode::CreateStream) => self.create_stream(request.body),
             (_, Opcode::DescribeStream) => ready(self.describe_stream(request.body)),
+            (_, Opcode::DeleteStream) => self.delete_stream(request.body),
             (_, Opcode::ListStreams) => Reply::Ready(Response::ok(&self.snapshot().1)),
             (_, Opcode::ListBrokers) => Reply::Ready(Response::ok(&self.snapshot().0)),
             (_, Opcode::GroupJoin) => self.groups.join(request.body),

@@ -80,6 +80,8 @@ opcodes! {
     ListStreams = 22,
     /// Client → coordinator: the registered brokers and whether each is alive.
     ListBrokers = 23,
+    /// Client → coordinator: delete a stream (its owners and backups drop its data).
+    DeleteStream = 24,
     /// Broker → coordinator: a peer did not answer its pings (the coordinator checks it
     /// itself before declaring it crashed).
     ReportSuspect = 13,

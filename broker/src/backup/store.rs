@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tailstream_wire::messages::{ReplicaId, ReplicaOpenRequest};
-use tailstream_wire::{ServerId, Status};
+use tailstream_wire::{ServerId, Status, StreamId};
 use thiserror::Error;
 
 /// Largest replica buffer a backup accepts (the largest segment size).
@@ -415,6 +415,18 @@ impl BackupStore {
                 .by_id
                 .iter()
                 .filter(|(_, r)| r.primary == retired)
+                .map(|(k, _)| *k)
+                .collect()
+        })
+    }
+
+    /// Drops every replica of a deleted stream (stream ids are never reused). Returns how many.
+    pub fn drop_stream(&self, stream: StreamId) -> usize {
+        self.remove_selected(|index| {
+            index
+                .by_id
+                .iter()
+                .filter(|(_, r)| r.id.stream == stream)
                 .map(|(k, _)| *k)
                 .collect()
         })

@@ -18,13 +18,15 @@ pub enum StreamCommand {
         json: bool,
     },
     /// Show a stream's settings, where its streamlets live, and each log's records, groups,
-    /// segments and committed bytes.
+    /// segments, committed bytes and replicas; then consumer groups' lag on it.
     Describe {
         name: String,
         /// One JSON object instead of text.
         #[arg(long)]
         json: bool,
     },
+    /// Delete a stream and every record in it: its owners and backups drop its data.
+    Delete { name: String },
 }
 
 #[derive(Args, Debug)]
@@ -101,6 +103,13 @@ pub async fn run(config: Config, coordinator: &str, command: StreamCommand) -> R
                     print_stream(&stream);
                 }
             }
+        }
+        StreamCommand::Delete { name } => {
+            cluster
+                .delete_stream(&name)
+                .await
+                .map_err(|e| e.to_string())?;
+            println!("deleted stream {name}");
         }
         StreamCommand::Describe { name, json } => {
             let stream = cluster

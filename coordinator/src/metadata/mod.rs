@@ -133,6 +133,11 @@ pub struct Metadata {
     pub crashes: Vec<Crash>,
     /// Recoveries, oldest first (unfinished ones are resumed by a restarted coordinator).
     pub recoveries: Vec<RecoveryRecord>,
+    /// The most recently deleted streams, oldest first (at most `DELETED_STREAMS_KEPT`):
+    /// heartbeats tell every backup, which drops what it holds of them. Stream ids are never
+    /// reused, so a late drop never hits a newer stream.
+    #[serde(default)]
+    pub deleted_streams: Vec<StreamId>,
     pub next_recovery_id: u64,
 }
 

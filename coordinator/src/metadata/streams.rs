@@ -2,6 +2,10 @@
 //! assignment.
 
 use super::{Metadata, MetadataError, Placement, STREAM_NAME_BYTES_MAX, StreamRecord};
+
+/// Deleted stream ids the metadata remembers for backups that have yet to drop their replicas
+/// (a backup away for more deletions than this keeps the oldest ones' files).
+pub const DELETED_STREAMS_KEPT: usize = 256;
 use tailstream_config::{STREAMLETS_MAX, validate_stream_config};
 use tailstream_wire::messages::{
     AssignStreamletsRequest, PlacementState, StreamConfig, StreamMetadata, StreamletAssignment,
@@ -82,6 +86,40 @@ impl Metadata {
         };
         self.version += 1;
         Ok(self.streams.entry(name.to_string()).or_insert(record))
+    }
+
+    /// Deletes a stream: its owners drop its streamlets at the next assignment, and backups
+    /// drop its replicas once heartbeats tell them. Refused while a streamlet of it is being
+    /// recovered (the rebuild would race the deletion). Returns the stream's id and the brokers
+    /// that owned it.
+    pub fn delete_stream(
+        &mut self,
+        name: &str,
+    ) -> Result<(StreamId, Vec<ServerId>), MetadataError> {
+        let stream = self
+            .streams
+            .get(name)
+            .ok_or_else(|| MetadataError::UnknownStream(name.to_string()))?;
+        if stream
+            .placements
+            .iter()
+            .any(|p| p.state == PlacementState::Recovering)
+        {
+            return Err(MetadataError::InvalidArgument(format!(
+                "stream {name:?} has a streamlet being recovered; delete it once that is over"
+            )));
+        }
+        let owners = self.owners_of(name);
+        let id = stream.id;
+        self.streams.remove(name);
+        self.deleted_streams.push(id);
+        let excess = self
+            .deleted_streams
+            .len()
+            .saturating_sub(DELETED_STREAMS_KEPT);
+        self.deleted_streams.drain(..excess);
+        self.version += 1;
+        Ok((id, owners))
     }
 
     pub fn stream_metadata(&self, name: &str) -> Result<StreamMetadata, MetadataError> {

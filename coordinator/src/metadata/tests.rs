@@ -248,3 +248,54 @@ fn counters_refuse_to_wrap_and_implausible_files_are_refused() {
     bad.streams.get_mut("s").unwrap().config.logs_per_streamlet = u32::MAX;
     assert!(bad.validate().unwrap_err().contains("logs per streamlet"));
 }
+
+#[test]
+fn a_deleted_stream_is_gone_from_assignments_remembered_for_backups_and_its_id_never_reused() {
+    let mut m = Metadata::default();
+    let a = broker(&mut m, "x:1");
+    let b = broker(&mut m, "x:2");
+    let id = m.create_stream("s", 2, config(), &[a, b]).unwrap().id;
+    let version = m.version;
+    let (deleted, owners) = m.delete_stream("s").unwrap();
+    assert_eq!((deleted, owners), (id, vec![a, b]));
+    assert!(m.version > version, "owners get a new assignment");
+    assert!(m.assignments_for(a).assignments.is_empty());
+    assert_eq!(m.deleted_streams, vec![id]);
+    assert!(matches!(
+        m.delete_stream("s"),
+        Err(MetadataError::UnknownStream(_))
+    ));
+    let again = m.create_stream("s", 1, config(), &[a, b]).unwrap().id;
+    assert!(again > id, "a new stream of the same name has a new id");
+    // Only the most recent deletions are kept.
+    for i in 0..super::streams::DELETED_STREAMS_KEPT + 3 {
+        let name = format!("t{i}");
+        m.create_stream(&name, 1, config(), &[a, b]).unwrap();
+        m.delete_stream(&name).unwrap();
+    }
+    assert_eq!(
+        m.deleted_streams.len(),
+        super::streams::DELETED_STREAMS_KEPT
+    );
+    assert!(
+        !m.deleted_streams.contains(&id),
+        "the oldest were forgotten"
+    );
+}
+
+#[test]
+fn a_stream_being_recovered_cannot_be_deleted() {
+    let mut m = Metadata::default();
+    let a = broker(&mut m, "x:1");
+    let b = broker(&mut m, "x:2");
+    let stream = m.create_stream("s", 2, config(), &[a, b]).unwrap().id;
+    let moved = m.declare_crashed(a).unwrap();
+    m.begin_rebuild(stream, StreamletId(0), b).unwrap();
+    assert!(matches!(
+        m.delete_stream("s"),
+        Err(MetadataError::InvalidArgument(_))
+    ));
+    assert!(m.finish_rebuild(stream, StreamletId(0), 2).unwrap());
+    assert_eq!(moved.len(), 1);
+    assert!(m.delete_stream("s").is_ok());
+}

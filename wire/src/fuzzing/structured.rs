@@ -37,6 +37,8 @@ fn decode_body(opcode: Option<Opcode>, is_response: bool, body: Bytes) {
         (Opcode::AllocateProducerId, _) => decode!(AllocateProducerIdResponse),
         (Opcode::CreateStream, false) => decode!(CreateStreamRequest),
         (Opcode::DescribeStream, false) => decode!(DescribeStreamRequest),
+        (Opcode::DeleteStream, false) => decode!(DeleteStreamRequest),
+        (Opcode::DeleteStream, true) => decode!(Empty),
         (Opcode::CreateStream | Opcode::DescribeStream, true) => decode!(StreamMetadata),
         (Opcode::ListStreams, _) => decode!(ListStreamsResponse),
         (Opcode::ListBrokers, _) => decode!(ListBrokersResponse),

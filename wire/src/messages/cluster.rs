@@ -193,6 +193,9 @@ wire_message! {
         /// still hold of them (what recovery adopted belongs to the new owners by then).
         #[cfg_attr(test, proptest(strategy = "small_vec::<ServerId>()"))]
         pub retired: Vec<ServerId>,
+        /// Recently deleted streams: backups drop their replicas of them.
+        #[cfg_attr(test, proptest(strategy = "small_vec::<StreamId>()"))]
+        pub deleted_streams: Vec<StreamId>,
     }
 }
 
@@ -239,6 +242,12 @@ wire_message! {
 
 wire_message! {
     pub struct DescribeStreamRequest {
+        pub name: String,
+    }
+}
+
+wire_message! {
+    pub struct DeleteStreamRequest {
         pub name: String,
     }
 }

@@ -85,6 +85,7 @@ mod tests {
         allocate_producer_id: AllocateProducerIdResponse,
         create_stream: CreateStreamRequest,
         describe_stream: DescribeStreamRequest,
+        delete_stream: DeleteStreamRequest,
         list_streams: ListStreamsResponse,
         list_brokers: ListBrokersResponse,
         produce_response: ProduceResponse,
