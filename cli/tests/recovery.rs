@@ -86,6 +86,22 @@ async fn a_killed_owner_s_streamlets_are_rebuilt_and_nothing_acked_is_lost() {
             .expect("a recovery of the victim's streamlets");
         assert_eq!(done["phase"], "Done");
         assert!(done["bytes"].as_u64().unwrap() > 0, "{done}");
+        // The CLI shows the same recovery with its phase times.
+        let (ok, out, err) = test.cli(&["cluster", "status", "--json"], b"").await;
+        assert!(ok, "{err}");
+        let status: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let shown = status["recoveries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == done["id"])
+            .expect("cluster status lists the recovery");
+        assert_eq!(shown["phase"], "Done", "{shown}");
+        assert_eq!(shown["total_ms"], done["total_ms"], "{shown}");
+        let (ok, out, _) = test.cli(&["cluster", "status"], b"").await;
+        assert!(ok);
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.contains("recent recoveries") && text.contains("Done"), "{text}");
         test.stop().await;
     })
     .await

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use tailstream_config::{ClientConfig, ConsumerConfig, ProducerConfig};
 use tailstream_wire::StreamletId;
 use tailstream_wire::messages::{
-    BrokerInfo, DescribeConsumerGroupsResponse, ListGroupsResponse, StreamConfig, StreamMetadata,
+    BrokerInfo, DescribeConsumerGroupsResponse, ListGroupsResponse, RecoverySummary, StreamConfig,
+    StreamMetadata,
 };
 
 /// A connection to a Tailstream cluster, by its coordinator's address. Cheap to clone.
@@ -102,6 +103,11 @@ impl Client {
     /// Producers and consumers of it fail from then on (`UnknownStream`).
     pub async fn delete_stream(&self, name: &str) -> Result<(), ClientError> {
         self.cluster.delete_stream(name).await
+    }
+
+    /// The most recent broker crashes and their recoveries, with each phase's time.
+    pub async fn list_recoveries(&self) -> Result<Vec<RecoverySummary>, ClientError> {
+        self.cluster.list_recoveries().await
     }
 
     /// Every stream.

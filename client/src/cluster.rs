@@ -11,8 +11,9 @@ use tailstream_wire::messages::{
     AllocateProducerIdResponse, BrokerInfo, CreateStreamRequest, DeleteStreamRequest,
     DescribeConsumerGroupsResponse, DescribeStreamRequest, Empty, GroupHeartbeatRequest,
     GroupJoinRequest, GroupJoinResponse, GroupLeaveRequest, GroupSyncRequest, GroupSyncResponse,
-    ListBrokersResponse, ListGroupsRequest, ListGroupsResponse, ListStreamsResponse,
-    OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse, StreamConfig, StreamMetadata,
+    ListBrokersResponse, ListGroupsRequest, ListGroupsResponse, ListRecoveriesResponse,
+    ListStreamsResponse, OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse,
+    RecoverySummary, StreamConfig, StreamMetadata,
 };
 use tailstream_wire::{Decode, Encode, Opcode, ProducerId, Status, StreamletId};
 
@@ -145,6 +146,13 @@ impl Cluster {
             streams.remove(name);
         }
         Ok(())
+    }
+
+    /// The most recent recoveries and their phase times.
+    pub async fn list_recoveries(&self) -> Result<Vec<RecoverySummary>, ClientError> {
+        let response: ListRecoveriesResponse =
+            self.control(Opcode::ListRecoveries, &Empty {}).await?;
+        Ok(response.recoveries)
     }
 
     /// The stream's metadata, from the cache when present.

@@ -52,8 +52,8 @@ pub use producer::{AckFuture, Producer, ProducerBuilder, RecordAck, RecordLocati
 pub use tailstream_config::{ClientConfig, ConsumerConfig, ProducerConfig};
 pub use tailstream_wire::messages::{
     BrokerInfo, ConsumerGroupSummary, DescribeConsumerGroupsResponse, ListGroupsResponse,
-    LogGroups, PartitionLagInfo, PlacementState, SegmentReplicas, StreamConfig, StreamMetadata,
-    StreamletPlacement,
+    LogGroups, PartitionLagInfo, PlacementState, RecoverySummary, SegmentReplicas, StreamConfig,
+    StreamMetadata, StreamletPlacement,
 };
 pub use tailstream_wire::{
     GroupId, LogId, ProducerId, RecordOffset, SegmentId, SegmentPosition, Status, StreamId,

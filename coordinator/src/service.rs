@@ -21,10 +21,14 @@ use tailstream_net::{Reply, Request, Response, Service};
 use tailstream_wire::messages::{
     AllocateProducerIdResponse, BrokerHeartbeatRequest, BrokerHeartbeatResponse,
     ConsumerGroupSummary, CreateStreamRequest, DeleteStreamRequest, DescribeConsumerGroupsResponse,
-    DescribeStreamRequest, ListBrokersResponse, ListStreamsResponse, PartitionLagInfo,
-    RegisterBrokerRequest, RegisterBrokerResponse, ReportSuspectRequest,
+    DescribeStreamRequest, ListBrokersResponse, ListRecoveriesResponse, ListStreamsResponse,
+    PartitionLagInfo, RecoverySummary, RegisterBrokerRequest, RegisterBrokerResponse,
+    ReportSuspectRequest,
 };
 use tailstream_wire::{Decode, Opcode, ServerId, Status};
+
+/// Recoveries `ListRecoveries` answers with, the most recent.
+const RECOVERIES_LISTED: usize = 32;
 
 #[derive(Clone, Debug)]
 pub struct CoordinatorService {
@@ -298,6 +302,35 @@ impl CoordinatorService {
         })
     }
 
+    /// The most recent recoveries (what `cluster status` shows).
+    pub fn list_recoveries(&self) -> ListRecoveriesResponse {
+        let state = self.core.lock();
+        let recoveries = &state.metadata.recoveries;
+        let recent = &recoveries[recoveries.len().saturating_sub(RECOVERIES_LISTED)..];
+        ListRecoveriesResponse {
+            recoveries: recent
+                .iter()
+                .map(|r| RecoverySummary {
+                    id: r.id,
+                    crashed: r.crashed,
+                    phase: format!("{:?}", r.phase),
+                    streamlets: u32::try_from(r.streamlets.len()).unwrap_or(u32::MAX),
+                    declared_at_ms: r.declared_at_ms,
+                    detect_ms: r.detect_ms,
+                    locate_ms: r.locate_ms,
+                    replay_ms: r.replay_ms,
+                    rereplicate_ms: r.rereplicate_ms,
+                    lease_wait_ms: r.lease_wait_ms,
+                    total_ms: r.total_ms,
+                    bytes: r.bytes,
+                    segments_adopted: r.segments_adopted,
+                    segments_copied: r.segments_copied,
+                    lost: r.lost.clone(),
+                })
+                .collect(),
+        }
+    }
+
     fn delete_stream(&self, body: Bytes) -> Reply {
         let request: DeleteStreamRequest = match decode(body) {
             Ok(request) => request,
@@ -360,6 +393,7 @@ impl CoordinatorService {
             (_, Opcode::CreateStream) => self.create_stream(request.body),
             (_, Opcode::DescribeStream) => ready(self.describe_stream(request.body)),
             (_, Opcode::DeleteStream) => self.delete_stream(request.body),
+            (_, Opcode::ListRecoveries) => Reply::Ready(Response::ok(&self.list_recoveries())),
             (_, Opcode::ListStreams) => Reply::Ready(Response::ok(&self.snapshot().1)),
             (_, Opcode::ListBrokers) => Reply::Ready(Response::ok(&self.snapshot().0)),
             (_, Opcode::GroupJoin) => self.groups.join(request.body),

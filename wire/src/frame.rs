@@ -82,6 +82,8 @@ opcodes! {
     ListBrokers = 23,
     /// Client → coordinator: delete a stream (its owners and backups drop its data).
     DeleteStream = 24,
+    /// Client → coordinator: the most recent recoveries and their phase times.
+    ListRecoveries = 25,
     /// Broker → coordinator: a peer did not answer its pings (the coordinator checks it
     /// itself before declaring it crashed).
     ReportSuspect = 13,

@@ -1,14 +1,16 @@
 //! `tailstream cluster status`: brokers and their liveness, streams and the state of their
-//! streamlets (serving, being recovered, lost), from the coordinator.
+//! streamlets (serving, being recovered, lost), and the recent recoveries with their phase
+//! times, from the coordinator.
 
 use clap::Subcommand;
 use serde_json::{Value, json};
+use tailstream_client::{BrokerInfo, PlacementState, RecoverySummary, StreamMetadata};
 use tailstream_config::Config;
-use tailstream_wire::messages::{BrokerInfo, PlacementState, StreamMetadata};
 
 #[derive(Subcommand, Debug)]
 pub enum ClusterCommand {
-    /// Brokers (alive, crashed, addresses) and streams (streamlets serving, recovering, lost).
+    /// Brokers (alive, crashed, addresses), streams (streamlets serving, recovering, lost) and
+    /// recent recoveries (phase times).
     Status {
         /// One JSON object instead of text.
         #[arg(long)]
@@ -21,11 +23,13 @@ pub async fn run(config: Config, coordinator: &str, command: ClusterCommand) -> 
     let ClusterCommand::Status { json } = command;
     let brokers = cluster.list_brokers().await.map_err(|e| e.to_string())?;
     let streams = cluster.list_streams().await.map_err(|e| e.to_string())?;
+    let recoveries = cluster.list_recoveries().await.map_err(|e| e.to_string())?;
     if json {
         let value = json!({
             "coordinator": coordinator,
             "brokers": brokers.iter().map(broker_json).collect::<Vec<_>>(),
             "streams": streams.iter().map(stream_json).collect::<Vec<_>>(),
+            "recoveries": recoveries.iter().map(recovery_json).collect::<Vec<_>>(),
         });
         println!("{value}");
         return Ok(());
@@ -93,7 +97,55 @@ pub async fn run(config: Config, coordinator: &str, command: ClusterCommand) -> 
             }
         }
     }
+    if !recoveries.is_empty() {
+        println!("{} recent recoveries:", recoveries.len());
+    }
+    for r in &recoveries {
+        let ms = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v} ms"));
+        println!(
+            "  #{} {} {}: {} streamlets; detect {} ms, locate {}, replay {}, re-replicate {}, \
+             lease wait {}, total {}; {} read, {} segments adopted, {} copied{}",
+            r.id,
+            r.crashed,
+            r.phase,
+            r.streamlets,
+            r.detect_ms,
+            ms(r.locate_ms),
+            ms(r.replay_ms),
+            ms(r.rereplicate_ms),
+            ms(r.lease_wait_ms),
+            ms(r.total_ms),
+            super::stream::human_bytes(r.bytes),
+            r.segments_adopted,
+            r.segments_copied,
+            if r.lost.is_empty() {
+                String::new()
+            } else {
+                format!("; LOST: {}", r.lost.join("; "))
+            },
+        );
+    }
     Ok(())
+}
+
+fn recovery_json(r: &RecoverySummary) -> Value {
+    json!({
+        "id": r.id,
+        "crashed": r.crashed.to_string(),
+        "phase": r.phase,
+        "streamlets": r.streamlets,
+        "declared_at_ms": r.declared_at_ms,
+        "detect_ms": r.detect_ms,
+        "locate_ms": r.locate_ms,
+        "replay_ms": r.replay_ms,
+        "rereplicate_ms": r.rereplicate_ms,
+        "lease_wait_ms": r.lease_wait_ms,
+        "total_ms": r.total_ms,
+        "bytes": r.bytes,
+        "segments_adopted": r.segments_adopted,
+        "segments_copied": r.segments_copied,
+        "lost": r.lost,
+    })
 }
 
 fn liveness(broker: &BrokerInfo) -> &'static str {

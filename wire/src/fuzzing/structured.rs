@@ -39,6 +39,8 @@ fn decode_body(opcode: Option<Opcode>, is_response: bool, body: Bytes) {
         (Opcode::DescribeStream, false) => decode!(DescribeStreamRequest),
         (Opcode::DeleteStream, false) => decode!(DeleteStreamRequest),
         (Opcode::DeleteStream, true) => decode!(Empty),
+        (Opcode::ListRecoveries, false) => decode!(Empty),
+        (Opcode::ListRecoveries, true) => decode!(ListRecoveriesResponse),
         (Opcode::CreateStream | Opcode::DescribeStream, true) => decode!(StreamMetadata),
         (Opcode::ListStreams, _) => decode!(ListStreamsResponse),
         (Opcode::ListBrokers, _) => decode!(ListBrokersResponse),

@@ -253,6 +253,40 @@ wire_message! {
 }
 
 wire_message! {
+    /// One crash and its recovery, as `cluster status` shows it (times in milliseconds; a
+    /// phase not reached yet has none).
+    pub struct RecoverySummary {
+        pub id: u64,
+        pub crashed: ServerId,
+        /// `Locating`, `Rebuilding` or `Done`.
+        pub phase: String,
+        pub streamlets: u32,
+        /// When the crash was declared (Unix ms).
+        pub declared_at_ms: u64,
+        pub detect_ms: u64,
+        pub locate_ms: Option<u64>,
+        pub replay_ms: Option<u64>,
+        pub rereplicate_ms: Option<u64>,
+        pub lease_wait_ms: Option<u64>,
+        pub total_ms: Option<u64>,
+        pub bytes: u64,
+        pub segments_adopted: u64,
+        pub segments_copied: u64,
+        /// Streamlets that could not be rebuilt, and why.
+        #[cfg_attr(test, proptest(strategy = "small_vec::<String>()"))]
+        pub lost: Vec<String>,
+    }
+}
+
+wire_message! {
+    /// The most recent recoveries, oldest first.
+    pub struct ListRecoveriesResponse {
+        #[cfg_attr(test, proptest(strategy = "small_vec::<RecoverySummary>()"))]
+        pub recoveries: Vec<RecoverySummary>,
+    }
+}
+
+wire_message! {
     pub struct ListStreamsResponse {
         #[cfg_attr(test, proptest(strategy = "small_vec::<StreamMetadata>()"))]
         pub streams: Vec<StreamMetadata>,

@@ -86,6 +86,7 @@ mod tests {
         create_stream: CreateStreamRequest,
         describe_stream: DescribeStreamRequest,
         delete_stream: DeleteStreamRequest,
+        list_recoveries: ListRecoveriesResponse,
         list_streams: ListStreamsResponse,
         list_brokers: ListBrokersResponse,
         produce_response: ProduceResponse,
