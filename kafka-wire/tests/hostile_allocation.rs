@@ -24,6 +24,14 @@ fn header(api: Api, version: i16) -> BytesMut {
     out
 }
 
+/// The allocator's counters are process-wide: each test holds this for its whole run, so the
+/// other test's allocations (tests run on parallel threads) never land in its regions.
+static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    MEASURING.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Bytes allocated while decoding `frame` (and whether it decoded).
 fn allocated(frame: Bytes) -> (usize, bool) {
     let region = Region::new(GLOBAL);
@@ -35,6 +43,7 @@ fn allocated(frame: Bytes) -> (usize, bool) {
 
 #[test]
 fn counts_that_claim_gigabytes_cost_nothing_and_full_arrays_cost_a_multiple_of_the_frame() {
+    let _alone = alone();
     // Metadata v8: a topics array claiming 2^31 - 1 names, in a 17-byte request.
     let mut lie = header(Api::Metadata, 8);
     lie.put_i32(i32::MAX);
@@ -83,6 +92,7 @@ fn counts_that_claim_gigabytes_cost_nothing_and_full_arrays_cost_a_multiple_of_t
 
 #[test]
 fn strings_and_byte_fields_longer_than_the_request_are_refused_before_allocating() {
+    let _alone = alone();
     // JoinGroup v5 whose protocol metadata claims 2 GiB.
     let mut join = header(Api::JoinGroup, 5);
     join.put_i16(1);
