@@ -101,7 +101,10 @@ async fn a_killed_owner_s_streamlets_are_rebuilt_and_nothing_acked_is_lost() {
         let (ok, out, _) = test.cli(&["cluster", "status"], b"").await;
         assert!(ok);
         let text = String::from_utf8_lossy(&out);
-        assert!(text.contains("recent recoveries") && text.contains("Done"), "{text}");
+        assert!(
+            text.contains("recent recoveries") && text.contains("Done"),
+            "{text}"
+        );
         test.stop().await;
     })
     .await
