@@ -115,7 +115,7 @@ pub async fn run(config: Config, coordinator: &str, command: ClusterCommand) -> 
             ms(r.rereplicate_ms),
             ms(r.lease_wait_ms),
             ms(r.total_ms),
-            super::stream::human_bytes(r.bytes),
+            super::human::human_bytes(r.bytes),
             r.segments_adopted,
             r.segments_copied,
             if r.lost.is_empty() {

@@ -4,6 +4,7 @@ pub mod cluster;
 pub mod consume;
 pub mod dev;
 pub mod group;
+pub mod human;
 pub mod produce;
 pub mod stream;
 
