@@ -9,7 +9,7 @@
 
 use crate::core::{Coordinator, unix_ms};
 use crate::groups::GroupCoordinator;
-use crate::groups::lag::{PartitionLag, StreamShape, lag};
+use crate::groups::lag::{StreamShape, lag};
 use crate::metadata::ProducerIds;
 use crate::recovery::orchestrator::Orchestrator;
 use crate::watchdog::WatchdogHandle;
@@ -64,7 +64,7 @@ impl CoordinatorService {
     }
 
     /// Lag of every group's committed partitions, and the groups with members now.
-    pub fn group_lag(&self) -> (Vec<PartitionLag>, Vec<(String, usize, u32)>) {
+    pub fn group_lag(&self) -> (Vec<PartitionLagInfo>, Vec<(String, usize, u32)>) {
         let committed = self.groups.committed();
         let state = self.core.lock();
         let streams: HashMap<String, StreamShape> = state
@@ -97,19 +97,7 @@ impl CoordinatorService {
                     generation,
                 })
                 .collect(),
-            lag: lag
-                .into_iter()
-                .map(|row| PartitionLagInfo {
-                    group: row.group,
-                    stream: row.stream,
-                    partition: row.partition,
-                    streamlet: row.streamlet,
-                    log: row.log,
-                    committed_offset: row.committed_offset,
-                    end_offset: row.end_offset,
-                    lag_records: row.lag_records,
-                })
-                .collect(),
+            lag,
         }
     }
 

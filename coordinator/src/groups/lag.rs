@@ -4,9 +4,8 @@
 //! committed partition comes out. Native and Kafka groups alike: a partition is
 //! `streamlet * Q + log` of the stream its topic names.
 
-use serde::Serialize;
 use std::collections::HashMap;
-use tailstream_wire::messages::CommittedOffset;
+use tailstream_wire::messages::{CommittedOffset, PartitionLagInfo};
 use tailstream_wire::{LogId, RecordOffset, StreamId, StreamletId};
 
 /// A stream as lag needs it: its id, logs per streamlet, and streamlet count.
@@ -17,29 +16,13 @@ pub struct StreamShape {
     pub streamlets: u32,
 }
 
-/// One committed partition of one group.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct PartitionLag {
-    pub group: String,
-    pub stream: String,
-    pub partition: u32,
-    pub streamlet: u32,
-    pub log: u32,
-    pub committed_offset: u64,
-    /// The log's committed end, when its owner has reported it.
-    pub end_offset: Option<u64>,
-    /// Records committed to the log that the group has not committed past (0 when the group
-    /// is at or beyond the end it knows of).
-    pub lag_records: Option<u64>,
-}
-
 /// Lag of every committed partition of a known stream, sorted by group, stream and partition.
 /// Partitions of topics that are no stream, or beyond the stream's partitions, are left out.
 pub fn lag(
     committed: &[(String, Vec<CommittedOffset>)],
     streams: &HashMap<String, StreamShape>,
     ends: &HashMap<(StreamId, StreamletId, LogId), RecordOffset>,
-) -> Vec<PartitionLag> {
+) -> Vec<PartitionLagInfo> {
     let mut rows = Vec::new();
     for (group, offsets) in committed {
         for offset in offsets {
@@ -54,7 +37,7 @@ pub fn lag(
             let end = ends
                 .get(&(shape.id, StreamletId(streamlet), LogId(log)))
                 .map(|end| end.0);
-            rows.push(PartitionLag {
+            rows.push(PartitionLagInfo {
                 group: group.clone(),
                 stream: offset.topic.clone(),
                 partition: offset.partition,

@@ -171,7 +171,9 @@ wire_message! {
 }
 
 wire_message! {
-    /// How far one group trails one partition (`streamlet * Q + log`) of a stream.
+    /// How far one group trails one partition (`streamlet * Q + log`) of a stream (also the
+    /// rows of the coordinator's `/groups`).
+    #[derive(serde::Serialize)]
     pub struct PartitionLagInfo {
         pub group: String,
         pub stream: String,
