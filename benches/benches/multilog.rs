@@ -7,7 +7,7 @@ use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
-use tailstream_broker::storage::{SegmentMemory, Streamlet};
+use tailstream_storage::{SegmentMemory, Streamlet};
 use tailstream_wire::batch::{ProducerSequence, validate_batch};
 use tailstream_wire::messages::StreamConfig;
 use tailstream_wire::records::RecordBatchBuilder;

@@ -1,6 +1,7 @@
 //! tailstream-broker: one broker process.
 //!
-//! - [`storage`]: streamlets as MultiLogs in memory (store → streamlet → log → group →
+//! - [`storage`] (the `tailstream-storage` crate, re-exported): streamlets as MultiLogs in
+//!   memory (store → streamlet → log → group →
 //!   segment), idempotence tables, the segment memory budget. No I/O, no async.
 //! - [`data_plane`]: produce, fetch (by position or record offset) and group listings,
 //!   neutral to front ends, addressed by (stream, streamlet, ownership epoch): it admits a
@@ -38,4 +39,5 @@ pub mod recovery;
 pub mod replication;
 pub mod server;
 pub mod service;
-pub mod storage;
+/// Storage is its own crate; `storage::` paths name it.
+pub use tailstream_storage as storage;

@@ -3,6 +3,12 @@
 
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 
+/// Storage's own metrics, described here with the rest.
+pub use tailstream_storage::metrics::{
+    APPEND_LOCK_CONTENDED, APPEND_LOCK_WAIT, INVARIANT_VIOLATIONS, RETENTION_FREED,
+    SEGMENT_BUFFERS_REUSED, SEGMENT_MEMORY,
+};
+
 pub const APPENDED_RECORDS: &str = "tailstream_appended_records_total";
 pub const APPENDED_BYTES: &str = "tailstream_appended_bytes_total";
 pub const DUPLICATE_BATCHES: &str = "tailstream_duplicate_batches_total";
@@ -11,10 +17,7 @@ pub const PRODUCE_BACKPRESSURE: &str = "tailstream_produce_backpressure_total";
 pub const PRODUCE_LATENCY: &str = "tailstream_produce_latency_seconds";
 pub const FETCH_REQUESTS: &str = "tailstream_fetch_requests_total";
 pub const FETCHED_BYTES: &str = "tailstream_fetched_bytes_total";
-pub const SEGMENT_MEMORY: &str = "tailstream_segment_memory_bytes";
 pub const SEGMENT_MEMORY_MAX: &str = "tailstream_segment_memory_max_bytes";
-pub const SEGMENT_BUFFERS_REUSED: &str = "tailstream_segment_buffers_reused_total";
-pub const RETENTION_FREED: &str = "tailstream_retention_freed_bytes_total";
 pub const BACKUP_WRITTEN_BYTES: &str = "tailstream_backup_written_bytes_total";
 pub const BACKUP_BUFFERS_USED: &str = "tailstream_backup_buffers_used";
 pub const BACKUP_BUFFERS_FREE: &str = "tailstream_backup_buffers_free";
@@ -24,9 +27,6 @@ pub const REPLICATION_WRITE_LATENCY: &str = "tailstream_replication_write_latenc
 pub const REPLICATION_WRITES_IN_FLIGHT: &str = "tailstream_replication_writes_in_flight";
 pub const REPLICA_RECREATIONS: &str = "tailstream_replica_recreations_total";
 pub const BACKUP_CLAIMS_REJECTED: &str = "tailstream_backup_claims_rejected_total";
-pub const INVARIANT_VIOLATIONS: &str = "tailstream_invariant_violations_total";
-pub const APPEND_LOCK_CONTENDED: &str = "tailstream_append_lock_contended_total";
-pub const APPEND_LOCK_WAIT: &str = "tailstream_append_lock_wait_seconds";
 
 const COUNTERS: &[(&str, Unit, &str)] = &[
     (

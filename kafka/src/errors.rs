@@ -3,8 +3,8 @@
 
 use kafka_protocol::ResponseError;
 use tailstream_broker::data_plane::DataError;
-use tailstream_broker::storage::StorageError;
 use tailstream_client::ClientError;
+use tailstream_storage::StorageError;
 use tailstream_wire::Status;
 
 /// The Kafka error code for a data plane refusal.

@@ -329,7 +329,7 @@ impl Drop for Segment {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::memory::SegmentMemory;
+    use crate::memory::SegmentMemory;
     use tailstream_wire::scan::scan_segment;
 
     fn segment(capacity: usize) -> Segment {

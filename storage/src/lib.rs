@@ -1,16 +1,20 @@
-//! Storage: streamlets as MultiLogs, in memory, with no network I/O and no async.
+//! tailstream-storage: streamlets as MultiLogs, in memory, with no network I/O and no async.
+//! The broker serves them (produce, fetch, replication, recovery); nothing here knows a
+//! socket, a disk or a runtime.
 //!
 //! `store` (every streamlet this broker owns) → `streamlet` (a MultiLog of Q logs) → `log`
 //! (append lock, head segment, groups) → `group` → `segment` (one buffer of entries and
 //! trailers, written front to back). `producers` keeps the idempotence state of each log,
 //! `memory` the broker-wide segment budget and the reuse of freed segments' buffers, `error` the reasons an operation is refused, `rebuild` makes a log again
-//! from its recovered segments (recovery), keeping every id, position and offset.
+//! from its recovered segments (recovery), keeping every id, position and offset, and
+//! `metrics` names what storage records.
 
 pub mod error;
 pub mod group;
 pub mod log;
 mod log_read;
 pub mod memory;
+pub mod metrics;
 pub mod producers;
 mod rebuild;
 pub mod segment;
