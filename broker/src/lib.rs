@@ -12,8 +12,9 @@
 //!   long-poll.
 //! - [`peer_service`]: the peer RPC service, on a listener of its own: the coordinator's
 //!   assignments and the replica RPCs other brokers call.
-//! - [`backup`]: the backup every broker also is: replica buffers (memory-mapped files), the
-//!   replica RPCs, and the one-sided endpoint of the tcp backend.
+//! - [`backup`] (the `tailstream-backup` crate, re-exported): the backup every broker also
+//!   is: replica buffers (memory-mapped files), the replica RPCs, and the one-sided endpoint
+//!   of the tcp backend.
 //! - [`cluster`]: the broker's side of membership: register with the coordinator, heartbeat,
 //!   apply streamlet assignments.
 //! - [`pinger`]: failure detection: ping a few random peers every interval, report the silent
@@ -27,7 +28,8 @@
 //! - [`metrics`]: every exported metric's name and help text, registered at start.
 //! - [`server`]: wires it together: listeners, admin HTTP, retention timer, shutdown.
 
-pub mod backup;
+/// The backup is its own crate; `backup::` paths name it.
+pub use tailstream_backup as backup;
 pub mod cluster;
 pub mod data_plane;
 pub mod metrics;

@@ -3,6 +3,11 @@
 
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 
+/// The backup's own metrics, described here with the rest.
+pub use tailstream_backup::metrics::{
+    BACKUP_BUFFER_BYTES_USED, BACKUP_BUFFERS_FREE, BACKUP_BUFFERS_USED, BACKUP_CLAIMS_REJECTED,
+    BACKUP_WRITTEN_BYTES,
+};
 /// Storage's own metrics, described here with the rest.
 pub use tailstream_storage::metrics::{
     APPEND_LOCK_CONTENDED, APPEND_LOCK_WAIT, INVARIANT_VIOLATIONS, RETENTION_FREED,
@@ -18,15 +23,10 @@ pub const PRODUCE_LATENCY: &str = "tailstream_produce_latency_seconds";
 pub const FETCH_REQUESTS: &str = "tailstream_fetch_requests_total";
 pub const FETCHED_BYTES: &str = "tailstream_fetched_bytes_total";
 pub const SEGMENT_MEMORY_MAX: &str = "tailstream_segment_memory_max_bytes";
-pub const BACKUP_WRITTEN_BYTES: &str = "tailstream_backup_written_bytes_total";
-pub const BACKUP_BUFFERS_USED: &str = "tailstream_backup_buffers_used";
-pub const BACKUP_BUFFERS_FREE: &str = "tailstream_backup_buffers_free";
-pub const BACKUP_BUFFER_BYTES_USED: &str = "tailstream_backup_buffer_bytes_used";
 pub const REPLICATED_BYTES: &str = "tailstream_replicated_bytes_total";
 pub const REPLICATION_WRITE_LATENCY: &str = "tailstream_replication_write_latency_seconds";
 pub const REPLICATION_WRITES_IN_FLIGHT: &str = "tailstream_replication_writes_in_flight";
 pub const REPLICA_RECREATIONS: &str = "tailstream_replica_recreations_total";
-pub const BACKUP_CLAIMS_REJECTED: &str = "tailstream_backup_claims_rejected_total";
 
 const COUNTERS: &[(&str, Unit, &str)] = &[
     (

@@ -2,7 +2,7 @@
 //!
 //! - [`probe`]: can this process use RDMA at all (a device exists)? Start-up fails with the
 //!   reason when not, unless the config allows falling back to tcp.
-//! - [`backup`]: the backup's side: one queue pair per primary (endpoints exchanged with the
+//! - [`backup`] (in `tailstream-backup`): the backup's side: one queue pair per primary (endpoints exchanged with the
 //!   `RdmaConnect` RPC) and replica buffers registered with the device; the NIC writes into
 //!   them and the backup's CPU never looks until close.
 //! - [`writer`]: the primary's side, a `ReplicaWriter` issuing RDMA WRITEs from a registered
@@ -16,21 +16,12 @@
 //! *process* crash loses its open rdma replicas (the other R - 1 copies and the primary still
 //! hold the data; closed replicas are files as always).
 
-pub mod backup;
 pub mod writer;
 
-use async_rdma::{ConnectionType, MRManageStrategy, RdmaBuilder};
-
-pub use backup::{RdmaBackup, RegisteredBuffer};
+/// The backup's side lives with the backup (`tailstream_backup::rdma`).
+pub use tailstream_backup::rdma as backup;
+pub use tailstream_backup::rdma::{RdmaBackup, RegisteredBuffer, builder};
 pub use writer::RdmaWriter;
-
-/// The builder every Tailstream queue pair starts from: connections set up with endpoints we
-/// exchange ourselves, memory regions allocated raw (no jemalloc arenas).
-pub(crate) fn builder() -> RdmaBuilder {
-    RdmaBuilder::default()
-        .set_conn_type(ConnectionType::RCIBV)
-        .set_mr_strategy(MRManageStrategy::Raw)
-}
 
 /// Whether an RDMA device can be opened, or a message naming why not.
 pub fn probe() -> Result<(), String> {

@@ -1,6 +1,13 @@
-//! The backup's side of the rdma backend.
+//! The backup's side of the rdma backend (cargo feature `rdma`): one queue pair per primary
+//! (endpoints exchanged with the `RdmaConnect` RPC) and replica buffers registered with the
+//! device; the NIC writes into them and the backup's CPU never looks until close.
+//!
+//! async-rdma is GPL-3.0; a binary built with this feature is GPL-3.0 as a whole.
 
-use async_rdma::{LocalMr, LocalMrReadAccess, LocalMrWriteAccess, QueuePairEndpoint, Rdma};
+use async_rdma::{
+    ConnectionType, LocalMr, LocalMrReadAccess, LocalMrWriteAccess, MRManageStrategy,
+    QueuePairEndpoint, Rdma, RdmaBuilder,
+};
 use bytes::Bytes;
 use std::alloc::Layout;
 use std::collections::HashMap;
@@ -11,6 +18,14 @@ use tailstream_wire::ServerId;
 /// How long a primary may use a registered region's token (the region lives as long as its
 /// replica; the deadline only has to outlast that).
 const TOKEN_LIFETIME: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// The builder every Tailstream queue pair starts from (both sides): connections set up with
+/// endpoints we exchange ourselves, memory regions allocated raw (no jemalloc arenas).
+pub fn builder() -> RdmaBuilder {
+    RdmaBuilder::default()
+        .set_conn_type(ConnectionType::RCIBV)
+        .set_mr_strategy(MRManageStrategy::Raw)
+}
 
 /// A replica buffer registered with the device.
 #[derive(Debug)]
@@ -58,7 +73,7 @@ impl RdmaBackup {
     pub async fn accept(&self, primary: ServerId, endpoint: &[u8]) -> Result<Bytes, String> {
         let remote: QueuePairEndpoint = serde_json::from_slice(endpoint)
             .map_err(|e| format!("bad queue pair endpoint: {e}"))?;
-        let rdma = super::builder()
+        let rdma = builder()
             .ibv_connect(remote)
             .await
             .map_err(|e| format!("connecting the queue pair: {e}"))?;
