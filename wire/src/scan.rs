@@ -28,7 +28,9 @@ pub enum ScanStop {
     LengthPastEnd,
     /// An entry's payload does not match the CRC32 in its header.
     PayloadChecksum,
-    /// A trailer whose value does not match the chained header checksum (or is malformed).
+    /// A trailer whose value does not match the chained header checksum, that is malformed, or
+    /// that follows no entry (the appender writes one trailer after each entry, so a trailer
+    /// first or right after another is damage: a flipped type bit can make one).
     TrailerMismatch,
 }
 
@@ -88,6 +90,8 @@ pub fn scan_segment_with(buf: &[u8], payloads: PayloadChecks) -> ScanOutcome {
     };
     let mut pending_batches = 0u32;
     let mut pending_digest = None;
+    // Entries since the last trailer: a trailer must follow at least one.
+    let mut entries_since_trailer = 0u32;
     let stop = loop {
         if pos == buf.len() {
             break ScanStop::EndOfBuffer;
@@ -125,9 +129,10 @@ pub fn scan_segment_with(buf: &[u8], payloads: PayloadChecks) -> ScanOutcome {
                     break ScanStop::TrailerMismatch;
                 };
                 let value = u32::from_le_bytes(value);
-                if value != chain.trailer_value() {
+                if value != chain.trailer_value() || entries_since_trailer == 0 {
                     break ScanStop::TrailerMismatch;
                 }
+                entries_since_trailer = 0;
                 outcome.valid_len = entry_end;
                 outcome.last_trailer = value;
                 outcome.batch_entries += std::mem::take(&mut pending_batches);
@@ -138,9 +143,11 @@ pub fn scan_segment_with(buf: &[u8], payloads: PayloadChecks) -> ScanOutcome {
             EntryType::Batch => {
                 chain.push(raw);
                 pending_batches += 1;
+                entries_since_trailer += 1;
             }
             EntryType::LogDigest => {
                 chain.push(raw);
+                entries_since_trailer += 1;
                 if pos == 0 {
                     pending_digest = Some(payload_start..entry_end);
                 }
@@ -288,6 +295,31 @@ mod tests {
     use super::*;
     use crate::segment::SegmentImage;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_trailer_that_follows_no_entry_is_damage() {
+        // A matching trailer with no entry before it: first in the buffer...
+        let lone = HeaderChain::new().trailer();
+        let outcome = scan_segment(&lone);
+        assert_eq!(
+            (outcome.valid_len, outcome.stop),
+            (0, ScanStop::TrailerMismatch)
+        );
+        // ...or right after the trailer of a real append.
+        let (image, spans) = build(256, &[b"one".to_vec()]);
+        let mut bytes = image.bytes[..image.written()].to_vec();
+        let mut chain = HeaderChain::new();
+        for entry in EntryIter::new(&bytes, true) {
+            let entry = entry.unwrap();
+            if entry.header.entry_type != EntryType::Trailer {
+                chain.push(&entry.header.encode());
+            }
+        }
+        bytes.extend_from_slice(&chain.trailer());
+        let outcome = scan_segment(&bytes);
+        assert_eq!(outcome.valid_len, spans.last().unwrap().1);
+        assert_eq!(outcome.stop, ScanStop::TrailerMismatch);
+    }
 
     /// A segment with a digest and `payloads` as batches; returns it and each append's
     /// (start, end).

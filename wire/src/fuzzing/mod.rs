@@ -176,4 +176,13 @@ mod found {
         ];
         super::segment(&data);
     }
+
+    #[test]
+    fn a_flipped_type_bit_that_makes_the_first_entry_a_trailer_is_damage() {
+        // One append whose 4-byte payload happens to be the empty chain's trailer value; a bit
+        // flip turns its header's type into Trailer, which matched: 13 bytes of a "valid"
+        // prefix holding no entry.
+        let data = [11u8, 0, 0, 91, 9, 64, 249, 0, 91, 9, 5, 1, 0, 0, 0, 254];
+        super::segment(&data);
+    }
 }
