@@ -67,31 +67,43 @@ pub async fn fetch(
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| format!("{addr}: {e}"))?;
-        // The connection task ends with the exchange (the server closes after one answer).
-        let driver = tokio::spawn(connection);
-        let request = hyper::Request::get(path)
-            .header(hyper::header::HOST, addr)
-            .body(String::new())
-            .map_err(|e| format!("{path}: {e}"))?;
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|e| format!("{addr}{path}: {e}"))?;
-        let status = response.status();
-        let body = Limited::new(response.into_body(), body_bytes_max)
-            .collect()
-            .await
-            .map_err(|e| format!("{addr}{path}: {e}"))?
-            .to_bytes();
-        driver.abort();
-        if status != hyper::StatusCode::OK {
-            return Err(format!("{addr}{path}: HTTP {status}"));
+        // The connection task lives for this one exchange, whatever its outcome (the guard
+        // also ends it when the timeout below drops the exchange).
+        let _driver = AbortOnDrop(tokio::spawn(connection).abort_handle());
+        async {
+            let request = hyper::Request::get(path)
+                .header(hyper::header::HOST, addr)
+                .body(String::new())
+                .map_err(|e| format!("{path}: {e}"))?;
+            let response = sender
+                .send_request(request)
+                .await
+                .map_err(|e| format!("{addr}{path}: {e}"))?;
+            let status = response.status();
+            let body = Limited::new(response.into_body(), body_bytes_max)
+                .collect()
+                .await
+                .map_err(|e| format!("{addr}{path}: {e}"))?
+                .to_bytes();
+            if status != hyper::StatusCode::OK {
+                return Err(format!("{addr}{path}: HTTP {status}"));
+            }
+            Ok(body)
         }
-        Ok(body)
+        .await
     };
     tokio::time::timeout(timeout, exchange)
         .await
         .map_err(|_| format!("{addr}{path}: no answer within {} ms", timeout.as_millis()))?
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Bounds of the admin listener.

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use std::time::{Duration, Instant};
-use tailstream_client::{Client, Cluster};
+use tailstream_client::{Client, Cluster, RecoverySummary};
 use tailstream_config::Config;
 use tailstream_launcher::{ClusterSpec, LocalCluster, Ports};
 use tailstream_wire::ServerId;
@@ -243,47 +243,17 @@ pub async fn server_at(cluster: &Cluster, rpc_addr: &str) -> Result<ServerId, St
         .ok_or_else(|| format!("no live broker at {rpc_addr}"))
 }
 
-/// One recovery as the coordinator's `/recoveries` lists it.
-#[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
-#[serde(default)]
-pub struct RecoveryView {
-    pub crashed: ServerId,
-    pub phase: String,
-    pub declared_at_ms: u64,
-    pub detect_ms: u64,
-    pub locate_ms: Option<u64>,
-    pub replay_ms: Option<u64>,
-    pub rereplicate_ms: Option<u64>,
-    pub lease_wait_ms: Option<u64>,
-    pub total_ms: Option<u64>,
-    pub bytes: u64,
-    pub segments_adopted: u64,
-    pub segments_copied: u64,
-    pub lost: Vec<String>,
-}
-
-#[derive(serde::Deserialize)]
-struct Recoveries {
-    recoveries: Vec<RecoveryView>,
-}
-
-/// The coordinator's recovery records.
-pub async fn recoveries(local: &LocalCluster) -> Result<Vec<RecoveryView>, String> {
-    let body = http_get(local.coordinator.admin_addr, "/recoveries").await?;
-    let parsed: Recoveries =
-        serde_json::from_str(&body).map_err(|e| format!("/recoveries: {e}"))?;
-    Ok(parsed.recoveries)
-}
-
-/// Waits (at most `timeout`) for the finished recovery of `crashed`.
+/// Waits (at most `timeout`) for the finished recovery of `crashed`, as the coordinator's
+/// `ListRecoveries` reports it.
 pub async fn recovery_of(
-    local: &LocalCluster,
+    cluster: &Cluster,
     crashed: ServerId,
     timeout: Duration,
-) -> Result<RecoveryView, String> {
+) -> Result<RecoverySummary, String> {
     let started = Instant::now();
     loop {
-        let found = recoveries(local)
+        let found = cluster
+            .list_recoveries()
             .await
             .ok()
             .and_then(|all| all.into_iter().find(|r| r.crashed == crashed));
@@ -295,27 +265,6 @@ pub async fn recovery_of(
             _ => tokio::time::sleep(Duration::from_millis(20)).await,
         }
     }
-}
-
-/// The body of an HTTP GET of `path` on `addr` (HTTP/1.0, enough for the admin pages).
-pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> Result<String, String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let fetch = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await?;
-        let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
-        stream.write_all(request.as_bytes()).await?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await?;
-        Ok::<_, std::io::Error>(response)
-    };
-    let response = tokio::time::timeout(Duration::from_secs(5), fetch)
-        .await
-        .map_err(|_| format!("GET {path}: timed out"))?
-        .map_err(|e| format!("GET {path}: {e}"))?;
-    response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
-        .ok_or_else(|| format!("GET {path}: no body"))
 }
 
 /// Milliseconds since the Unix epoch (the coordinator's recovery records use them).

@@ -255,7 +255,7 @@ async fn kill_owner_once(
     )
     .await?;
     let kill_to_serving_ms = harness::unix_ms().saturating_sub(killed_at_ms);
-    let record = harness::recovery_of(local, victim, Duration::from_secs(10)).await?;
+    let record = harness::recovery_of(cluster, victim, Duration::from_secs(10)).await?;
     if !record.lost.is_empty() {
         return Err(format!("recovery lost data: {:?}", record.lost));
     }

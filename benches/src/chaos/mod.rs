@@ -287,7 +287,7 @@ async fn one_cycle(
     )
     .await?;
     let fault_to_serving_ms = harness::unix_ms().saturating_sub(injected.first_hit_ms);
-    let detect_ms = harness::recovery_of(local, injected.victim, timeout)
+    let detect_ms = harness::recovery_of(cluster, injected.victim, timeout)
         .await
         .ok()
         .map(|r| r.declared_at_ms.saturating_sub(injected.first_hit_ms));

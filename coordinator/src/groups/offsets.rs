@@ -174,21 +174,13 @@ impl OffsetStore {
         let Some(committed) = inner.groups.get(group) else {
             return Vec::new();
         };
-        let entry = |(topic, partition): &(String, u32), (offset, metadata): &(u64, String)| {
-            CommittedOffset {
-                topic: topic.clone(),
-                partition: *partition,
-                offset: *offset,
-                metadata: metadata.clone(),
-            }
-        };
         match partitions {
-            None => committed.iter().map(|(k, v)| entry(k, v)).collect(),
+            None => as_committed_offsets(committed),
             Some(wanted) => wanted
                 .iter()
                 .filter_map(|p| {
                     let key = (p.topic.clone(), p.partition);
-                    committed.get(&key).map(|v| entry(&key, v))
+                    committed.get(&key).map(|v| committed_offset(&key, v))
                 })
                 .collect(),
         }
@@ -205,15 +197,7 @@ impl OffsetStore {
             .map(|(group, committed)| {
                 encode_record(&OffsetsRecord {
                     group: group.clone(),
-                    offsets: committed
-                        .iter()
-                        .map(|((topic, partition), (offset, metadata))| CommittedOffset {
-                            topic: topic.clone(),
-                            partition: *partition,
-                            offset: *offset,
-                            metadata: metadata.clone(),
-                        })
-                        .collect(),
+                    offsets: as_committed_offsets(committed),
                 })
             })
             .collect();
@@ -249,18 +233,7 @@ impl OffsetStore {
         let mut groups: Vec<_> = inner
             .groups
             .iter()
-            .map(|(group, committed)| {
-                let offsets = committed
-                    .iter()
-                    .map(|((topic, partition), (offset, metadata))| CommittedOffset {
-                        topic: topic.clone(),
-                        partition: *partition,
-                        offset: *offset,
-                        metadata: metadata.clone(),
-                    })
-                    .collect();
-                (group.clone(), offsets)
-            })
+            .map(|(group, committed)| (group.clone(), as_committed_offsets(committed)))
             .collect();
         groups.sort_by(|a, b| a.0.cmp(&b.0));
         groups
@@ -269,6 +242,27 @@ impl OffsetStore {
     /// Groups with committed offsets.
     pub fn group_count(&self) -> usize {
         self.lock().groups.len()
+    }
+}
+
+/// One group's offsets as the wire and the offsets file carry them.
+fn as_committed_offsets(committed: &Committed) -> Vec<CommittedOffset> {
+    committed
+        .iter()
+        .map(|(key, value)| committed_offset(key, value))
+        .collect()
+}
+
+/// One partition's committed offset from the store's (topic, partition) → (offset, metadata).
+fn committed_offset(
+    (topic, partition): &(String, u32),
+    (offset, metadata): &(u64, String),
+) -> CommittedOffset {
+    CommittedOffset {
+        topic: topic.clone(),
+        partition: *partition,
+        offset: *offset,
+        metadata: metadata.clone(),
     }
 }
 
