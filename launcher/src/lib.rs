@@ -410,7 +410,7 @@ impl LocalCluster {
             self.coordinator.peer_addr.to_string(),
         ];
         let dir = self.spec.data_dir.join("coordinator");
-        self.coordinator = spawn(
+        let spawned = spawn(
             &self.spec,
             "coordinator",
             "coordinator".into(),
@@ -419,7 +419,30 @@ impl LocalCluster {
             admin,
             &peer,
         )
-        .await?;
+        .await;
+        self.coordinator = match spawned {
+            Ok(proc) => proc,
+            // With kernel-chosen ports, the killed coordinator's admin port may meanwhile be
+            // the source port of some outgoing connection. Clients and brokers know only its
+            // rpc and peer addresses, so the admin listener may move (as a broker's do).
+            Err(error)
+                if matches!(self.spec.ports, Ports::Ephemeral)
+                    && error.contains("binding coordinator admin")
+                    && error.contains("Address already in use") =>
+            {
+                spawn(
+                    &self.spec,
+                    "coordinator",
+                    "coordinator".into(),
+                    &dir,
+                    rpc,
+                    loopback(0),
+                    &peer,
+                )
+                .await?
+            }
+            Err(error) => return Err(error),
+        };
         Ok(())
     }
 
