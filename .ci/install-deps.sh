@@ -5,8 +5,9 @@
 # - to run the rdma functional test on real verbs: qemu (from bookworm-backports, which
 #   coexists with the preinstalled qemu-utils) and a static busybox, for
 #   ../shared/tools/rdma-vm/rxe-vm.sh;
-# - to run Kafka's own clients against the Kafka listener (cli/tests/kafka_clients.rs): kcat
-#   (librdkafka) from Debian, and kafka-python (pinned) in a virtualenv at target/kafka-venv;
+# - to run Kafka's own clients against the Kafka listener (cli/tests/kafka_clients.rs and
+#   kafka_delivery.rs): kcat (librdkafka) from Debian, and kafka-python and confluent-kafka
+#   (pinned; its wheel carries a current librdkafka) in a virtualenv at target/kafka-venv;
 # - to load the coordinator's web console in a browser (cli/tests/console.rs): chromium.
 # Idempotent: installs only what is missing. Debian bookworm (what CI runs on).
 set -euo pipefail
@@ -26,9 +27,10 @@ else
 fi
 # kafka-python wants a Python 3 that can make virtualenvs; Debian's needs python3-venv.
 KAFKA_PYTHON_VERSION=3.0.12
+CONFLUENT_KAFKA_VERSION=2.16.1
 venv="$(cd "$(dirname "$0")/.." && pwd)/target/kafka-venv"
 need_venv=0
-if ! "$venv/bin/python" -c "import kafka, sys; sys.exit(kafka.__version__ != '$KAFKA_PYTHON_VERSION')" >/dev/null 2>&1; then
+if ! "$venv/bin/python" -c "import kafka, confluent_kafka, sys; sys.exit(kafka.__version__ != '$KAFKA_PYTHON_VERSION' or confluent_kafka.version()[0] != '$CONFLUENT_KAFKA_VERSION')" >/dev/null 2>&1; then
   need_venv=1
   if ! python3 -c "import venv, ensurepip" >/dev/null 2>&1; then
     for pkg in python3 python3-venv; do
@@ -40,7 +42,8 @@ make_kafka_venv() {
   [ $need_venv -eq 1 ] || return 0
   rm -rf "$venv"
   python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install -q "kafka-python==$KAFKA_PYTHON_VERSION"
+  "$venv/bin/python" -m pip install -q "kafka-python==$KAFKA_PYTHON_VERSION" \
+    "confluent-kafka==$CONFLUENT_KAFKA_VERSION"
 }
 if [ ${#missing[@]} -eq 0 ] && [ $need_qemu -eq 0 ]; then
   make_kafka_venv

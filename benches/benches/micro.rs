@@ -11,7 +11,7 @@ use tailstream_wire::messages::StreamConfig;
 use tailstream_wire::records::RecordBatchBuilder;
 use tailstream_wire::scan::scan_segment;
 use tailstream_wire::segment::SegmentImage;
-use tailstream_wire::{BatchSequence, LogId, ProducerId, StreamId, StreamletId};
+use tailstream_wire::{BatchSequence, LogId, ProducerEpoch, ProducerId, StreamId, StreamletId};
 
 fn batch(records: usize, record_bytes: usize, sequence: u32) -> Bytes {
     let value = vec![b'v'; record_bytes];
@@ -19,7 +19,7 @@ fn batch(records: usize, record_bytes: usize, sequence: u32) -> Bytes {
     for _ in 0..records {
         builder.push(0, None, Some(&value), &[]);
     }
-    builder.finish(ProducerId(1), 0, BatchSequence(sequence))
+    builder.finish(ProducerId(1), ProducerEpoch(0), BatchSequence(sequence))
 }
 
 fn append(c: &mut Criterion) {
@@ -112,7 +112,7 @@ fn build(c: &mut Criterion) {
             for _ in 0..records {
                 builder.push(black_box(7), None, Some(black_box(&value)), &[]);
             }
-            black_box(builder.finish(ProducerId(1), 0, BatchSequence(0)))
+            black_box(builder.finish(ProducerId(1), ProducerEpoch(0), BatchSequence(0)))
         })
     });
     group.finish();

@@ -11,7 +11,7 @@ use tailstream_storage::{SegmentMemory, Streamlet};
 use tailstream_wire::batch::{ProducerSequence, validate_batch};
 use tailstream_wire::messages::StreamConfig;
 use tailstream_wire::records::RecordBatchBuilder;
-use tailstream_wire::{BatchSequence, ProducerId, StreamId, StreamletId};
+use tailstream_wire::{BatchSequence, ProducerEpoch, ProducerId, StreamId, StreamletId};
 
 fn batch(records: usize, record_bytes: usize) -> Bytes {
     let value = vec![b'v'; record_bytes];
@@ -19,7 +19,7 @@ fn batch(records: usize, record_bytes: usize) -> Bytes {
     for _ in 0..records {
         builder.push(0, None, Some(&value), &[]);
     }
-    builder.finish(ProducerId(0), 0, BatchSequence(0))
+    builder.finish(ProducerId(0), ProducerEpoch(0), BatchSequence(0))
 }
 
 fn streamlet(logs: u32) -> Streamlet {
@@ -58,6 +58,7 @@ fn run(threads: u64, logs: u32, one: &Bytes, iters: u64) -> Duration {
                 for i in 0..iters {
                     info.producer = Some(ProducerSequence {
                         producer_id,
+                        producer_epoch: ProducerEpoch(0),
                         base_sequence: BatchSequence(i as u32),
                     });
                     let appended = streamlet.append(log, &one, &info, Instant::now());

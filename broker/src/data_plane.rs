@@ -92,6 +92,14 @@ impl CommitWaiter {
         *self.commits.borrow() >= self.target
     }
 
+    /// Waits at most `timeout` (a Kafka produce's own `timeout_ms`), never longer than the
+    /// broker's ack timeout: a client then hears "timed out, retry" before it gives up on the
+    /// request itself, and its retry, in the same producer epoch, lands once.
+    pub fn within(mut self, timeout: Duration) -> Self {
+        self.timeout = self.timeout.min(timeout);
+        self
+    }
+
     pub async fn wait(mut self) -> Result<(), DataError> {
         let target = self.target;
         match tokio::time::timeout(self.timeout, self.commits.wait_for(|p| *p >= target)).await {

@@ -40,7 +40,11 @@ async fn read_frame(stream: &mut TcpStream) -> Option<tailstream_wire::Frame> {
 fn batch(producer: u64, sequence: u32, value: &str) -> Bytes {
     let mut builder = RecordBatchBuilder::new(128);
     builder.push(0, None, Some(value.as_bytes()), &[]);
-    builder.finish(ProducerId(producer), 0, BatchSequence(sequence))
+    builder.finish(
+        ProducerId(producer),
+        tailstream_wire::ProducerEpoch(0),
+        BatchSequence(sequence),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

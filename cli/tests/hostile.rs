@@ -256,7 +256,11 @@ fn forged_batch(records: &[u8], base_ts: i64, max_ts: i64, producer: u64) -> Byt
     let mut builder = RecordBatchBuilder::new(64);
     builder.push(0, None, Some(b"x"), &[]);
     let mut bytes = builder
-        .finish(ProducerId(producer), 0, BatchSequence(0))
+        .finish(
+            ProducerId(producer),
+            tailstream_wire::ProducerEpoch(0),
+            BatchSequence(0),
+        )
         .to_vec();
     bytes.truncate(tailstream_wire::batch::BATCH_HEADER_BYTES);
     bytes.extend_from_slice(records);

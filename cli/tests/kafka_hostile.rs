@@ -155,7 +155,13 @@ async fn hostile_kafka_requests_cost_their_sender_its_connection_and_nobody_else
         let mut stream = connect_from_elsewhere(kafka).await;
         let mut builder = RecordBatchBuilder::new(64);
         builder.push(0, None, Some(b"evil"), &[]);
-        let mut corrupt = builder.finish(ProducerId(77), 0, BatchSequence(0)).to_vec();
+        let mut corrupt = builder
+            .finish(
+                ProducerId(77),
+                tailstream_wire::ProducerEpoch(0),
+                BatchSequence(0),
+            )
+            .to_vec();
         let last = corrupt.len() - 1;
         corrupt[last] ^= 0x40; // a bit flip under the CRC
         let mut poisoned = corrupt.clone();

@@ -8,12 +8,13 @@ use std::time::Duration;
 use tailstream_config::ClientConfig;
 use tailstream_net::{RpcClient, RpcClientConfig, RpcError, RpcPool};
 use tailstream_wire::messages::{
-    AllocateProducerIdResponse, BrokerInfo, CreateStreamRequest, DeleteStreamRequest,
-    DescribeConsumerGroupsResponse, DescribeStreamRequest, Empty, GroupHeartbeatRequest,
-    GroupJoinRequest, GroupJoinResponse, GroupLeaveRequest, GroupSyncRequest, GroupSyncResponse,
-    ListBrokersResponse, ListGroupsRequest, ListGroupsResponse, ListRecoveriesResponse,
-    ListStreamsResponse, OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse,
-    RecoverySummary, StreamConfig, StreamMetadata,
+    AllocateProducerIdRequest, AllocateProducerIdResponse, BrokerInfo, CreateStreamRequest,
+    DeleteStreamRequest, DescribeConsumerGroupsResponse, DescribeStreamRequest, Empty,
+    GroupHeartbeatRequest, GroupJoinRequest, GroupJoinResponse, GroupLeaveRequest,
+    GroupSyncRequest, GroupSyncResponse, ListBrokersResponse, ListGroupsRequest,
+    ListGroupsResponse, ListRecoveriesResponse, ListStreamsResponse, OffsetCommitRequest,
+    OffsetFetchRequest, OffsetFetchResponse, ProducerSession, RecoverySummary, StreamConfig,
+    StreamMetadata,
 };
 use tailstream_wire::{Decode, Encode, Opcode, ProducerId, Status, StreamletId};
 
@@ -266,10 +267,24 @@ impl Cluster {
         Ok(client.call(Opcode::ListGroups, &request).await?)
     }
 
-    /// A producer id no other producer of the cluster has.
+    /// A producer id no other producer of the cluster has (at epoch 0).
     pub async fn allocate_producer_id(&self) -> Result<ProducerId, ClientError> {
+        Ok(self.init_producer(None).await?.producer_id)
+    }
+
+    /// A producer session: with `previous` (a session the coordinator issued), the same id at
+    /// the next epoch, which fences every batch of the older ones; else (or when that id's
+    /// epochs are used up) a fresh id at epoch 0.
+    pub async fn init_producer(
+        &self,
+        previous: Option<ProducerSession>,
+    ) -> Result<ProducerSession, ClientError> {
+        let request = AllocateProducerIdRequest { previous };
         let response: AllocateProducerIdResponse =
-            self.control(Opcode::AllocateProducerId, &Empty {}).await?;
-        Ok(response.producer_id)
+            self.control(Opcode::AllocateProducerId, &request).await?;
+        Ok(ProducerSession {
+            producer_id: response.producer_id,
+            producer_epoch: response.producer_epoch,
+        })
     }
 }

@@ -26,7 +26,7 @@ pub enum ClientError {
         max: usize,
     },
     /// Retries went on for the whole delivery timeout without an ack; the record may or may
-    /// not be stored (a retry of the same producer would not duplicate it).
+    /// not be stored.
     #[error(
         "record not acknowledged within the delivery timeout of {timeout_ms} ms (last error: {last_error})"
     )]
@@ -35,6 +35,14 @@ pub enum ClientError {
         timeout_ms: u64,
         /// Why the last attempt failed.
         last_error: String,
+    },
+    /// The batch was sent, no verdict came back, and the producer had to move on to a new
+    /// epoch before it could find out (an earlier batch timed out or clashed): the record may
+    /// or may not be stored, and is not sent again, since a resend could store it twice.
+    #[error("record may or may not be stored: {reason}")]
+    MaybeStored {
+        /// What made the producer give up on it.
+        reason: String,
     },
     /// The broker refused the batch for good (see `status`).
     #[error("broker refused the batch: {status}: {message}")]

@@ -10,7 +10,7 @@
 use crate::core::{Coordinator, unix_ms};
 use crate::groups::GroupCoordinator;
 use crate::groups::lag::{StreamShape, lag};
-use crate::metadata::ProducerIds;
+use crate::metadata::{ProducerIds, producer_ids};
 use crate::recovery::orchestrator::Orchestrator;
 use crate::watchdog::WatchdogHandle;
 use bytes::Bytes;
@@ -19,13 +19,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tailstream_net::{Reply, Request, Response, Service};
 use tailstream_wire::messages::{
-    AllocateProducerIdResponse, BrokerHeartbeatRequest, BrokerHeartbeatResponse,
-    ConsumerGroupSummary, CreateStreamRequest, DeleteStreamRequest, DescribeConsumerGroupsResponse,
-    DescribeStreamRequest, ListBrokersResponse, ListRecoveriesResponse, ListStreamsResponse,
-    PartitionLagInfo, RecoverySummary, RegisterBrokerRequest, RegisterBrokerResponse,
-    ReportSuspectRequest,
+    AllocateProducerIdRequest, AllocateProducerIdResponse, BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse, ConsumerGroupSummary, CreateStreamRequest, DeleteStreamRequest,
+    DescribeConsumerGroupsResponse, DescribeStreamRequest, ListBrokersResponse,
+    ListRecoveriesResponse, ListStreamsResponse, PartitionLagInfo, RecoverySummary,
+    RegisterBrokerRequest, RegisterBrokerResponse, ReportSuspectRequest,
 };
-use tailstream_wire::{Decode, Opcode, ServerId, Status};
+use tailstream_wire::{Decode, Opcode, ProducerEpoch, ServerId, Status};
 
 /// Recoveries `ListRecoveries` answers with, the most recent.
 const RECOVERIES_LISTED: usize = 32;
@@ -214,26 +214,54 @@ impl CoordinatorService {
         }))
     }
 
-    fn allocate_producer_id(&self) -> Reply {
+    /// A producer session: the next epoch of `previous` when it names an id this
+    /// coordinator issued (Kafka's InitProducerId with a producer id), else a fresh id.
+    fn allocate_producer_id(&self, body: Bytes) -> Reply {
+        // An empty body (older clients) asks for a fresh id.
+        let request = if body.is_empty() {
+            AllocateProducerIdRequest { previous: None }
+        } else {
+            match decode::<AllocateProducerIdRequest>(body) {
+                Ok(request) => request,
+                Err(response) => return Reply::Ready(response),
+            }
+        };
         // Most ids come from the block already persisted: no disk write.
         let taken = {
             let state = self.core.lock();
-            let mut ids = self.producer_ids.lock().unwrap_or_else(|p| p.into_inner());
-            ids.take(state.metadata.producer_id_ceiling)
+            let (ceiling, key) = (
+                state.metadata.producer_id_ceiling,
+                state.metadata.producer_id_key(),
+            );
+            let bumped = request.previous.and_then(|p| {
+                producer_ids::bumped((p.producer_id, p.producer_epoch), ceiling, key)
+            });
+            match bumped {
+                Some(session) => Ok(session),
+                None => {
+                    let mut ids = self.producer_ids.lock().unwrap_or_else(|p| p.into_inner());
+                    ids.take(ceiling, key).map(|id| (id, ProducerEpoch(0)))
+                }
+            }
         };
         let next = match taken {
-            Ok(producer_id) => {
-                return Reply::Ready(Response::ok(&AllocateProducerIdResponse { producer_id }));
+            Ok((producer_id, producer_epoch)) => {
+                return Reply::Ready(Response::ok(&AllocateProducerIdResponse {
+                    producer_id,
+                    producer_epoch,
+                }));
             }
             Err(next) => next,
         };
         let service = self.clone();
         later(async move {
-            // Raise the ceiling durably before any id of the new block is handed out.
+            // Raise the ceiling durably before any id of the new block is handed out (the
+            // first time, with the key ids are enciphered with).
+            let fresh_key: u64 = rand::random();
             if let Err(error) = service
                 .core
                 .change(move |m| {
-                    m.raise_producer_id_ceiling(next);
+                    m.raise_producer_id_ceiling(next, fresh_key);
                     Ok(())
                 })
                 .await
@@ -245,8 +273,15 @@ impl CoordinatorService {
                 .producer_ids
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            match ids.take(state.metadata.producer_id_ceiling) {
-                Ok(producer_id) => Response::ok(&AllocateProducerIdResponse { producer_id }),
+            let (ceiling, key) = (
+                state.metadata.producer_id_ceiling,
+                state.metadata.producer_id_key(),
+            );
+            match ids.take(ceiling, key) {
+                Ok(producer_id) => Response::ok(&AllocateProducerIdResponse {
+                    producer_id,
+                    producer_epoch: ProducerEpoch(0),
+                }),
                 Err(_) => Response::error(Status::Busy, "producer ids are being reserved; retry"),
             }
         })
@@ -377,7 +412,7 @@ impl CoordinatorService {
             (Facing::Peers, Opcode::RegisterBroker) => self.register(request.body),
             (Facing::Peers, Opcode::BrokerHeartbeat) => ready(self.heartbeat(request.body)),
             (Facing::Peers, Opcode::ReportSuspect) => ready(self.report_suspect(request.body)),
-            (_, Opcode::AllocateProducerId) => self.allocate_producer_id(),
+            (_, Opcode::AllocateProducerId) => self.allocate_producer_id(request.body),
             (_, Opcode::CreateStream) => self.create_stream(request.body),
             (_, Opcode::DescribeStream) => ready(self.describe_stream(request.body)),
             (_, Opcode::DeleteStream) => self.delete_stream(request.body),

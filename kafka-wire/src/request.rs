@@ -313,6 +313,7 @@ mod tests {
             ),
             Api::ApiVersions => RequestBody::ApiVersions(ApiVersionsRequest::default()),
             Api::InitProducerId => RequestBody::InitProducerId(
+                // v3's producer id and epoch stay at their defaults (-1), which v0 can carry.
                 InitProducerIdRequest::default().with_transaction_timeout_ms(60_000),
             ),
         }

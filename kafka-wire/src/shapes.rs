@@ -164,7 +164,16 @@ const OFFSET_FETCH_TOPIC: &[Field] = &[f(Str), f(Array(I32_ARRAY))];
 const OFFSET_FETCH: &[Field] = &[f(Str), f(Array(OFFSET_FETCH_TOPIC))];
 
 /// transactional_id, transaction_timeout_ms.
-const INIT_PRODUCER_ID: &[Field] = &[f(Str), f(I32)];
+/// transactional_id, transaction_timeout_ms, producer_id and producer_epoch (v3: the session
+/// to bump), tagged fields (v2 on, the first flexible version).
+const INIT_PRODUCER_ID: &[Field] = &[
+    until(1, Str),
+    since(2, CompactStr),
+    f(I32),
+    since(3, I64),
+    since(3, I16),
+    since(2, TaggedFields),
+];
 
 /// client_software_name, client_software_version, tagged fields (v3; empty before).
 const API_VERSIONS: &[Field] = &[

@@ -1,8 +1,9 @@
 //! Which Kafka APIs the listener serves, and at which versions.
 //!
-//! Only non-flexible versions are served (plus ApiVersions v3, which every modern client sends
-//! first): clients negotiate down to them through ApiVersions, and a shape per version is what
-//! the guard walks. Produce is advertised from v0 because older librdkafka turns compression off
+//! Non-flexible versions are served, plus ApiVersions v3 (which every modern client sends first)
+//! and InitProducerId v2-4 (v3 is where a producer asks for its own session's next epoch):
+//! clients negotiate down to them through ApiVersions, and a shape per version is what the
+//! guard walks. Produce is advertised from v0 because older librdkafka turns compression off
 //! when a broker's Produce range does not start there; versions below 3 (message formats before
 //! record batches) are still refused.
 
@@ -39,7 +40,7 @@ const SERVED: &[(Api, i16, i16, i16)] = &[
     (Api::LeaveGroup, 0, 0, 3),
     (Api::SyncGroup, 0, 0, 3),
     (Api::ApiVersions, 0, 0, 3),
-    (Api::InitProducerId, 0, 0, 1),
+    (Api::InitProducerId, 0, 0, 4),
 ];
 
 impl Api {
@@ -103,20 +104,30 @@ impl Api {
         (min..=max).contains(&version)
     }
 
-    /// The request header version: 2 (flexible, with tagged fields) for ApiVersions v3,
-    /// 1 for every other version served.
-    pub fn request_header_version(self, version: i16) -> i16 {
-        if self == Api::ApiVersions && version >= 3 {
-            2
-        } else {
-            1
+    /// Whether this version of the API is a flexible one (compact strings, tagged fields).
+    fn flexible(self, version: i16) -> bool {
+        match self {
+            Api::ApiVersions => version >= 3,
+            Api::InitProducerId => version >= 2,
+            _ => false,
         }
     }
 
-    /// The response header version: ApiVersions always answers with header v0 (so a client
-    /// can read it whatever version it asked for), and no other version served is flexible.
-    pub fn response_header_version(self, _version: i16) -> i16 {
-        0
+    /// The request header version: 2 (flexible, with tagged fields) for a flexible version,
+    /// 1 for every other version served.
+    pub fn request_header_version(self, version: i16) -> i16 {
+        if self.flexible(version) { 2 } else { 1 }
+    }
+
+    /// The response header version: 1 (with tagged fields) for a flexible version, except
+    /// ApiVersions, which always answers with header v0 (so a client can read it whatever
+    /// version it asked for).
+    pub fn response_header_version(self, version: i16) -> i16 {
+        if self.flexible(version) && self != Api::ApiVersions {
+            1
+        } else {
+            0
+        }
     }
 }
 
@@ -136,6 +147,10 @@ mod tests {
         assert!(!Api::Produce.accepts(2));
         assert!(Api::Produce.accepts(3));
         assert!(!Api::Fetch.accepts(12), "flexible versions are not served");
+        assert_eq!(Api::InitProducerId.request_header_version(3), 2);
+        assert_eq!(Api::InitProducerId.response_header_version(3), 1);
+        assert_eq!(Api::ApiVersions.response_header_version(3), 0);
+        assert_eq!(Api::Metadata.response_header_version(8), 0);
         assert_eq!(Api::from_key(17), None);
     }
 }

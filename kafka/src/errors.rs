@@ -40,7 +40,10 @@ fn storage_error_code(error: &StorageError) -> i16 {
         StorageError::ReplicationBacklog { .. } => ResponseError::NotEnoughReplicas,
         StorageError::BatchTooLarge { .. } => ResponseError::MessageTooLarge,
         StorageError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
-        StorageError::DuplicateSequence(_) => ResponseError::DuplicateSequenceNumber,
+        // Never DUPLICATE_SEQUENCE_NUMBER, which clients count as delivered: the log does not
+        // hold this batch where its sequence says.
+        StorageError::SequenceClash { .. } => ResponseError::OutOfOrderSequenceNumber,
+        StorageError::ProducerFenced { .. } => ResponseError::InvalidProducerEpoch,
         StorageError::UnknownGroup(_)
         | StorageError::UnknownSegment(_)
         | StorageError::DigestTooLarge { .. }

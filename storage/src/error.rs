@@ -1,6 +1,8 @@
 //! Why a storage operation was refused, and the status each reason is answered with.
 
-use tailstream_wire::{BatchSequence, GroupId, LogId, SegmentId, Status};
+use tailstream_wire::{
+    BatchSequence, GroupId, LogId, ProducerEpoch, ProducerId, SegmentId, Status,
+};
 use thiserror::Error;
 
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
@@ -29,8 +31,20 @@ pub enum StorageError {
         expected: BatchSequence,
         got: BatchSequence,
     },
-    #[error("batch sequence {0} was appended long ago and its location is forgotten")]
-    DuplicateSequence(BatchSequence),
+    #[error(
+        "{producer} at {epoch} sent {sequence} for a place in the log that holds another batch (or one too old to compare): not appended"
+    )]
+    SequenceClash {
+        producer: ProducerId,
+        epoch: ProducerEpoch,
+        sequence: BatchSequence,
+    },
+    #[error("{producer} at {got} is fenced: the log has seen its {current}")]
+    ProducerFenced {
+        producer: ProducerId,
+        got: ProducerEpoch,
+        current: ProducerEpoch,
+    },
     #[error(
         "the log digest of {live_segments} segments does not fit a segment: raise segment_size_bytes or lower retention"
     )]
@@ -75,7 +89,8 @@ impl StorageError {
             StorageError::Backpressure { .. } => Status::Backpressure,
             StorageError::BatchTooLarge { .. } => Status::BatchTooLarge,
             StorageError::OutOfOrderSequence { .. } => Status::OutOfOrderSequence,
-            StorageError::DuplicateSequence(_) => Status::DuplicateSequence,
+            StorageError::SequenceClash { .. } => Status::SequenceClash,
+            StorageError::ProducerFenced { .. } => Status::ProducerFenced,
             StorageError::ReplicationBacklog { .. } => Status::Busy,
             StorageError::DigestTooLarge { .. }
             | StorageError::Invariant(_)

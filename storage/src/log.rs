@@ -13,7 +13,7 @@
 
 use super::error::StorageError;
 use super::group::Group;
-use super::producers::{ProducerTable, SequenceCheck};
+use super::producers::{ProducedBatch, ProducerTable, SequenceCheck};
 use super::segment::Segment;
 use super::streamlet::StreamletShared;
 use bytes::Bytes;
@@ -202,25 +202,36 @@ impl Log {
     ) -> Result<Appended, StorageError> {
         let mut state = self.lock_for_append();
         // A batch without idempotence is appended as it comes.
-        let check = info.producer.map_or(SequenceCheck::Append, |p| {
-            state.producers.check(p.producer_id, p.base_sequence)
-        });
-        match check {
-            SequenceCheck::Append => {}
-            SequenceCheck::Duplicate(location) => {
+        let produced = ProducedBatch::of(info);
+        let check = produced.map_or(SequenceCheck::Append, |p| state.producers.check(&p));
+        match (check, produced) {
+            (SequenceCheck::Append, _) | (_, None) => {}
+            (SequenceCheck::Duplicate(location), Some(_)) => {
                 return Ok(Appended {
                     location,
                     duplicate: true,
                     rolled: false,
                 });
             }
-            SequenceCheck::DuplicateForgotten => {
-                let sequence = info.producer.map(|p| p.base_sequence).unwrap_or_default();
-                return Err(StorageError::DuplicateSequence(sequence));
+            (SequenceCheck::Clash, Some(p)) => {
+                return Err(StorageError::SequenceClash {
+                    producer: p.producer,
+                    epoch: p.epoch,
+                    sequence: p.base_sequence,
+                });
             }
-            SequenceCheck::OutOfOrder { expected } => {
-                let got = info.producer.map(|p| p.base_sequence).unwrap_or_default();
-                return Err(StorageError::OutOfOrderSequence { expected, got });
+            (SequenceCheck::OutOfOrder { expected }, Some(p)) => {
+                return Err(StorageError::OutOfOrderSequence {
+                    expected,
+                    got: p.base_sequence,
+                });
+            }
+            (SequenceCheck::Fenced { current }, Some(p)) => {
+                return Err(StorageError::ProducerFenced {
+                    producer: p.producer,
+                    got: p.epoch,
+                    current,
+                });
             }
         }
         let segment_bytes = shared.config.segment_size_bytes as usize;
@@ -273,13 +284,8 @@ impl Log {
             base_offset: offset,
         };
         state.next_offset = offset.advance(info.record_count);
-        if let Some(producer) = info.producer {
-            state.producers.appended(
-                producer.producer_id,
-                producer.base_sequence,
-                info.record_count,
-                location,
-            );
+        if let Some(produced) = produced {
+            state.producers.appended(&produced, location);
         }
         if replicated {
             let pending = PendingCommit {

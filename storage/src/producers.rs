@@ -1,37 +1,82 @@
-//! Idempotent produce: per log, each producer's next expected sequence and where its most
-//! recent batches landed. Sequences count records, as Kafka's do: a batch of n records with
+//! Idempotent produce: per log, each producer's current epoch, its next expected sequence and
+//! its most recent batches. Sequences count records, as Kafka's do: a batch of n records with
 //! base sequence s is followed by one with base sequence s + n (wrapping at `i32::MAX`), so
 //! Kafka's idempotent producers and Tailstream's own share one table.
 //!
-//! A retried batch (same producer, same sequence) is answered with where it was appended the
-//! first time instead of being appended again; a batch that skips ahead is refused as out of
-//! order (retryable: the missing earlier batch is on its way). Both the remembered batches per
-//! producer and the producers per log are bounded; the least recently seen producer is
-//! forgotten first, and a forgotten producer starts afresh at whatever sequence it sends next.
+//! The rules are Kafka's, with one more check on duplicates:
+//! - a batch of an older epoch than the producer's latest is fenced;
+//! - a batch of a newer epoch starts the producer's sequences afresh, at 0;
+//! - in the current epoch, the next sequence is appended, a later one is out of order
+//!   (retryable: the missing earlier batch is on its way), and an earlier one is answered as a
+//!   duplicate only when it is the *same batch* as one remembered: same base sequence, record
+//!   count and CRC-32C. Any other earlier sequence (another batch under the same id, epoch and
+//!   sequence, a sequence inside a stored batch, or one too old to compare) is a clash: an
+//!   error, never an acknowledgement, since the log does not hold those bytes there.
+//!
+//! Both the remembered batches per producer and the producers per log are bounded; the least
+//! recently seen producer is forgotten first, and a forgotten producer starts afresh at
+//! whatever epoch and sequence it sends next.
 
 use std::collections::{HashMap, VecDeque};
-use tailstream_wire::{BatchSequence, ProducerId};
+use tailstream_wire::batch::BatchInfo;
+use tailstream_wire::{BatchSequence, ProducerEpoch, ProducerId};
 
 /// How many of a producer's latest batches a log remembers (the protocol's idempotence window).
 pub const RECENT_BATCHES_MAX: usize = tailstream_wire::batch::IDEMPOTENCE_WINDOW_BATCHES;
 
+/// What makes a batch this batch: where its producer put it and what it holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProducedBatch {
+    pub producer: ProducerId,
+    pub epoch: ProducerEpoch,
+    pub base_sequence: BatchSequence,
+    pub record_count: u32,
+    /// The batch's CRC-32C, which covers its epoch, sequence and every record.
+    pub checksum: u32,
+}
+
+impl ProducedBatch {
+    /// The identity of a validated batch; `None` for a batch without idempotence.
+    pub fn of(info: &BatchInfo) -> Option<ProducedBatch> {
+        info.producer.map(|p| ProducedBatch {
+            producer: p.producer_id,
+            epoch: p.producer_epoch,
+            base_sequence: p.base_sequence,
+            record_count: info.record_count,
+            checksum: info.checksum,
+        })
+    }
+}
+
 /// What the table says about an incoming batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SequenceCheck<L> {
-    /// Next in line (or a producer we do not know): append it.
+    /// Next in line, the first of a newer epoch, or a producer we do not know: append it.
     Append,
-    /// Already appended; here is where.
+    /// This very batch was appended; here is where.
     Duplicate(L),
-    /// Already appended long ago; where is forgotten.
-    DuplicateForgotten,
-    /// An earlier batch is missing.
+    /// The sequence names a place in the log that holds something else (or is too old to
+    /// compare): not appended, not acknowledged.
+    Clash,
+    /// An earlier batch is missing (or a newer epoch did not start at sequence 0).
     OutOfOrder { expected: BatchSequence },
+    /// A newer epoch of this producer was seen: this session is fenced.
+    Fenced { current: ProducerEpoch },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct RecentBatch<L> {
+    base_sequence: BatchSequence,
+    record_count: u32,
+    checksum: u32,
+    location: L,
 }
 
 #[derive(Debug)]
 struct ProducerState<L> {
+    epoch: ProducerEpoch,
     next_sequence: BatchSequence,
-    recent: VecDeque<(BatchSequence, L)>,
+    recent: VecDeque<RecentBatch<L>>,
     last_seen_tick: u64,
 }
 
@@ -51,51 +96,83 @@ impl<L: Copy> ProducerTable<L> {
         }
     }
 
-    pub fn check(&self, producer: ProducerId, sequence: BatchSequence) -> SequenceCheck<L> {
-        let Some(state) = self.producers.get(&producer) else {
+    pub fn check(&self, batch: &ProducedBatch) -> SequenceCheck<L> {
+        let Some(state) = self.producers.get(&batch.producer) else {
             return SequenceCheck::Append;
         };
-        if sequence == state.next_sequence {
-            return SequenceCheck::Append;
-        }
-        if sequence.precedes(state.next_sequence) {
-            return match state.recent.iter().find(|(seq, _)| *seq == sequence) {
-                Some((_, location)) => SequenceCheck::Duplicate(*location),
-                None => SequenceCheck::DuplicateForgotten,
+        if batch.epoch < state.epoch {
+            return SequenceCheck::Fenced {
+                current: state.epoch,
             };
         }
-        SequenceCheck::OutOfOrder {
-            expected: state.next_sequence,
+        if batch.epoch > state.epoch {
+            // A new session of the producer: its sequences start over.
+            return if batch.base_sequence == BatchSequence(0) {
+                SequenceCheck::Append
+            } else {
+                SequenceCheck::OutOfOrder {
+                    expected: BatchSequence(0),
+                }
+            };
+        }
+        if batch.base_sequence == state.next_sequence {
+            return SequenceCheck::Append;
+        }
+        if !batch.base_sequence.precedes(state.next_sequence) {
+            return SequenceCheck::OutOfOrder {
+                expected: state.next_sequence,
+            };
+        }
+        match state
+            .recent
+            .iter()
+            .find(|r| r.base_sequence == batch.base_sequence)
+        {
+            Some(recent)
+                if recent.record_count == batch.record_count
+                    && recent.checksum == batch.checksum =>
+            {
+                SequenceCheck::Duplicate(recent.location)
+            }
+            _ => SequenceCheck::Clash,
         }
     }
 
-    /// Records that the batch of `records` records with base `sequence` of `producer` was
-    /// appended at `location`.
-    pub fn appended(
-        &mut self,
-        producer: ProducerId,
-        sequence: BatchSequence,
-        records: u32,
-        location: L,
-    ) {
+    /// Records that `batch` was appended at `location` (after `check` said `Append`, or while
+    /// rebuilding the table from a log, in log order).
+    pub fn appended(&mut self, batch: &ProducedBatch, location: L) {
         self.tick += 1;
-        if !self.producers.contains_key(&producer) && self.producers.len() >= self.producers_max {
+        if !self.producers.contains_key(&batch.producer)
+            && self.producers.len() >= self.producers_max
+        {
             self.forget_least_recent();
         }
         let state = self
             .producers
-            .entry(producer)
+            .entry(batch.producer)
             .or_insert_with(|| ProducerState {
-                next_sequence: sequence,
+                epoch: batch.epoch,
+                next_sequence: batch.base_sequence,
                 recent: VecDeque::with_capacity(4),
                 last_seen_tick: 0,
             });
-        state.next_sequence = sequence.advance(records);
+        if batch.epoch != state.epoch {
+            // A newer session: the older one's batches can no longer be retried (its retries
+            // are fenced), so they are not kept for comparison.
+            state.epoch = batch.epoch;
+            state.recent.clear();
+        }
+        state.next_sequence = batch.base_sequence.advance(batch.record_count);
         state.last_seen_tick = self.tick;
         if state.recent.len() == RECENT_BATCHES_MAX {
             state.recent.pop_front();
         }
-        state.recent.push_back((sequence, location));
+        state.recent.push_back(RecentBatch {
+            base_sequence: batch.base_sequence,
+            record_count: batch.record_count,
+            checksum: batch.checksum,
+            location,
+        });
     }
 
     /// Forgets the least recently seen eighth of the producers at once, so eviction is
@@ -122,67 +199,140 @@ impl<L: Copy> ProducerTable<L> {
 mod tests {
     use super::*;
 
+    fn batch(producer: u64, epoch: i16, sequence: u32, records: u32) -> ProducedBatch {
+        ProducedBatch {
+            producer: ProducerId(producer),
+            epoch: ProducerEpoch(epoch),
+            base_sequence: BatchSequence(sequence),
+            record_count: records,
+            // Stands for the bytes: the same batch resent has the same checksum.
+            checksum: (producer as u32) ^ (u32::from(epoch as u16) << 8) ^ (sequence << 12),
+        }
+    }
+
     #[test]
     fn sequences_count_records_and_wrap() {
         let mut table = ProducerTable::<u32>::new(16);
-        let p = ProducerId(1);
-        table.appended(p, BatchSequence(0), 40, 1);
-        assert_eq!(table.check(p, BatchSequence(40)), SequenceCheck::Append);
+        table.appended(&batch(1, 0, 0, 40), 1);
+        assert_eq!(table.check(&batch(1, 0, 40, 1)), SequenceCheck::Append);
         assert_eq!(
-            table.check(p, BatchSequence(41)),
+            table.check(&batch(1, 0, 41, 1)),
             SequenceCheck::OutOfOrder {
                 expected: BatchSequence(40)
             },
             "a gap"
         );
-        let near_end = BatchSequence(tailstream_wire::SEQUENCE_MODULUS - 10);
-        table.appended(p, near_end, 25, 2);
+        let near_end = tailstream_wire::SEQUENCE_MODULUS - 10;
+        table.appended(&batch(1, 0, near_end, 25), 2);
         assert_eq!(
-            table.check(p, BatchSequence(15)),
+            table.check(&batch(1, 0, 15, 1)),
             SequenceCheck::Append,
             "wrapped"
         );
-        assert_eq!(table.check(p, near_end), SequenceCheck::Duplicate(2));
+        assert_eq!(
+            table.check(&batch(1, 0, near_end, 25)),
+            SequenceCheck::Duplicate(2)
+        );
     }
 
     #[test]
     fn retries_are_found_and_gaps_are_refused() {
         let mut table = ProducerTable::<u32>::new(16);
-        let p = ProducerId(7);
-        assert_eq!(table.check(p, BatchSequence(5)), SequenceCheck::Append);
+        assert_eq!(table.check(&batch(7, 0, 5, 1)), SequenceCheck::Append);
         // Batches of one record: sequences advance by one.
-        table.appended(p, BatchSequence(5), 1, 500);
-        table.appended(p, BatchSequence(6), 1, 600);
-        assert_eq!(table.check(p, BatchSequence(7)), SequenceCheck::Append);
+        table.appended(&batch(7, 0, 5, 1), 500);
+        table.appended(&batch(7, 0, 6, 1), 600);
+        assert_eq!(table.check(&batch(7, 0, 7, 1)), SequenceCheck::Append);
         assert_eq!(
-            table.check(p, BatchSequence(5)),
+            table.check(&batch(7, 0, 5, 1)),
             SequenceCheck::Duplicate(500)
         );
         assert_eq!(
-            table.check(p, BatchSequence(9)),
+            table.check(&batch(7, 0, 9, 1)),
             SequenceCheck::OutOfOrder {
                 expected: BatchSequence(7)
             }
         );
         for seq in 7..7 + RECENT_BATCHES_MAX as u32 {
-            table.appended(p, BatchSequence(seq), 1, seq);
+            table.appended(&batch(7, 0, seq, 1), seq);
         }
         assert_eq!(
-            table.check(p, BatchSequence(6)),
-            SequenceCheck::DuplicateForgotten
+            table.check(&batch(7, 0, 6, 1)),
+            SequenceCheck::Clash,
+            "too old to compare: never acknowledged as a duplicate"
         );
+    }
+
+    #[test]
+    fn a_duplicate_is_only_the_same_batch() {
+        let mut table = ProducerTable::<u32>::new(16);
+        table.appended(&batch(3, 0, 0, 10), 100);
+        table.appended(&batch(3, 0, 10, 10), 200);
+        let mut other_bytes = batch(3, 0, 0, 10);
+        other_bytes.checksum ^= 1;
+        assert_eq!(
+            table.check(&other_bytes),
+            SequenceCheck::Clash,
+            "other bytes"
+        );
+        assert_eq!(
+            table.check(&batch(3, 0, 0, 4)),
+            SequenceCheck::Clash,
+            "another record count"
+        );
+        assert_eq!(
+            table.check(&batch(3, 0, 5, 5)),
+            SequenceCheck::Clash,
+            "inside a stored batch"
+        );
+        assert_eq!(
+            table.check(&batch(3, 0, 10, 10)),
+            SequenceCheck::Duplicate(200)
+        );
+    }
+
+    #[test]
+    fn epochs_fence_older_sessions_and_restart_sequences() {
+        let mut table = ProducerTable::<u32>::new(16);
+        table.appended(&batch(4, 0, 0, 5), 1);
+        table.appended(&batch(4, 0, 5, 5), 2);
+        // A newer epoch must start at 0; sequence 0 of the old epoch is no duplicate of it.
+        assert_eq!(
+            table.check(&batch(4, 1, 5, 5)),
+            SequenceCheck::OutOfOrder {
+                expected: BatchSequence(0)
+            }
+        );
+        assert_eq!(table.check(&batch(4, 1, 0, 5)), SequenceCheck::Append);
+        table.appended(&batch(4, 1, 0, 5), 3);
+        assert_eq!(
+            table.check(&batch(4, 0, 10, 5)),
+            SequenceCheck::Fenced {
+                current: ProducerEpoch(1)
+            },
+            "the old session is fenced, even at its next sequence"
+        );
+        assert_eq!(
+            table.check(&batch(4, 0, 0, 5)),
+            SequenceCheck::Fenced {
+                current: ProducerEpoch(1)
+            },
+            "and its retries are not duplicates"
+        );
+        assert_eq!(table.check(&batch(4, 1, 0, 5)), SequenceCheck::Duplicate(3));
+        assert_eq!(table.check(&batch(4, 1, 5, 1)), SequenceCheck::Append);
     }
 
     #[test]
     fn the_table_is_bounded_and_forgets_the_least_recent_producers() {
         let mut table = ProducerTable::<u32>::new(8);
         for id in 0..100u64 {
-            table.appended(ProducerId(id), BatchSequence(0), 1, 0);
+            table.appended(&batch(id, 0, 0, 1), 0);
             assert!(table.len() <= 8);
         }
         // The most recent producer is always remembered.
         assert_eq!(
-            table.check(ProducerId(99), BatchSequence(0)),
+            table.check(&batch(99, 0, 0, 1)),
             SequenceCheck::Duplicate(0)
         );
     }

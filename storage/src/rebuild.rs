@@ -8,7 +8,7 @@
 use super::error::StorageError;
 use super::group::Group;
 use super::log::{AppendLocation, CommitPoint, Log, LogState, PendingCommit, to_position};
-use super::producers::ProducerTable;
+use super::producers::{ProducedBatch, ProducerTable};
 use super::segment::Segment;
 use super::streamlet::StreamletShared;
 use std::collections::VecDeque;
@@ -96,13 +96,8 @@ impl Log {
                     end: to_position(end).0,
                     base_offset: base,
                 };
-                if let Some(producer) = info.producer {
-                    producers.appended(
-                        producer.producer_id,
-                        producer.base_sequence,
-                        info.record_count,
-                        location,
-                    );
+                if let Some(produced) = ProducedBatch::of(&info) {
+                    producers.appended(&produced, location);
                 }
                 next_offset = after;
                 batches += 1;

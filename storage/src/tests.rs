@@ -10,8 +10,8 @@ use tailstream_wire::messages::StreamConfig;
 use tailstream_wire::records::{RecordBatchBuilder, RecordIter};
 use tailstream_wire::scan::EntryIter;
 use tailstream_wire::{
-    BatchSequence, Decode, GroupId, LogId, ProducerId, RecordOffset, SegmentId, SegmentPosition,
-    StreamId, StreamletId,
+    BatchSequence, Decode, GroupId, LogId, ProducerEpoch, ProducerId, RecordOffset, SegmentId,
+    SegmentPosition, StreamId, StreamletId,
 };
 
 fn config(logs: u32, segment_size_bytes: u32, segments_per_group: u32) -> StreamConfig {
@@ -37,11 +37,19 @@ fn streamlet(config: StreamConfig, memory_bytes: u64) -> Streamlet {
 }
 
 fn batch(producer: u64, sequence: u32, values: &[&str]) -> Bytes {
+    batch_at(producer, 0, sequence, values)
+}
+
+fn batch_at(producer: u64, epoch: i16, sequence: u32, values: &[&str]) -> Bytes {
     let mut builder = RecordBatchBuilder::new(256);
     for value in values {
         builder.push(0, None, Some(value.as_bytes()), &[]);
     }
-    builder.finish(ProducerId(producer), 0, BatchSequence(sequence))
+    builder.finish(
+        ProducerId(producer),
+        ProducerEpoch(epoch),
+        BatchSequence(sequence),
+    )
 }
 
 fn append(s: &Streamlet, bytes: &Bytes) -> Result<Appended, StorageError> {
@@ -164,6 +172,110 @@ fn a_retried_batch_is_appended_once_and_a_gap_is_refused() {
         .map(|r| r.1)
         .collect();
     assert_eq!(values, ["one", "two", "three"]);
+}
+
+/// librdkafka's timeout path: the producer bumps its epoch and resends from sequence 0. The
+/// new epoch's batches are appended (never answered as duplicates of the old epoch's), and a
+/// late batch of the old epoch is fenced.
+#[test]
+fn a_newer_epoch_starts_afresh_and_fences_the_older_one() {
+    let s = streamlet(config(1, 1 << 16, 4), 1 << 30);
+    append(&s, &batch_at(5, 0, 0, &["a", "b"])).unwrap();
+    let renewed = append(&s, &batch_at(5, 1, 0, &["c", "d"])).unwrap();
+    assert!(
+        !renewed.duplicate,
+        "epoch 1 sequence 0 is not epoch 0's batch"
+    );
+    let fenced = append(&s, &batch_at(5, 0, 2, &["late"])).unwrap_err();
+    assert_eq!(fenced.status(), tailstream_wire::Status::ProducerFenced);
+    let skipped = append(&s, &batch_at(5, 2, 3, &["x"])).unwrap_err();
+    assert_eq!(
+        skipped.status(),
+        tailstream_wire::Status::OutOfOrderSequence,
+        "a newer epoch starts at sequence 0"
+    );
+    let retry = append(&s, &batch_at(5, 1, 0, &["c", "d"])).unwrap();
+    assert!(retry.duplicate);
+    assert_eq!(retry.location, renewed.location);
+    let values: Vec<_> = read_log(s.log(LogId(0)).unwrap())
+        .into_iter()
+        .map(|r| r.1)
+        .collect();
+    assert_eq!(values, ["a", "b", "c", "d"]);
+}
+
+/// Case 5 of issue 20: another client sent sequence 0 under our producer id first. Our batch
+/// is not theirs, so it must not be acknowledged as a duplicate of theirs.
+#[test]
+fn another_batch_under_the_same_producer_and_sequence_is_a_clash_not_a_duplicate() {
+    let s = streamlet(config(1, 1 << 16, 4), 1 << 30);
+    append(&s, &batch(9, 0, &["squatter"])).unwrap();
+    let ours = append(&s, &batch(9, 0, &["mine"])).unwrap_err();
+    assert_eq!(ours.status(), tailstream_wire::Status::SequenceClash);
+    let values: Vec<_> = read_log(s.log(LogId(0)).unwrap())
+        .into_iter()
+        .map(|r| r.1)
+        .collect();
+    assert_eq!(values, ["squatter"]);
+}
+
+/// A rebuilt log's producer table keeps epochs: after recovery a retry of the newest epoch is
+/// a duplicate, the old epoch stays fenced, and a clash stays a clash.
+#[test]
+fn a_rebuilt_log_keeps_producer_epochs_and_batch_identities() {
+    let s = streamlet(config(1, 4096, 2), 1 << 30);
+    append(&s, &batch_at(6, 0, 0, &["old"])).unwrap();
+    for i in 0..40u32 {
+        let value = format!("value-{i:03}-{}", "x".repeat(100));
+        append(&s, &batch_at(6, 1, i, &[value.as_str()])).unwrap();
+    }
+    let log = s.log(LogId(0)).unwrap();
+    let recovered: Vec<_> = log
+        .groups()
+        .groups
+        .iter()
+        .flat_map(|g| {
+            g.segments.iter().map(|seg| RecoveredSegment {
+                group: g.group,
+                segment: seg.segment,
+                bytes: Bytes::from(segment_image(log, g.group, seg.segment)),
+            })
+        })
+        .collect();
+    assert!(recovered.len() > 2, "several segments");
+    let (rebuilt, _) = Streamlet::rebuilt(
+        StreamId(1),
+        StreamletId(0),
+        config(1, 4096, 2),
+        SegmentMemory::new(1 << 30),
+        64,
+        64 << 20,
+        2,
+        0,
+        (GroupId(1000), SegmentId(1000)),
+        &[(LogId(0), recovered)],
+        Instant::now(),
+    )
+    .unwrap();
+    let again = |b: &Bytes| {
+        let info = validate_batch(b).unwrap();
+        rebuilt.append(LogId(0), b, &info, Instant::now())
+    };
+    let last = format!("value-039-{}", "x".repeat(100));
+    assert!(
+        again(&batch_at(6, 1, 39, &[last.as_str()]))
+            .unwrap()
+            .duplicate
+    );
+    assert_eq!(
+        again(&batch_at(6, 1, 39, &["other"])).unwrap_err().status(),
+        tailstream_wire::Status::SequenceClash
+    );
+    assert_eq!(
+        again(&batch_at(6, 0, 1, &["late"])).unwrap_err().status(),
+        tailstream_wire::Status::ProducerFenced
+    );
+    assert!(!again(&batch_at(6, 1, 40, &["next"])).unwrap().duplicate);
 }
 
 #[test]

@@ -24,7 +24,7 @@
 //! records as it decodes them.
 
 pub use crate::compression::Compression;
-use crate::ids::{BatchSequence, ProducerId, RecordOffset};
+use crate::ids::{BatchSequence, ProducerEpoch, ProducerId, RecordOffset};
 use crate::record_scan::RECORD_BYTES_MIN;
 use thiserror::Error;
 
@@ -73,16 +73,20 @@ pub enum BatchError {
     BadProducerId(i64),
     #[error("record batch base sequence {0} is negative, or set without a producer id")]
     BadSequence(i32),
+    #[error("record batch producer epoch {0} is negative for an idempotent batch")]
+    BadProducerEpoch(i16),
     #[error("record {index} of the batch is malformed: {reason}")]
     BadRecord { index: u32, reason: &'static str },
     #[error("record batch max timestamp {stored} is not its largest record timestamp {computed}")]
     MaxTimestamp { stored: i64, computed: i64 },
 }
 
-/// An idempotent batch's producer and the sequence number of its first record.
+/// An idempotent batch's producer (id and epoch: one producer session) and the sequence
+/// number of its first record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProducerSequence {
     pub producer_id: ProducerId,
+    pub producer_epoch: ProducerEpoch,
     pub base_sequence: BatchSequence,
 }
 
@@ -93,7 +97,9 @@ pub struct BatchInfo {
     /// idempotence (a Kafka producer without it sends producer id -1 and sequence -1), which
     /// is appended as it comes, retries included.
     pub producer: Option<ProducerSequence>,
-    pub producer_epoch: i16,
+    /// The batch's CRC-32C (over everything but its base offset, length, leader epoch and
+    /// magic): with the producer and sequence, what tells a retry from another batch.
+    pub checksum: u32,
     /// How the records are compressed (the batch is stored and served compressed).
     pub compression: Compression,
     pub record_count: u32,
@@ -162,25 +168,28 @@ pub fn read_batch_header(bytes: &[u8]) -> Result<BatchInfo, BatchError> {
         });
     }
     let producer_id = be_i64(bytes, 43);
+    let producer_epoch = be_i16(bytes, 51);
     let base_sequence = be_i32(bytes, 53);
     let producer = match (producer_id, base_sequence) {
-        // No idempotence: Kafka's "no producer id" and "no sequence".
+        // No idempotence: Kafka's "no producer id" and "no sequence" (the epoch is ignored).
         (-1, -1) => None,
         (-1, sequence) => return Err(BatchError::BadSequence(sequence)),
         (id, _) if id < 0 => return Err(BatchError::BadProducerId(id)),
+        (_, _) if producer_epoch < 0 => return Err(BatchError::BadProducerEpoch(producer_epoch)),
         (id, sequence) => {
             let Ok(sequence) = u32::try_from(sequence) else {
                 return Err(BatchError::BadSequence(sequence));
             };
             Some(ProducerSequence {
                 producer_id: ProducerId(id as u64),
+                producer_epoch: ProducerEpoch(producer_epoch),
                 base_sequence: BatchSequence(sequence),
             })
         }
     };
     Ok(BatchInfo {
         producer,
-        producer_epoch: be_i16(bytes, 51),
+        checksum: stored,
         compression,
         record_count: count as u32,
         base_timestamp_ms: be_i64(bytes, 27),
@@ -205,6 +214,21 @@ pub fn restamp_sequence(bytes: &mut [u8], sequence: BatchSequence) -> Result<(),
     if bytes.len() < BATCH_HEADER_BYTES {
         return Err(BatchError::TooShort { len: bytes.len() });
     }
+    let epoch = ProducerEpoch(be_i16(bytes, 51));
+    restamp_producer(bytes, epoch, sequence)
+}
+
+/// Gives a batch a new producer epoch and base sequence and recomputes its CRC-32C. A
+/// producer moving to a new epoch renumbers the batches it has not sent yet with it.
+pub fn restamp_producer(
+    bytes: &mut [u8],
+    epoch: ProducerEpoch,
+    sequence: BatchSequence,
+) -> Result<(), BatchError> {
+    if bytes.len() < BATCH_HEADER_BYTES {
+        return Err(BatchError::TooShort { len: bytes.len() });
+    }
+    bytes[51..53].copy_from_slice(&epoch.0.to_be_bytes());
     bytes[53..57].copy_from_slice(&(sequence.0 as i32).to_be_bytes());
     let crc = crc32c::crc32c(&bytes[CRC_START..]);
     bytes[17..21].copy_from_slice(&crc.to_be_bytes());
@@ -244,13 +268,17 @@ pub(crate) fn write_header(
     base_timestamp_ms: i64,
     max_timestamp_ms: i64,
     producer: Option<ProducerSequence>,
-    producer_epoch: i16,
 ) {
     let batch_length = (bytes.len() - 12) as i32;
-    // No producer: Kafka's -1 for the id and the sequence.
-    let (producer_id, base_sequence) = producer.map_or((-1i64, -1i32), |p| {
-        (p.producer_id.0 as i64, p.base_sequence.0 as i32)
-    });
+    // No producer: Kafka's -1 for the id, the epoch and the sequence.
+    let (producer_id, producer_epoch, base_sequence) =
+        producer.map_or((-1i64, -1i16, -1i32), |p| {
+            (
+                p.producer_id.0 as i64,
+                p.producer_epoch.0,
+                p.base_sequence.0 as i32,
+            )
+        });
     bytes[0..8].copy_from_slice(&0i64.to_be_bytes());
     bytes[8..12].copy_from_slice(&batch_length.to_be_bytes());
     bytes[12..16].copy_from_slice(&0i32.to_be_bytes());

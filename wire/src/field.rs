@@ -3,8 +3,8 @@
 
 use crate::codec::{DecodeError, WireReader, WireWrite};
 use crate::ids::{
-    BatchSequence, GroupId, LogId, ProducerId, RecordOffset, SegmentId, SegmentPosition, ServerId,
-    StreamId, StreamletId,
+    BatchSequence, GroupId, LogId, ProducerEpoch, ProducerId, RecordOffset, SegmentId,
+    SegmentPosition, ServerId, StreamId, StreamletId,
 };
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -66,6 +66,23 @@ id_field!(ProducerId, u64);
 id_field!(RecordOffset, u64);
 id_field!(SegmentPosition, u32);
 id_field!(BatchSequence, u32);
+
+/// A producer epoch travels as a u16 holding `0..=i16::MAX` (Kafka's valid epochs).
+impl WireField for ProducerEpoch {
+    const MIN_BYTES: usize = 2;
+    fn put(&self, out: &mut BytesMut) {
+        out.put_u16_le(self.0.max(0) as u16);
+    }
+    fn get(reader: &mut WireReader, what: &'static str) -> Result<Self, DecodeError> {
+        let raw = reader.u16(what)?;
+        i16::try_from(raw)
+            .map(ProducerEpoch)
+            .map_err(|_| DecodeError::InvalidValue {
+                what,
+                value: u64::from(raw),
+            })
+    }
+}
 
 impl WireField for ServerId {
     const MIN_BYTES: usize = 8;

@@ -62,6 +62,13 @@ id_type!(
     "producer-"
 );
 id_type!(
+    /// A producer's epoch (Kafka's producer epoch, `0..=i16::MAX`): together with the
+    /// producer id it names one producer session. A higher epoch starts the producer's
+    /// sequences afresh and fences every batch of a lower one.
+    ProducerEpoch(i16),
+    "epoch-"
+);
+id_type!(
     /// Correlates a response with its request on one connection (clients pipeline).
     RequestId(u64),
     "req-"
@@ -83,6 +90,13 @@ id_type!(
     BatchSequence(u32),
     "seq-"
 );
+
+impl ProducerEpoch {
+    /// The epoch after this one; `None` once epochs are exhausted (a new producer id is due).
+    pub fn next(self) -> Option<ProducerEpoch> {
+        self.0.checked_add(1).map(ProducerEpoch)
+    }
+}
 
 /// Sequence numbers live in `0..SEQUENCE_MODULUS` (Kafka's non-negative i32).
 pub const SEQUENCE_MODULUS: u32 = 1 << 31;

@@ -329,7 +329,7 @@ pub fn validate_records(batch: &[u8], info: &BatchInfo) -> Result<(), BatchError
 mod tests {
     use super::*;
     use crate::batch::{CRC_START, read_batch_header, validate_batch};
-    use crate::ids::{BatchSequence, ProducerId};
+    use crate::ids::{BatchSequence, ProducerEpoch, ProducerId};
     use crate::records::{RecordBatchBuilder, RecordIter};
     use bytes::{Bytes, BytesMut};
     use proptest::prelude::*;
@@ -339,7 +339,9 @@ mod tests {
     fn forged(records: &[u8], count: i32, base_ts: i64, max_ts: i64) -> Vec<u8> {
         let mut builder = RecordBatchBuilder::new(64);
         builder.push(0, None, Some(b"x"), &[]);
-        let mut bytes = builder.finish(ProducerId(1), 0, BatchSequence(0)).to_vec();
+        let mut bytes = builder
+            .finish(ProducerId(1), ProducerEpoch(0), BatchSequence(0))
+            .to_vec();
         bytes.truncate(BATCH_HEADER_BYTES);
         bytes.extend_from_slice(records);
         let len = (bytes.len() - 12) as i32;
@@ -473,7 +475,9 @@ mod tests {
                 (0..*headers).map(|_| ("h", value.as_deref())).collect();
             builder.push(1_000 + i as i64, key.as_deref(), value.as_deref(), &headers);
         }
-        builder.finish(ProducerId(3), 0, BatchSequence(0)).to_vec()
+        builder
+            .finish(ProducerId(3), ProducerEpoch(0), BatchSequence(0))
+            .to_vec()
     }
 
     fn reseal(bytes: &mut [u8]) {

@@ -4,7 +4,7 @@
 use crate::batch::{
     BATCH_HEADER_BYTES, BATCH_RECORDS_MAX, BatchError, BatchInfo, ProducerSequence, write_header,
 };
-use crate::ids::{BatchSequence, ProducerId};
+use crate::ids::{BatchSequence, ProducerEpoch, ProducerId};
 use crate::record_scan::RecordCursor;
 use crate::varint::{VarlongRun, put_varlong, varlong_len};
 use bytes::{BufMut, Bytes, BytesMut};
@@ -144,23 +144,24 @@ impl RecordBatchBuilder {
     pub fn finish(
         self,
         producer_id: ProducerId,
-        producer_epoch: i16,
+        producer_epoch: ProducerEpoch,
         base_sequence: BatchSequence,
     ) -> Bytes {
         let producer = ProducerSequence {
             producer_id,
+            producer_epoch,
             base_sequence,
         };
-        self.seal(Some(producer), producer_epoch)
+        self.seal(Some(producer))
     }
 
     /// Seals the batch without idempotence: producer id, epoch and sequence -1, as a Kafka
     /// producer without idempotence sends them (each copy of it is appended, retries too).
     pub fn finish_without_producer(self) -> Bytes {
-        self.seal(None, -1)
+        self.seal(None)
     }
 
-    fn seal(mut self, producer: Option<ProducerSequence>, producer_epoch: i16) -> Bytes {
+    fn seal(mut self, producer: Option<ProducerSequence>) -> Bytes {
         assert!(self.count > 0, "sealing an empty record batch");
         write_header(
             &mut self.buf,
@@ -168,7 +169,6 @@ impl RecordBatchBuilder {
             self.base_timestamp_ms,
             self.max_timestamp_ms,
             producer,
-            producer_epoch,
         );
         self.buf.freeze()
     }
@@ -246,7 +246,7 @@ mod tests {
         builder.push(1000, Some(b"k1"), Some(b"v1"), &[]);
         builder.push(1005, None, Some(b"v2"), &[("h", Some(b"x")), ("n", None)]);
         builder.push(1002, Some(b""), None, &[]);
-        let batch = builder.finish(ProducerId(9), 0, BatchSequence(4));
+        let batch = builder.finish(ProducerId(9), ProducerEpoch(0), BatchSequence(4));
         let info = validate_batch(&batch).unwrap();
         let producer = info.producer.expect("idempotent");
         assert_eq!(producer.producer_id, ProducerId(9));
@@ -270,7 +270,9 @@ mod tests {
     fn stamping_the_base_offset_keeps_the_batch_valid() {
         let mut builder = RecordBatchBuilder::new(64);
         builder.push(0, None, Some(b"v"), &[]);
-        let mut batch = builder.finish(ProducerId(1), 0, BatchSequence(0)).to_vec();
+        let mut batch = builder
+            .finish(ProducerId(1), ProducerEpoch(0), BatchSequence(0))
+            .to_vec();
         stamp_base_offset(&mut batch, RecordOffset(77));
         assert!(validate_batch(&batch).is_ok());
         assert_eq!(base_offset(&batch), Some(RecordOffset(77)));
@@ -294,6 +296,32 @@ mod tests {
     }
 
     #[test]
+    fn the_producer_epoch_is_read_restamped_and_never_negative_for_an_idempotent_batch() {
+        let mut builder = RecordBatchBuilder::new(64);
+        builder.push(0, None, Some(b"v"), &[]);
+        let batch = builder.finish(ProducerId(5), ProducerEpoch(7), BatchSequence(3));
+        let info = validate_batch(&batch).unwrap();
+        let producer = info.producer.unwrap();
+        assert_eq!(producer.producer_epoch, ProducerEpoch(7));
+        let mut renewed = batch.to_vec();
+        crate::batch::restamp_producer(&mut renewed, ProducerEpoch(8), BatchSequence(0)).unwrap();
+        let renewed_info = validate_batch(&renewed).unwrap();
+        let renewed_producer = renewed_info.producer.unwrap();
+        assert_eq!(renewed_producer.producer_epoch, ProducerEpoch(8));
+        assert_eq!(renewed_producer.base_sequence, BatchSequence(0));
+        assert_ne!(
+            renewed_info.checksum, info.checksum,
+            "the checksum covers epoch and sequence"
+        );
+        let mut negative = batch.to_vec();
+        crate::batch::restamp_producer(&mut negative, ProducerEpoch(-1), BatchSequence(0)).unwrap();
+        assert!(matches!(
+            validate_batch(&negative),
+            Err(BatchError::BadProducerEpoch(-1))
+        ));
+    }
+
+    #[test]
     fn compressed_batches_validate_and_read_back_as_the_records_they_hold() {
         use crate::batch::compress_batch;
         use crate::compression::Compression;
@@ -306,7 +334,7 @@ mod tests {
                 &[],
             );
         }
-        let plain = builder.finish(ProducerId(3), 0, BatchSequence(0));
+        let plain = builder.finish(ProducerId(3), ProducerEpoch(0), BatchSequence(0));
         let expected: Vec<_> = RecordIter::new(plain.clone(), &validate_batch(&plain).unwrap())
             .map(|r| r.unwrap())
             .collect();
@@ -350,7 +378,9 @@ mod tests {
     fn restamping_the_sequence_keeps_the_batch_valid() {
         let mut builder = RecordBatchBuilder::new(64);
         builder.push(0, None, Some(b"v"), &[]);
-        let mut batch = builder.finish(ProducerId(1), 0, BatchSequence(5)).to_vec();
+        let mut batch = builder
+            .finish(ProducerId(1), ProducerEpoch(0), BatchSequence(5))
+            .to_vec();
         crate::batch::restamp_sequence(&mut batch, BatchSequence(2)).unwrap();
         assert_eq!(
             validate_batch(&batch)
@@ -367,7 +397,9 @@ mod tests {
     fn any_bit_flip_in_the_crc_region_is_refused() {
         let mut builder = RecordBatchBuilder::new(64);
         builder.push(0, Some(b"key"), Some(b"value"), &[]);
-        let batch = builder.finish(ProducerId(1), 0, BatchSequence(0)).to_vec();
+        let batch = builder
+            .finish(ProducerId(1), ProducerEpoch(0), BatchSequence(0))
+            .to_vec();
         for bit in (8 * 8)..batch.len() * 8 {
             // The partition leader epoch (bytes 12..16) is outside Kafka's CRC by design.
             if (12..16).contains(&(bit / 8)) {

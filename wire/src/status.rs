@@ -70,12 +70,21 @@ statuses! {
     OutOfOrderSequence = 23,
     /// The compression or attribute bits of the batch are not supported.
     UnsupportedBatch = 24,
-    /// The batch was appended long ago and the broker no longer remembers where: it is in the
-    /// log, but no location can be given for it.
-    DuplicateSequence = 25,
     /// A segment the streamlet needs is on no live backup: it is not served (never with a
     /// silent hole) until a backup that holds it comes back.
     StreamletLost = 26,
+    /// The batch's producer, epoch and sequence name a place in the log that holds another
+    /// batch (or one appended so long ago that it can no longer be compared): this batch is
+    /// not in the log at that place and is not acknowledged. Two clients share a producer id,
+    /// or a client resent different bytes under a sequence it had used. (25, which answered
+    /// such a batch as a duplicate, is retired.)
+    SequenceClash = 27,
+    /// The batch's producer epoch is older than one the log has seen for its producer id: a
+    /// newer session of that producer fenced this one.
+    ProducerFenced = 28,
+    /// Fewer complete backup copies than the stream's `min_insync_replicas` can be had right
+    /// now (backups lost, none to replace them): nothing was acknowledged; retry later.
+    NotEnoughReplicas = 29,
 
     NoBrokers = 30,
     UnknownServer = 31,
@@ -127,6 +136,7 @@ impl Status {
                 | Status::Timeout
                 | Status::NotOwner
                 | Status::OutOfOrderSequence
+                | Status::NotEnoughReplicas
                 | Status::NoBrokers
                 | Status::BackupPoolFull
                 | Status::StaleEpoch

@@ -23,8 +23,7 @@ fn parse(value: &[u8]) -> Option<(u32, u64)> {
     Some((producer.parse().ok()?, sequence.parse().ok()?))
 }
 
-/// Where a record was acked or read: streamlet, log, offset (`u64::MAX` when the ack did not
-/// name an offset).
+/// Where a record was acked or read: streamlet, log, offset.
 type Place = (StreamletId, LogId, u64);
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -107,10 +106,7 @@ impl Ledger {
 
     /// Record `sequence` of `producer` was acknowledged.
     pub fn acked(&mut self, producer: u32, sequence: u64, ack: &RecordAck) {
-        let place = match ack.location {
-            Some(location) => (ack.streamlet, location.log, location.offset.0),
-            None => (ack.streamlet, LogId(u32::MAX), u64::MAX),
-        };
+        let place = (ack.streamlet, ack.location.log, ack.location.offset.0);
         let slot = self.slot(producer, sequence);
         slot.sent = Sent::Acked;
         slot.acked_at = Some(place);
@@ -178,7 +174,7 @@ impl Ledger {
                                 verdict.lost += 1;
                                 verdict.problem(|| format!("{} acked, never read", name()));
                             }
-                            (Some(acked), Some(read)) if !same_place(acked, read) => {
+                            (Some(acked), Some(read)) if acked != read => {
                                 verdict.misplaced += 1;
                                 verdict.problem(|| {
                                     format!("{} acked at {acked:?}, read at {read:?}", name())
@@ -200,15 +196,6 @@ impl Ledger {
     }
 }
 
-/// An ack without an offset names the streamlet only.
-fn same_place(acked: Place, read: Place) -> bool {
-    if acked.2 == u64::MAX {
-        acked.0 == read.0
-    } else {
-        acked == read
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,13 +207,13 @@ mod tests {
     fn ack(streamlet: u32, log: u32, offset: u64) -> RecordAck {
         RecordAck {
             streamlet: StreamletId(streamlet),
-            location: Some(RecordLocation {
+            location: RecordLocation {
                 log: LogId(log),
                 offset: RecordOffset(offset),
                 group: GroupId(0),
                 segment: SegmentId(0),
                 position: SegmentPosition(0),
-            }),
+            },
             acked_at: Instant::now(),
         }
     }

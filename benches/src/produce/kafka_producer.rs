@@ -13,9 +13,8 @@ use kafka_protocol::protocol::{Decodable, StrBytes};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
-use tailstream_client::RecordAck;
 use tailstream_wire::records::RecordBatchBuilder;
-use tailstream_wire::{BatchSequence, ProducerId, StreamletId};
+use tailstream_wire::{BatchSequence, ProducerEpoch, ProducerId};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
@@ -31,7 +30,6 @@ pub(super) struct Plan {
     pub leader: String,
     pub topic: String,
     pub partition: i32,
-    pub streamlet: StreamletId,
     pub records: u64,
     pub record_bytes: usize,
     pub batch_bytes: usize,
@@ -61,7 +59,6 @@ pub(super) async fn produce(
     let slots = Arc::new(Semaphore::new(plan.max_in_flight.max(1)));
     let (sent, mut to_settle) = mpsc::unbounded_channel::<InFlight>();
     let partition = plan.partition;
-    let plan_streamlet = plan.streamlet;
     let settle_progress = progress.clone();
     let settler = tokio::spawn(async move {
         let progress = settle_progress;
@@ -84,16 +81,11 @@ pub(super) async fn produce(
             if code != Some(0) {
                 return Err(format!("partition {partition}: Produce error {code:?}"));
             }
-            let ack = RecordAck {
-                streamlet: plan_streamlet,
-                location: None,
-                acked_at: Instant::now(),
-            };
             outcome.settle(
                 &progress,
                 request.built,
                 request.measured,
-                Ok::<_, ()>(ack),
+                Ok::<_, ()>(Instant::now()),
                 request.records,
             );
         }
@@ -127,7 +119,7 @@ pub(super) async fn produce(
             built_records += 1;
         }
         let records = batch.record_count();
-        let batch = batch.finish(ProducerId(producer_id), epoch, sequence);
+        let batch = batch.finish(ProducerId(producer_id), ProducerEpoch(epoch), sequence);
         sequence = sequence.advance(records);
         let request = ProduceRequest::default()
             .with_acks(-1)

@@ -4,7 +4,6 @@ use super::{ProduceBenchArgs, ProducerOutcome, Progress, closed, kafka_producer,
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tailstream_client::Producer;
-use tailstream_wire::StreamletId;
 
 /// The producers at work, in either mode.
 pub(super) enum Load {
@@ -50,7 +49,6 @@ impl Load {
         progress: &Arc<Progress>,
     ) -> Self {
         let count = u64::from(args.producers.max(1));
-        let logs = args.logs.max(1);
         Load::Closed(
             (0..count)
                 .map(|i| {
@@ -60,7 +58,6 @@ impl Load {
                         leader,
                         topic: stream.to_owned(),
                         partition,
-                        streamlet: StreamletId(partition.unsigned_abs() / logs),
                         records: args.records / count + u64::from(i < args.records % count),
                         record_bytes: args.record_bytes,
                         batch_bytes: args.batch_bytes as usize,

@@ -124,6 +124,7 @@ pub(super) fn spawn(
             })?;
             while let Some(result) = pending.front().and_then(|(_, _, ack)| ack.try_result()) {
                 if let Some((scheduled, measured, _)) = pending.pop_front() {
+                    let result = result.map(|ack| ack.acked_at);
                     outcome.settle(&progress, scheduled, measured, result, 1);
                 }
             }
@@ -141,7 +142,8 @@ pub(super) fn spawn(
         runtime.block_on(async {
             producer.flush().await.map_err(|e| e.to_string())?;
             for (scheduled, measured, ack) in pending {
-                outcome.settle(&progress, scheduled, measured, ack.wait().await, 1);
+                let result = ack.wait().await.map(|ack| ack.acked_at);
+                outcome.settle(&progress, scheduled, measured, result, 1);
             }
             Ok::<_, String>(())
         })?;

@@ -10,7 +10,7 @@ use hdrhistogram::Histogram;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
-use tailstream_client::{AckFuture, RecordAck};
+use tailstream_client::AckFuture;
 
 /// Records sent with one send time, in one batch: settled together.
 #[derive(Debug)]
@@ -59,6 +59,7 @@ impl Pending {
         while let Some(result) = self.runs.front().and_then(|run| run.ack.try_result()) {
             if let Some(run) = self.runs.pop_front() {
                 self.records -= run.records;
+                let result = result.map(|ack| ack.acked_at);
                 outcome.settle(progress, run.sent, run.measured, result, run.records);
             }
         }
@@ -68,7 +69,7 @@ impl Pending {
     pub async fn settle_oldest(&mut self, outcome: &mut ProducerOutcome, progress: &Progress) {
         if let Some(run) = self.runs.pop_front() {
             self.records -= run.records;
-            let result = run.ack.wait().await;
+            let result = run.ack.wait().await.map(|ack| ack.acked_at);
             outcome.settle(progress, run.sent, run.measured, result, run.records);
         }
     }
@@ -117,22 +118,22 @@ impl ProducerOutcome {
         progress: &Progress,
         sent: Instant,
         measured: bool,
-        result: Result<RecordAck, E>,
+        result: Result<Instant, E>,
         records: u64,
     ) {
         match result {
-            Ok(ack) => {
+            Ok(acked_at) => {
                 self.unpublished_acked += records;
                 if measured {
                     self.unpublished_measured += records;
-                    let micros = ack.acked_at.saturating_duration_since(sent).as_micros() as u64;
+                    let micros = acked_at.saturating_duration_since(sent).as_micros() as u64;
                     if self.run.1 > 0 && self.run.0 == micros {
                         self.run.1 += records;
                     } else {
                         self.end_run();
                         self.run = (micros, records);
                     }
-                    self.last_measured_ack = self.last_measured_ack.max(Some(ack.acked_at));
+                    self.last_measured_ack = self.last_measured_ack.max(Some(acked_at));
                 }
                 if self.unpublished_acked >= PUBLISH_EVERY_ACKS {
                     self.publish(progress);
@@ -180,14 +181,9 @@ impl ProducerOutcome {
 mod tests {
     use super::*;
     use std::time::Duration;
-    use tailstream_wire::StreamletId;
 
-    fn ack(at: Instant) -> Result<RecordAck, ()> {
-        Ok(RecordAck {
-            streamlet: StreamletId(0),
-            location: None,
-            acked_at: at,
-        })
+    fn ack(at: Instant) -> Result<Instant, ()> {
+        Ok(at)
     }
 
     #[test]
@@ -205,7 +201,7 @@ mod tests {
             );
         }
         outcome.settle(&progress, sent, false, ack(sent), 1);
-        outcome.settle(&progress, sent, true, Err::<RecordAck, ()>(()), 1);
+        outcome.settle(&progress, sent, true, Err::<Instant, ()>(()), 1);
         assert_eq!(
             progress.acked.load(Ordering::Relaxed),
             0,
@@ -224,7 +220,7 @@ mod tests {
             ack(sent + Duration::from_micros(7)),
             1000,
         );
-        outcome.settle(&progress, sent, true, Err::<RecordAck, ()>(()), 7);
+        outcome.settle(&progress, sent, true, Err::<Instant, ()>(()), 7);
         outcome.finish(&progress);
         assert_eq!(progress.measured.load(Ordering::Relaxed), 1005);
         assert_eq!(

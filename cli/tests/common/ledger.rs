@@ -74,13 +74,11 @@ impl Ledger {
             match self.acked.get(&text) {
                 Some(ack) => {
                     assert_eq!(ack.streamlet, record.streamlet, "{text}: streamlet");
-                    if let Some(location) = ack.location {
-                        assert_eq!(
-                            (location.log, location.offset),
-                            (record.log, record.offset),
-                            "{text}: location"
-                        );
-                    }
+                    assert_eq!(
+                        (ack.location.log, ack.location.offset),
+                        (record.log, record.offset),
+                        "{text}: location"
+                    );
                 }
                 None => assert!(self.unacked.contains(&text), "{text} was never produced"),
             }

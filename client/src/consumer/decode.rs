@@ -95,7 +95,7 @@ mod tests {
     use tailstream_wire::batch::stamp_base_offset;
     use tailstream_wire::records::RecordBatchBuilder;
     use tailstream_wire::segment::SegmentImage;
-    use tailstream_wire::{BatchSequence, ProducerId};
+    use tailstream_wire::{BatchSequence, ProducerEpoch, ProducerId};
 
     fn entries(batches: &[(u64, &[&str])]) -> Bytes {
         let mut image = SegmentImage::new(4096);
@@ -104,7 +104,9 @@ mod tests {
             for v in *values {
                 builder.push(10, None, Some(v.as_bytes()), &[]);
             }
-            let mut batch = builder.finish(ProducerId(1), 0, BatchSequence(0)).to_vec();
+            let mut batch = builder
+                .finish(ProducerId(1), ProducerEpoch(0), BatchSequence(0))
+                .to_vec();
             stamp_base_offset(&mut batch, RecordOffset(*base));
             image.append(EntryType::Batch, &batch).unwrap();
         }
@@ -132,7 +134,9 @@ mod tests {
         let mut builder = RecordBatchBuilder::new(128);
         builder.push(i64::MAX - 1, None, Some(b"a"), &[]);
         builder.push(i64::MAX, None, Some(b"b"), &[]);
-        let mut batch = builder.finish(ProducerId(1), 0, BatchSequence(0)).to_vec();
+        let mut batch = builder
+            .finish(ProducerId(1), ProducerEpoch(0), BatchSequence(0))
+            .to_vec();
         // Base timestamp i64::MAX - 1 with deltas 0 and 1; move the base up by one so the
         // second record's delta overflows, and repair the CRC as a hostile producer would.
         batch[27..35].copy_from_slice(&i64::MAX.to_be_bytes());
@@ -162,7 +166,9 @@ mod tests {
     fn builder_batch() -> Vec<u8> {
         let mut builder = RecordBatchBuilder::new(64);
         builder.push(0, None, Some(b"v"), &[]);
-        builder.finish(ProducerId(1), 0, BatchSequence(0)).to_vec()
+        builder
+            .finish(ProducerId(1), ProducerEpoch(0), BatchSequence(0))
+            .to_vec()
     }
 
     #[test]

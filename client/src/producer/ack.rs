@@ -31,9 +31,9 @@ pub struct RecordLocation {
 pub struct RecordAck {
     /// The streamlet the record went to.
     pub streamlet: StreamletId,
-    /// `None` only when a retried batch was acknowledged by a broker that no longer remembered
-    /// where the first attempt went: the record is stored, its offset is not known here.
-    pub location: Option<RecordLocation>,
+    /// Where it is stored (a retried batch is acknowledged only with where its first attempt
+    /// went, which the broker checks is this very batch).
+    pub location: RecordLocation,
     /// When the producer processed the broker's answer (for latency measurements).
     pub acked_at: Instant,
 }
@@ -42,7 +42,7 @@ pub struct RecordAck {
 #[derive(Clone, Debug)]
 pub(crate) struct BatchAck {
     pub streamlet: StreamletId,
-    pub location: Option<RecordLocation>,
+    pub location: RecordLocation,
     pub acked_at: Instant,
 }
 
@@ -69,6 +69,11 @@ impl BatchCell {
         self.outcome.get().is_some()
     }
 
+    #[cfg(test)]
+    pub fn outcome(&self) -> Option<&Result<BatchAck, ClientError>> {
+        self.outcome.get()
+    }
+
     pub async fn wait(&self) -> &Result<BatchAck, ClientError> {
         loop {
             let notified = self.resolved.notified();
@@ -93,18 +98,16 @@ fn record_ack(
 ) -> Result<RecordAck, ClientError> {
     match outcome {
         Ok(batch) => {
-            let location = match batch.location {
-                // The offset comes from the broker: checked, never wrapped.
-                Some(l) => Some(RecordLocation {
-                    offset: l.offset.checked_advance(index).ok_or_else(|| {
-                        ClientError::InvalidAnswer(format!(
-                            "base offset {} leaves no room for record {index}",
-                            l.offset.0
-                        ))
-                    })?,
-                    ..l
-                }),
-                None => None,
+            let l = batch.location;
+            // The offset comes from the broker: checked, never wrapped.
+            let location = RecordLocation {
+                offset: l.offset.checked_advance(index).ok_or_else(|| {
+                    ClientError::InvalidAnswer(format!(
+                        "base offset {} leaves no room for record {index}",
+                        l.offset.0
+                    ))
+                })?,
+                ..l
             };
             Ok(RecordAck {
                 streamlet: batch.streamlet,

@@ -2,13 +2,21 @@
 //! A pure state machine; the sender task drives it and does the I/O.
 //!
 //! Invariant: the batches the broker has appended are exactly the acknowledged ones plus,
-//! possibly, a prefix of those whose answer was lost. The broker refuses a batch whose
+//! possibly, some whose answer never came (`maybe_stored`). The broker refuses a batch whose
 //! predecessor is missing, so after any failure the lane waits for every in-flight answer
 //! ("drains"), puts the failed batches back at the front of the queue in sequence order, and
 //! resends them after a backoff: a batch that did land the first time is answered as a
-//! duplicate with its original location, so nothing is appended twice and order is kept.
-//! A batch refused for good (not retryable) is failed alone, and the batches behind it are
-//! renumbered to close the gap it leaves.
+//! duplicate with its original location (the broker compares its bytes), so nothing is
+//! appended twice and order is kept. A batch refused for good (not retryable) is failed
+//! alone, and the batches behind it are renumbered to close the gap it leaves.
+//!
+//! Renumbering is not enough when the lane gives up on a batch that may be in the log (its
+//! delivery timeout ran out while its fate was unknown), or when the broker says the slot of
+//! a sequence holds another batch (`SequenceClash`): then the lane moves to the next
+//! **producer epoch**, as Kafka's producers do. A new epoch starts the sequences at 0, and
+//! the broker fences the old one. Batches that may already be stored under the old epoch are
+//! failed (`MaybeStored`) rather than resent under the new one, where they would be stored
+//! twice.
 
 use super::accumulator::SealedBatch;
 use super::ack::{BatchAck, BatchCell, RecordLocation};
@@ -18,14 +26,21 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tailstream_net::RpcError;
-use tailstream_wire::batch::restamp_sequence;
+use tailstream_wire::batch::restamp_producer;
 use tailstream_wire::messages::ProduceResponse;
-use tailstream_wire::{BatchSequence, ProducerId, SEQUENCE_MODULUS, Status, StreamletId};
+use tailstream_wire::{
+    BatchSequence, ProducerEpoch, ProducerId, SEQUENCE_MODULUS, Status, StreamletId,
+};
 use tokio::sync::OwnedSemaphorePermit;
+
+/// Which attempt an answer belongs to: a batch's epoch and sequence.
+pub(crate) type BatchKey = (ProducerEpoch, BatchSequence);
 
 /// A numbered, encoded batch.
 #[derive(Debug)]
 pub(crate) struct ReadyBatch {
+    /// The producer epoch it is stamped with.
+    pub epoch: ProducerEpoch,
     /// Its first record's sequence (sequences count records, as Kafka's do).
     pub sequence: BatchSequence,
     pub records: u32,
@@ -34,6 +49,9 @@ pub(crate) struct ReadyBatch {
     pub opened_at: Instant,
     pub attempts: u32,
     pub last_error: Option<String>,
+    /// An attempt got no verdict (the connection failed, or the broker appended the batch and
+    /// its replication timed out): the batch may be in the log at its epoch and sequence.
+    pub maybe_stored: bool,
     _permit: Option<OwnedSemaphorePermit>,
 }
 
@@ -49,6 +67,13 @@ pub(crate) enum AnswerEffect {
 pub(crate) struct Lane {
     pub streamlet: StreamletId,
     producer: ProducerId,
+    /// The epoch new batches are stamped with (local to this lane, whose batches all go to
+    /// one log: Kafka's idempotent producers bump theirs locally too).
+    epoch: ProducerEpoch,
+    /// The lane must move to a new epoch once its in-flight answers are in.
+    new_epoch_due: bool,
+    /// Every epoch was used: the lane refuses new batches (a new producer gets a new id).
+    epochs_exhausted: bool,
     /// Sequence of the next batch that enters the lane (its first record's).
     next_sequence: BatchSequence,
     /// The sequence after the last acknowledged record: what the broker expects next, unless
@@ -72,6 +97,9 @@ impl Lane {
         Self {
             streamlet,
             producer,
+            epoch: ProducerEpoch(0),
+            new_epoch_due: false,
+            epochs_exhausted: false,
             next_sequence: BatchSequence(0),
             acked_next: BatchSequence(0),
             queued: VecDeque::new(),
@@ -87,11 +115,16 @@ impl Lane {
 
     /// Numbers a sealed batch and queues it.
     pub fn push(&mut self, batch: SealedBatch) {
+        if self.epochs_exhausted {
+            batch.cell.resolve(Err(epochs_exhausted()));
+            return;
+        }
         let sequence = self.next_sequence;
         let records = batch.builder.record_count();
         self.next_sequence = sequence.advance(records);
-        let bytes = batch.builder.finish(self.producer, 0, sequence);
+        let bytes = batch.builder.finish(self.producer, self.epoch, sequence);
         self.queued.push_back(ReadyBatch {
+            epoch: self.epoch,
             sequence,
             records,
             bytes,
@@ -99,6 +132,7 @@ impl Lane {
             opened_at: batch.opened_at,
             attempts: 0,
             last_error: None,
+            maybe_stored: false,
             _permit: batch.permit,
         });
     }
@@ -138,11 +172,13 @@ impl Lane {
     }
 
     /// The next batch to send, if the lane may send now.
-    pub fn peek_sendable(&self, now: Instant) -> Option<(BatchSequence, &Bytes)> {
+    pub fn peek_sendable(&self, now: Instant) -> Option<(BatchKey, &Bytes)> {
         if self.draining || self.paused_until.is_some_and(|t| now < t) {
             return None;
         }
-        self.queued.front().map(|b| (b.sequence, &b.bytes))
+        self.queued
+            .front()
+            .map(|b| ((b.epoch, b.sequence), &b.bytes))
     }
 
     /// The batch from `peek_sendable` was handed to the connection.
@@ -154,15 +190,19 @@ impl Lane {
         }
     }
 
-    /// Handles the answer to the batch with `sequence`.
+    /// Handles the answer to the batch sent as `key`.
     pub fn on_answer(
         &mut self,
-        sequence: BatchSequence,
+        key: BatchKey,
         answer: Result<ProduceResponse, RpcError>,
         now: Instant,
         backoff: Backoff,
     ) -> AnswerEffect {
-        let Some(index) = self.in_flight.iter().position(|b| b.sequence == sequence) else {
+        let Some(index) = self
+            .in_flight
+            .iter()
+            .position(|b| (b.epoch, b.sequence) == key)
+        else {
             return AnswerEffect::None;
         };
         let Some(batch) = self.in_flight.remove(index) else {
@@ -178,10 +218,15 @@ impl Lane {
                     segment: response.segment,
                     position: response.position,
                 };
-                self.settle(batch, Some(location), now);
+                self.settle(batch, location, now);
             }
-            Err(error) if error.status() == Some(Status::DuplicateSequence) => {
-                self.settle(batch, None, now);
+            Err(error) if error.status() == Some(Status::SequenceClash) => {
+                // Another batch holds this sequence's place (or it is too old to compare):
+                // ours is not stored there. Renumbering would land on the same places, so
+                // the lane moves to a new epoch.
+                batch.cell.resolve(Err(refused(error)));
+                self.draining = true;
+                self.new_epoch_due = true;
             }
             Err(error) if error.is_retryable() => {
                 if error.is_transport()
@@ -190,20 +235,14 @@ impl Lane {
                     effect = AnswerEffect::RefreshMetadata;
                 }
                 let mut batch = batch;
+                batch.maybe_stored |= outcome_unknown(&error);
                 batch.last_error = Some(error.to_string());
                 self.last_failure.get_or_insert_with(|| error.to_string());
                 self.failed.push(batch);
                 self.draining = true;
             }
             Err(error) => {
-                let refused = match error.status() {
-                    Some(status) => ClientError::Refused {
-                        status,
-                        message: error.to_string(),
-                    },
-                    None => ClientError::Rpc(error),
-                };
-                batch.cell.resolve(Err(refused));
+                batch.cell.resolve(Err(refused(error)));
                 self.draining = true;
                 self.renumber = true;
             }
@@ -214,7 +253,7 @@ impl Lane {
         effect
     }
 
-    fn settle(&mut self, batch: ReadyBatch, location: Option<RecordLocation>, now: Instant) {
+    fn settle(&mut self, batch: ReadyBatch, location: RecordLocation, now: Instant) {
         let after = batch.sequence.advance(batch.records);
         if self.acked_next.precedes(after) {
             self.acked_next = after;
@@ -249,7 +288,10 @@ impl Lane {
         for batch in failed.into_iter().rev() {
             self.queued.push_front(batch);
         }
-        if self.renumber {
+        if self.new_epoch_due {
+            self.renumber = false;
+            self.start_new_epoch("the broker found another batch at this producer's sequence");
+        } else if self.renumber {
             self.renumber = false;
             self.renumber_queued();
         }
@@ -259,22 +301,53 @@ impl Lane {
         }
     }
 
-    /// Gives the queued batches consecutive sequences from `acked_next`, closing any gap.
+    /// Gives the queued batches consecutive sequences from `acked_next` in the lane's epoch,
+    /// closing any gap.
     fn renumber_queued(&mut self) {
         let mut sequence = self.acked_next;
         for batch in &mut self.queued {
-            if batch.sequence != sequence {
+            if (batch.epoch, batch.sequence) != (self.epoch, sequence) {
                 let mut bytes = BytesMut::from(&batch.bytes[..]);
                 // Sealed batches always have a full header; a failure here would be a bug in
                 // the builder, and the broker would refuse the batch anyway.
-                if restamp_sequence(&mut bytes, sequence).is_ok() {
+                if restamp_producer(&mut bytes, self.epoch, sequence).is_ok() {
                     batch.bytes = bytes.freeze();
+                    batch.epoch = self.epoch;
                     batch.sequence = sequence;
                 }
             }
             sequence = sequence.advance(batch.records);
         }
         self.next_sequence = sequence;
+    }
+
+    /// Moves the lane to the next producer epoch (nothing is in flight): the batches that may
+    /// already be stored under the old one are failed, since resending them under the new one
+    /// could store them twice; the rest are renumbered from sequence 0.
+    fn start_new_epoch(&mut self, why: &str) {
+        self.new_epoch_due = false;
+        self.queued.retain(|batch| {
+            if batch.maybe_stored {
+                let last_error = batch.last_error.as_deref().unwrap_or("no answer");
+                batch.cell.resolve(Err(ClientError::MaybeStored {
+                    reason: format!(
+                        "{why}; the producer moved to a new epoch (last error: {last_error})"
+                    ),
+                }));
+            }
+            !batch.maybe_stored
+        });
+        match self.epoch.next() {
+            Some(epoch) => self.epoch = epoch,
+            None => {
+                self.epochs_exhausted = true;
+                for batch in self.queued.drain(..) {
+                    batch.cell.resolve(Err(epochs_exhausted()));
+                }
+            }
+        }
+        self.acked_next = BatchSequence(0);
+        self.renumber_queued();
     }
 
     /// Fails queued batches older than `timeout` (only when nothing is in flight, so that the
@@ -286,9 +359,11 @@ impl Lane {
         let before = self.queued.len();
         let timeout_ms = timeout.as_millis() as u64;
         let lane_failure = self.last_failure.clone();
+        let mut gave_up_on_stored = false;
         self.queued.retain(|batch| {
             let alive = now.saturating_duration_since(batch.opened_at) < timeout;
             if !alive {
+                gave_up_on_stored |= batch.maybe_stored;
                 let last_error = batch
                     .last_error
                     .clone()
@@ -301,12 +376,39 @@ impl Lane {
             }
             alive
         });
+        // The broker may hold a batch given up on: the next batch cannot take its sequence.
+        self.new_epoch_due |= gave_up_on_stored;
         let expired = before - self.queued.len();
-        if expired > 0 {
+        if expired > 0 && self.new_epoch_due {
+            self.start_new_epoch("a batch before it timed out and may be stored");
+        } else if expired > 0 {
             self.renumber_queued();
         }
         expired
     }
+}
+
+/// The client error for a refusal the lane does not retry.
+fn refused(error: RpcError) -> ClientError {
+    match error.status() {
+        Some(status) => ClientError::Refused {
+            status,
+            message: error.to_string(),
+        },
+        None => ClientError::Rpc(error),
+    }
+}
+
+/// The attempt got no verdict: it may have been appended (the connection failed after the
+/// request left, or the broker appended it and the replicas were late).
+fn outcome_unknown(error: &RpcError) -> bool {
+    error.is_transport() || matches!(error.status(), Some(Status::Timeout | Status::ShuttingDown))
+}
+
+fn epochs_exhausted() -> ClientError {
+    ClientError::Config(
+        "this producer used every producer epoch of its lane; create a new producer".into(),
+    )
 }
 
 /// Exponential backoff between retry rounds.
@@ -368,19 +470,29 @@ mod tests {
     /// Sends everything sendable; returns the sequences sent.
     fn send_all(lane: &mut Lane, now: Instant) -> Vec<u32> {
         let mut sent = Vec::new();
-        while let Some((seq, bytes)) = lane.peek_sendable(now) {
-            assert_eq!(
-                validate_batch(bytes)
-                    .unwrap()
-                    .producer
-                    .unwrap()
-                    .base_sequence,
-                seq
-            );
+        while let Some(((epoch, seq), bytes)) = lane.peek_sendable(now) {
+            let producer = validate_batch(bytes).unwrap().producer.unwrap();
+            assert_eq!(producer.base_sequence, seq);
+            assert_eq!(producer.producer_epoch, epoch);
             sent.push(seq.0);
             lane.mark_sent();
         }
         sent
+    }
+
+    fn key(sequence: u32) -> BatchKey {
+        (ProducerEpoch(0), BatchSequence(sequence))
+    }
+
+    fn epoch_of_next(lane: &Lane, now: Instant) -> ProducerEpoch {
+        lane.peek_sendable(now).unwrap().0.0
+    }
+
+    fn timeout() -> Result<ProduceResponse, RpcError> {
+        Err(RpcError::Timeout {
+            addr: "broker".into(),
+            timeout_ms: 100,
+        })
     }
 
     #[test]
@@ -392,29 +504,19 @@ mod tests {
         let now = Instant::now();
         assert_eq!(send_all(&mut lane, now), vec![0, 1, 2]);
         // 0 hits backpressure; 1 and 2 arrive out of order behind it.
-        lane.on_answer(BatchSequence(0), status(Status::Backpressure), now, BACKOFF);
+        lane.on_answer(key(0), status(Status::Backpressure), now, BACKOFF);
         lane.push(sealed(b"d"));
         assert!(
             lane.peek_sendable(now).is_none(),
             "draining: nothing new goes out"
         );
-        lane.on_answer(
-            BatchSequence(1),
-            status(Status::OutOfOrderSequence),
-            now,
-            BACKOFF,
-        );
-        lane.on_answer(
-            BatchSequence(2),
-            status(Status::OutOfOrderSequence),
-            now,
-            BACKOFF,
-        );
+        lane.on_answer(key(1), status(Status::OutOfOrderSequence), now, BACKOFF);
+        lane.on_answer(key(2), status(Status::OutOfOrderSequence), now, BACKOFF);
         assert!(lane.peek_sendable(now).is_none(), "paused for the backoff");
         let later = now + Duration::from_millis(10);
         assert_eq!(send_all(&mut lane, later), vec![0, 1, 2, 3]);
         for seq in 0..4 {
-            lane.on_answer(BatchSequence(seq), ok(u64::from(seq)), later, BACKOFF);
+            lane.on_answer(key(seq), ok(u64::from(seq)), later, BACKOFF);
         }
         assert!(lane.is_idle());
     }
@@ -432,14 +534,9 @@ mod tests {
             .collect();
         let now = Instant::now();
         send_all(&mut lane, now);
-        lane.on_answer(BatchSequence(0), ok(0), now, BACKOFF);
-        lane.on_answer(BatchSequence(1), status(Status::InvalidBatch), now, BACKOFF);
-        lane.on_answer(
-            BatchSequence(2),
-            status(Status::OutOfOrderSequence),
-            now,
-            BACKOFF,
-        );
+        lane.on_answer(key(0), ok(0), now, BACKOFF);
+        lane.on_answer(key(1), status(Status::InvalidBatch), now, BACKOFF);
+        lane.on_answer(key(2), status(Status::OutOfOrderSequence), now, BACKOFF);
         assert!(cells[0].is_resolved() && cells[1].is_resolved() && !cells[2].is_resolved());
         // The third batch takes the refused one's sequence.
         assert_eq!(send_all(&mut lane, now + Duration::from_secs(1)), vec![1]);
@@ -458,5 +555,88 @@ mod tests {
             1
         );
         assert!(lane.is_idle());
+    }
+
+    /// Case 5 of issue 20 seen from the client: the broker says another batch holds our
+    /// sequence. The batch fails (never acknowledged), and the lane moves to a new epoch, so
+    /// the batches behind it are stored rather than clashing one after another.
+    #[test]
+    fn a_clash_fails_the_batch_and_moves_the_lane_to_a_new_epoch() {
+        let mut lane = Lane::new(StreamletId(0), ProducerId(1));
+        let first = sealed(b"a");
+        let first_cell = first.cell.clone();
+        lane.push(first);
+        lane.push(sealed(b"b"));
+        let now = Instant::now();
+        assert_eq!(send_all(&mut lane, now), vec![0, 1]);
+        lane.on_answer(key(0), status(Status::SequenceClash), now, BACKOFF);
+        lane.on_answer(key(1), status(Status::OutOfOrderSequence), now, BACKOFF);
+        assert!(matches!(
+            first_cell.outcome(),
+            Some(Err(ClientError::Refused {
+                status: Status::SequenceClash,
+                ..
+            }))
+        ));
+        let later = now + Duration::from_secs(1);
+        assert_eq!(epoch_of_next(&lane, later), ProducerEpoch(1));
+        assert_eq!(send_all(&mut lane, later), vec![0], "renumbered from 0");
+        lane.on_answer((ProducerEpoch(1), BatchSequence(0)), ok(7), later, BACKOFF);
+        assert!(lane.is_idle());
+    }
+
+    /// librdkafka's timeout path, done safely: a batch whose fate is unknown times out, so the
+    /// lane moves to a new epoch; a later batch that may also be stored is failed rather than
+    /// resent under the new epoch (where it could be stored twice); one never sent is renumbered.
+    #[test]
+    fn giving_up_on_a_batch_that_may_be_stored_starts_a_new_epoch() {
+        let mut lane = Lane::new(StreamletId(0), ProducerId(1));
+        let cells: Vec<_> = (0..3)
+            .map(|_| {
+                let batch = sealed(b"x");
+                let cell = batch.cell.clone();
+                lane.push(batch);
+                cell
+            })
+            .collect();
+        let start = Instant::now();
+        // Two go out and get no verdict; the third is never sent.
+        while lane.queued.len() > 1 {
+            lane.mark_sent();
+        }
+        lane.on_answer(key(0), timeout(), start, BACKOFF);
+        lane.on_answer(key(1), timeout(), start, BACKOFF);
+        // The first batch was opened long before the others.
+        lane.queued[0].opened_at = start - Duration::from_secs(10);
+        assert_eq!(lane.expire(start, Duration::from_secs(5)), 1);
+        assert!(matches!(
+            cells[0].outcome(),
+            Some(Err(ClientError::DeliveryTimeout { .. }))
+        ));
+        assert!(matches!(
+            cells[1].outcome(),
+            Some(Err(ClientError::MaybeStored { .. }))
+        ));
+        assert!(cells[2].outcome().is_none());
+        let later = start + Duration::from_secs(1);
+        assert_eq!(epoch_of_next(&lane, later), ProducerEpoch(1));
+        assert_eq!(send_all(&mut lane, later), vec![0]);
+    }
+
+    /// A batch the broker refused before appending it (backpressure) is surely not stored:
+    /// when it times out, the batches behind it take its sequence in the same epoch.
+    #[test]
+    fn a_batch_surely_not_stored_times_out_without_a_new_epoch() {
+        let mut lane = Lane::new(StreamletId(0), ProducerId(1));
+        lane.push(sealed(b"old"));
+        lane.push(sealed(b"new"));
+        let start = Instant::now();
+        lane.mark_sent();
+        lane.on_answer(key(0), status(Status::Backpressure), start, BACKOFF);
+        lane.queued[0].opened_at = start - Duration::from_secs(10);
+        assert_eq!(lane.expire(start, Duration::from_secs(5)), 1);
+        let later = start + Duration::from_secs(1);
+        assert_eq!(epoch_of_next(&lane, later), ProducerEpoch(0));
+        assert_eq!(send_all(&mut lane, later), vec![0]);
     }
 }

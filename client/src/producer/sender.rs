@@ -9,7 +9,7 @@
 
 use super::accumulator::Accumulator;
 use super::ack::BatchCell;
-use super::lane::{AnswerEffect, Backoff, Lane};
+use super::lane::{AnswerEffect, Backoff, BatchKey, Lane};
 use crate::cluster::Cluster;
 use crate::error::ClientError;
 use bytes::Bytes;
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use tailstream_config::ProducerConfig;
 use tailstream_net::{RpcClient, RpcError};
 use tailstream_wire::messages::{PlacementState, ProduceRequest, ProduceResponse, StreamMetadata};
-use tailstream_wire::{BatchSequence, Decode, Opcode, StreamletId};
+use tailstream_wire::{Decode, Opcode, StreamletId};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 /// How often delivery timeouts are checked.
@@ -41,7 +41,7 @@ enum Event {
     Answer {
         addr: String,
         streamlet: StreamletId,
-        sequence: BatchSequence,
+        key: BatchKey,
         answer: Result<Bytes, RpcError>,
     },
     Connected {
@@ -235,7 +235,7 @@ impl Sender {
             Event::Answer {
                 addr,
                 streamlet,
-                sequence,
+                key,
                 answer,
             } => {
                 if let Some(broker) = self.brokers.get_mut(&addr) {
@@ -249,7 +249,7 @@ impl Sender {
                 let Some(lane) = self.lanes.get_mut(streamlet.0 as usize) else {
                     return;
                 };
-                if lane.on_answer(sequence, answer, Instant::now(), backoff)
+                if lane.on_answer(key, answer, Instant::now(), backoff)
                     == AnswerEffect::RefreshMetadata
                 {
                     self.refresh_metadata();
@@ -354,7 +354,7 @@ impl Sender {
             let stream = self.metadata.id;
             loop {
                 let lane = &mut self.lanes[index];
-                let Some((sequence, bytes)) = lane.peek_sendable(now) else {
+                let Some((key, bytes)) = lane.peek_sendable(now) else {
                     break;
                 };
                 let broker = self.brokers.entry(addr.clone()).or_default();
@@ -390,7 +390,7 @@ impl Sender {
                             Event::Answer {
                                 addr,
                                 streamlet,
-                                sequence,
+                                key,
                                 answer: pending.wait().await,
                             }
                         }));

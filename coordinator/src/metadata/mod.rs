@@ -10,17 +10,19 @@
 //!   and the record of each recovery and its phases.
 
 mod brokers;
+pub mod producer_ids;
 mod recovery;
 mod streams;
 #[cfg(test)]
 mod tests;
 
+pub use producer_ids::ProducerIds;
 pub use recovery::{RecoveryPhase, RecoveryRecord};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use tailstream_wire::messages::{PlacementState, StreamConfig};
-use tailstream_wire::{ProducerId, ServerId, Status, StreamId, StreamletId};
+use tailstream_wire::{ServerId, Status, StreamId, StreamletId};
 use thiserror::Error;
 
 /// Producer ids are persisted in blocks of this many, so allocating one is not a disk write.
@@ -126,9 +128,13 @@ pub struct Metadata {
     pub brokers: Vec<BrokerRecord>,
     pub streams: BTreeMap<String, StreamRecord>,
     pub next_stream_id: u64,
-    /// Every producer id below this may have been handed out; a restarted coordinator starts
-    /// allocating here, so ids are never reused.
+    /// Every producer id counter below this may have been handed out; a restarted
+    /// coordinator starts allocating here, so ids are never reused.
     pub producer_id_ceiling: u64,
+    /// The key producer id counters are enciphered with (`producer_ids`), chosen at random
+    /// before the first id is handed out; absent in files written before it existed.
+    #[serde(default)]
+    pub producer_id_key: Option<u64>,
     /// Every declared crash not yet retired, oldest first.
     pub crashes: Vec<Crash>,
     /// Recoveries, oldest first (unfinished ones are resumed by a restarted coordinator).
@@ -158,6 +164,9 @@ impl Metadata {
                 return Err(format!("{name} {value} is implausibly large"));
             }
         }
+        if self.producer_id_ceiling > producer_ids::COUNTER_MAX {
+            return Err("producer_id_ceiling is past the largest producer id".into());
+        }
         for (i, broker) in self.brokers.iter().enumerate() {
             if broker.server_id.index as usize != i || broker.server_id.generation == 0 {
                 return Err(format!("broker {i} has server id {}", broker.server_id));
@@ -183,29 +192,21 @@ impl Metadata {
         Ok(())
     }
 
-    /// Reserves the block of producer ids from `next` on: ids below the ceiling may be handed
-    /// out once this change is durable.
-    pub fn raise_producer_id_ceiling(&mut self, next: u64) {
-        self.producer_id_ceiling = self.producer_id_ceiling.max(next + PRODUCER_ID_BLOCK);
+    /// Reserves the block of producer ids from counter `next` on: ids below the ceiling may
+    /// be handed out once this change is durable. The first reservation also fixes the key
+    /// that ids are enciphered with (`fresh_key`, random, from the caller: this state machine
+    /// draws no randomness itself).
+    pub fn raise_producer_id_ceiling(&mut self, next: u64, fresh_key: u64) {
+        self.producer_id_key.get_or_insert(fresh_key);
+        self.producer_id_ceiling = self
+            .producer_id_ceiling
+            .max(next + PRODUCER_ID_BLOCK)
+            .min(producer_ids::COUNTER_MAX);
     }
-}
 
-/// Hands out producer ids below the persisted ceiling, in memory; a restart starts at the
-/// ceiling, so an id is never handed out twice.
-#[derive(Debug, Default)]
-pub struct ProducerIds {
-    next: Option<u64>,
-}
-
-impl ProducerIds {
-    /// The next id, if it lies below `ceiling`; `Err(next)` when the ceiling must first be
-    /// raised (durably) past `next`.
-    pub fn take(&mut self, ceiling: u64) -> Result<ProducerId, u64> {
-        let next = *self.next.get_or_insert(ceiling.max(1));
-        if next >= ceiling {
-            return Err(next);
-        }
-        self.next = Some(next + 1);
-        Ok(ProducerId(next))
+    /// The producer id key; 0 before the first reservation (when no id can be taken anyway:
+    /// the ceiling is 0).
+    pub fn producer_id_key(&self) -> u64 {
+        self.producer_id_key.unwrap_or(0)
     }
 }

@@ -211,17 +211,33 @@ fn a_lost_streamlet_is_nobody_s_and_keeps_its_crash_unretired() {
 fn producer_ids_are_never_reused_across_restarts() {
     let mut m = Metadata::default();
     let mut ids = ProducerIds::default();
-    let next = ids.take(m.producer_id_ceiling).unwrap_err();
-    m.raise_producer_id_ceiling(next);
-    let first = ids.take(m.producer_id_ceiling).unwrap();
-    let second = ids.take(m.producer_id_ceiling).unwrap();
-    assert!(second > first);
-    // A restart loses everything not persisted: the ceiling is what counts.
+    let next = ids
+        .take(m.producer_id_ceiling, m.producer_id_key())
+        .unwrap_err();
+    m.raise_producer_id_ceiling(next, 0xfeed);
+    let key = m.producer_id_key();
+    assert_eq!(key, 0xfeed);
+    let first = ids.take(m.producer_id_ceiling, key).unwrap();
+    let second = ids.take(m.producer_id_ceiling, key).unwrap();
+    assert_ne!(second, first);
+    // A restart loses everything not persisted: the ceiling and the key are what count.
     let json = serde_json::to_string(&m).unwrap();
-    let restarted: Metadata = serde_json::from_str(&json).unwrap();
+    let mut restarted: Metadata = serde_json::from_str(&json).unwrap();
     let mut ids = ProducerIds::default();
-    let next = ids.take(restarted.producer_id_ceiling).unwrap_err();
-    assert!(next > second.0);
+    let next = ids
+        .take(restarted.producer_id_ceiling, restarted.producer_id_key())
+        .unwrap_err();
+    restarted.raise_producer_id_ceiling(next, 0xbad);
+    assert_eq!(restarted.producer_id_key(), 0xfeed, "the key is kept");
+    let third = ids
+        .take(restarted.producer_id_ceiling, restarted.producer_id_key())
+        .unwrap();
+    assert!(third != first && third != second);
+    assert!(producer_ids::issued(
+        first,
+        restarted.producer_id_ceiling,
+        restarted.producer_id_key()
+    ));
 }
 
 #[test]

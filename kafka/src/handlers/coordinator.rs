@@ -1,6 +1,12 @@
 //! The coordinator's side of Kafka: FindCoordinator (every broker answers for every group: its
 //! group requests go on to the Tailstream coordinator, which keeps groups and their offsets),
-//! and InitProducerId (a fresh producer id from the coordinator, for an idempotent producer).
+//! and InitProducerId (a producer session from the coordinator, for an idempotent producer: a
+//! fresh id, or with v3's producer id and epoch, the same id at the next epoch).
+//!
+//! Transactions are not served. A transactional producer asks FindCoordinator for its
+//! transaction coordinator first, then InitProducerId with its transactional id: both answer
+//! TRANSACTIONAL_ID_AUTHORIZATION_FAILED, the one refusal that librdkafka and the Java client
+//! both treat as final at once (any other code has librdkafka retry until its timeout).
 
 use super::{Answer, encode, str_bytes};
 use crate::errors::cluster_error_code;
@@ -11,8 +17,21 @@ use kafka_protocol::messages::{
     InitProducerIdResponse, ProducerId,
 };
 use std::sync::Arc;
+use tailstream_wire::messages::ProducerSession;
+use tailstream_wire::{ProducerEpoch, ProducerId as TailstreamProducerId};
 
-pub(crate) fn find(kafka: &Arc<Kafka>, version: i16, _request: FindCoordinatorRequest) -> Answer {
+/// FindCoordinator's key type for a transaction coordinator (0 is a group's).
+const KEY_TYPE_TRANSACTION: i8 = 1;
+const NO_TRANSACTIONS: &str = "transactions are not supported by Tailstream";
+
+pub(crate) fn find(kafka: &Arc<Kafka>, version: i16, request: FindCoordinatorRequest) -> Answer {
+    if request.key_type == KEY_TYPE_TRANSACTION {
+        let response = FindCoordinatorResponse::default()
+            .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code())
+            .with_error_message(Some(str_bytes(NO_TRANSACTIONS)))
+            .with_node_id(BrokerId(-1));
+        return Answer::Ready(encode(&response, version));
+    }
     let Some(own) = kafka.cluster.server_id() else {
         let response = FindCoordinatorResponse::default()
             .with_error_code(ResponseError::CoordinatorNotAvailable.code())
@@ -26,6 +45,15 @@ pub(crate) fn find(kafka: &Arc<Kafka>, version: i16, _request: FindCoordinatorRe
     Answer::Ready(encode(&response, version))
 }
 
+/// The session an InitProducerId names (v3 on): a producer id and epoch, both non-negative.
+fn previous_session(request: &InitProducerIdRequest) -> Option<ProducerSession> {
+    let id = u64::try_from(request.producer_id.0).ok()?;
+    (request.producer_epoch >= 0).then_some(ProducerSession {
+        producer_id: TailstreamProducerId(id),
+        producer_epoch: ProducerEpoch(request.producer_epoch),
+    })
+}
+
 pub(crate) fn init_producer_id(
     kafka: Arc<Kafka>,
     version: i16,
@@ -33,18 +61,25 @@ pub(crate) fn init_producer_id(
 ) -> Answer {
     Answer::Later(Box::pin(async move {
         let response = if request.transactional_id.is_some() {
-            // Transactions are not served: refused, not retried.
             InitProducerIdResponse::default()
-                .with_error_code(ResponseError::InvalidRequest.code())
+                .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code())
                 .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1)
         } else {
-            match kafka.coordinator.allocate_producer_id().await {
-                Ok(id) => InitProducerIdResponse::default()
-                    .with_producer_id(ProducerId(i64::try_from(id.0).unwrap_or(i64::MAX)))
-                    .with_producer_epoch(0),
+            match kafka
+                .coordinator
+                .init_producer(previous_session(&request))
+                .await
+            {
+                Ok(session) => InitProducerIdResponse::default()
+                    .with_producer_id(ProducerId(
+                        i64::try_from(session.producer_id.0).unwrap_or(i64::MAX),
+                    ))
+                    .with_producer_epoch(session.producer_epoch.0),
                 Err(error) => InitProducerIdResponse::default()
                     .with_error_code(cluster_error_code(&error))
-                    .with_producer_id(ProducerId(-1)),
+                    .with_producer_id(ProducerId(-1))
+                    .with_producer_epoch(-1),
             }
         };
         encode(&response, version)

@@ -56,7 +56,7 @@ pub(crate) async fn dispatch(
 ) -> Answer {
     metrics::counter!(crate::metrics::REQUESTS, "api" => api.name()).increment(1);
     let version = header.api_version;
-    match body {
+    let answer = match body {
         RequestBody::ApiVersions(_) => api_versions::answer(version),
         RequestBody::Metadata(request) => metadata::answer(kafka.clone(), version, request),
         RequestBody::Produce(request) => produce::answer(kafka, version, request).await,
@@ -76,5 +76,26 @@ pub(crate) async fn dispatch(
         RequestBody::LeaveGroup(request) => groups::leave(kafka.clone(), version, request),
         RequestBody::OffsetCommit(request) => groups::commit(kafka.clone(), version, request),
         RequestBody::OffsetFetch(request) => groups::fetch(kafka.clone(), version, request),
+    };
+    if api.response_header_version(version) >= 1 {
+        with_tagged_header(answer)
+    } else {
+        answer
+    }
+}
+
+/// A flexible version's response header (v1) ends with tagged fields after the correlation
+/// id, which the connection's writer does not write: none, one zero byte, ahead of the body.
+fn with_tagged_header(answer: Answer) -> Answer {
+    fn prepend(body: Body) -> Body {
+        body.map(|mut parts| {
+            parts.insert(0, Bytes::from_static(&[0]));
+            parts
+        })
+    }
+    match answer {
+        Answer::Ready(body) => Answer::Ready(prepend(body)),
+        Answer::Later(later) => Answer::Later(Box::pin(async move { prepend(later.await) })),
+        Answer::Silent => Answer::Silent,
     }
 }

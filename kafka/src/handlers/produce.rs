@@ -42,9 +42,11 @@ struct TopicOutcome {
 
 pub(crate) async fn answer(kafka: &Arc<Kafka>, version: i16, request: ProduceRequest) -> Answer {
     let acks = request.acks;
+    let ack_timeout = std::time::Duration::from_millis(request.timeout_ms.max(0) as u64);
     let refuse_all = if request.transactional_id.is_some() {
-        // Transactions are not served (ApiVersions does not offer them): refused, not retried.
-        Some(ResponseError::InvalidRequest.code())
+        // Transactions are not served (ApiVersions does not offer them): refused for good, as
+        // FindCoordinator and InitProducerId refuse a transactional producer.
+        Some(ResponseError::TransactionalIdAuthorizationFailed.code())
     } else if !matches!(acks, -1..=1) {
         Some(ResponseError::InvalidRequiredAcks.code())
     } else {
@@ -109,11 +111,16 @@ pub(crate) async fn answer(kafka: &Arc<Kafka>, version: i16, request: ProduceReq
         0 => Answer::Silent,
         1 => Answer::Ready(encode(&response(topics, version), version)),
         _ => Answer::Later(Box::pin(async move {
+            // The request's timeout covers all its partitions, not each.
+            let deadline = started + ack_timeout;
             for topic in &mut topics {
                 for partition in &mut topic.partitions {
                     if let Outcome::Appended { commit, .. } = &mut partition.outcome
                         && let Some(waiter) = commit.take()
-                        && let Err(error) = waiter.wait().await
+                        && let Err(error) = waiter
+                            .within(deadline.saturating_duration_since(Instant::now()))
+                            .wait()
+                            .await
                     {
                         partition.outcome = Outcome::Refused(data_error_code(&error));
                     }

@@ -52,6 +52,7 @@ pub fn messages(data: &[u8]) {
         AssignStreamletsRequest,
         BrokerHeartbeatRequest,
         BrokerHeartbeatResponse,
+        AllocateProducerIdRequest,
         AllocateProducerIdResponse,
         CreateStreamRequest,
         DescribeStreamRequest,

@@ -9,7 +9,9 @@ use crate::batch::{
 use crate::codec::{Decode, Encode};
 use crate::entry::EntryType;
 use crate::frame::{Frame, FrameDecoder, FrameHeader};
-use crate::ids::{BatchSequence, ProducerId, RecordOffset, RequestId, StreamId, StreamletId};
+use crate::ids::{
+    BatchSequence, ProducerEpoch, ProducerId, RecordOffset, RequestId, StreamId, StreamletId,
+};
 use crate::messages::*;
 use crate::nic::{Completion, Hello, WriteHeader};
 use crate::records::{RecordBatchBuilder, RecordIter};
@@ -34,7 +36,8 @@ fn decode_body(opcode: Option<Opcode>, is_response: bool, body: Bytes) {
         (Opcode::RegisterBroker, true) => decode!(RegisterBrokerResponse),
         (Opcode::BrokerHeartbeat, false) => decode!(BrokerHeartbeatRequest),
         (Opcode::BrokerHeartbeat, true) => decode!(BrokerHeartbeatResponse),
-        (Opcode::AllocateProducerId, _) => decode!(AllocateProducerIdResponse),
+        (Opcode::AllocateProducerId, false) => decode!(AllocateProducerIdRequest),
+        (Opcode::AllocateProducerId, true) => decode!(AllocateProducerIdResponse),
         (Opcode::CreateStream, false) => decode!(CreateStreamRequest),
         (Opcode::DescribeStream, false) => decode!(DescribeStreamRequest),
         (Opcode::DeleteStream, false) => decode!(DeleteStreamRequest),
@@ -202,7 +205,7 @@ fn batch_from(source: &mut Source) -> Vec<u8> {
         builder
             .finish(
                 ProducerId(source.u64() >> 1),
-                0,
+                ProducerEpoch((source.u32() >> 17) as i16),
                 BatchSequence(source.u32() >> 1),
             )
             .to_vec()

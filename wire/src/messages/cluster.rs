@@ -3,7 +3,9 @@
 
 #[cfg(test)]
 use super::small_vec;
-use crate::ids::{LogId, ProducerId, RecordOffset, SegmentId, ServerId, StreamId, StreamletId};
+use crate::ids::{
+    LogId, ProducerEpoch, ProducerId, RecordOffset, SegmentId, ServerId, StreamId, StreamletId,
+};
 use crate::wire_message;
 
 wire_message! {
@@ -200,8 +202,29 @@ wire_message! {
 }
 
 wire_message! {
+    /// A producer session: an id and an epoch.
+    pub struct ProducerSession {
+        pub producer_id: ProducerId,
+        #[cfg_attr(test, proptest(strategy = "super::producer_epoch()"))]
+        pub producer_epoch: ProducerEpoch,
+    }
+}
+
+wire_message! {
+    /// Asks for a producer session. With `previous`, a session the coordinator handed out, it
+    /// answers the same id at the next epoch (Kafka's InitProducerId with a producer id), or a
+    /// fresh id when that id is not one of its own or its epochs are used up. An empty body
+    /// asks for a fresh id.
+    pub struct AllocateProducerIdRequest {
+        pub previous: Option<ProducerSession>,
+    }
+}
+
+wire_message! {
     pub struct AllocateProducerIdResponse {
         pub producer_id: ProducerId,
+        #[cfg_attr(test, proptest(strategy = "super::producer_epoch()"))]
+        pub producer_epoch: ProducerEpoch,
     }
 }
 

@@ -42,6 +42,12 @@ fn small_vec<T: proptest::arbitrary::Arbitrary>() -> impl Strategy<Value = Vec<T
     proptest::collection::vec(proptest::arbitrary::any::<T>(), 0..6)
 }
 
+/// Producer epochs on the wire are Kafka's valid ones, never negative.
+#[cfg(test)]
+fn producer_epoch() -> impl Strategy<Value = crate::ids::ProducerEpoch> {
+    (0i16..=i16::MAX).prop_map(crate::ids::ProducerEpoch)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,6 +88,7 @@ mod tests {
         assign_streamlets: AssignStreamletsRequest,
         heartbeat_request: BrokerHeartbeatRequest,
         heartbeat_response: BrokerHeartbeatResponse,
+        allocate_producer_id_request: AllocateProducerIdRequest,
         allocate_producer_id: AllocateProducerIdResponse,
         create_stream: CreateStreamRequest,
         describe_stream: DescribeStreamRequest,
