@@ -35,6 +35,7 @@ fn append(c: &mut Criterion) {
                 segments_per_group: 4,
                 retention_bytes: 64 << 20,
                 retention_ms: 0,
+                min_insync_replicas: 0,
             };
             let streamlet = Streamlet::new(
                 StreamId(0),

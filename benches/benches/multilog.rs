@@ -30,6 +30,7 @@ fn streamlet(logs: u32) -> Streamlet {
         segments_per_group: 4,
         retention_bytes: 64 << 20,
         retention_ms: 0,
+        min_insync_replicas: 0,
     };
     Streamlet::new(
         StreamId(0),

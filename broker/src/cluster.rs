@@ -281,13 +281,15 @@ impl ClusterState {
         Ok(())
     }
 
-    /// Log heads that changed since the coordinator last acknowledged them.
+    /// Log heads (the newest segment with committed bytes: a segment rolled in memory whose
+    /// bytes reached no backup yet is no loss if it disappears with this broker) that changed
+    /// since the coordinator last acknowledged them.
     fn changed_heads(&self) -> Vec<LogHead> {
         let reported = self.lock().reported_heads.clone();
         let mut changed = Vec::new();
         for streamlet in self.store.streamlets() {
             for log in streamlet.logs() {
-                let Some(head) = log.head_segment() else {
+                let Some(head) = log.committed_segment() else {
                     continue;
                 };
                 let key = (streamlet.stream(), streamlet.id(), log.id());

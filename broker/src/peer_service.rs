@@ -4,7 +4,9 @@
 //!
 //! It runs on a listener of its own, with its own connection limits and body budget, so a
 //! flood of anonymous connections on the client listener never starves replication, and
-//! these operations are not reachable from the client listener at all.
+//! these operations are not reachable from the client listener at all. It is served on the
+//! broker's control runtime (pings are answered there, on time); a recovery order, the one
+//! heavy thing asked of it, runs on the data runtime.
 
 use crate::backup::BackupService;
 use crate::cluster::ClusterState;
@@ -20,14 +22,22 @@ pub struct PeerService {
     cluster: Arc<ClusterState>,
     backup: BackupService,
     recovery: Arc<Recovery>,
+    /// The data runtime: recoveries (reads, rebuilds, the replicators they start) run there.
+    data: tokio::runtime::Handle,
 }
 
 impl PeerService {
-    pub fn new(cluster: Arc<ClusterState>, backup: BackupService, recovery: Arc<Recovery>) -> Self {
+    pub fn new(
+        cluster: Arc<ClusterState>,
+        backup: BackupService,
+        recovery: Arc<Recovery>,
+        data: tokio::runtime::Handle,
+    ) -> Self {
         Self {
             cluster,
             backup,
             recovery,
+            data,
         }
     }
 
@@ -42,7 +52,7 @@ impl PeerService {
             }
         };
         let recovery = self.recovery.clone();
-        Reply::Later(Box::pin(async move {
+        let rebuild = self.data.spawn(async move {
             let stream = request.assignment.stream_name.clone();
             let streamlet = request.assignment.streamlet;
             match recovery.recover(request).await {
@@ -52,6 +62,14 @@ impl PeerService {
                     Response::error(Status::Internal, error)
                 }
             }
+        });
+        Reply::Later(Box::pin(async move {
+            rebuild.await.unwrap_or_else(|error| {
+                Response::error(
+                    Status::Internal,
+                    format!("the recovery task ended: {error}"),
+                )
+            })
         }))
     }
 

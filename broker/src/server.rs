@@ -1,5 +1,12 @@
 //! A broker process, assembled: client and peer RPC listeners, the software NIC, admin HTTP,
 //! retention timer, membership loop.
+//!
+//! Two runtimes: the process's own (the data path: client listeners, the NIC, replication,
+//! admin) and a control runtime on a thread of its own (`tailstream_net::control`) for what
+//! other members time this broker by: the peer listener (pings, replica control RPCs,
+//! assignments), the membership loop (heartbeats, the lease) and the pinger. A broker whose
+//! data path saturates its cores still answers pings and heartbeats on time; the heavy work
+//! the peer listener is asked for (recoveries) is handed back to the data runtime.
 
 use crate::backup::nic::{NicLimits, serve_nic};
 use crate::backup::{BackupLimits, BackupService, BackupStore};
@@ -21,6 +28,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tailstream_config::{Config, ReplicationConfig};
+use tailstream_net::control::{ControlRuntime, adopt_listener};
 use tailstream_net::server::{ServerLimits, run_until_shutdown, serve, shutdown_signalled};
 use tailstream_net::{BodyBudget, ConnectionLimits, RpcClientConfig};
 use tokio::net::TcpListener;
@@ -149,7 +157,14 @@ pub async fn run_with(
         durable_timeout: Duration::from_millis(options.config.coordinator.recovery_timeout_ms),
         rebuilding: Default::default(),
     });
-    let peer_service = Arc::new(PeerService::new(cluster.clone(), backup_service, recovery));
+    let control = ControlRuntime::start("broker-control")
+        .map_err(|e| format!("starting the control runtime: {e}"))?;
+    let peer_service = Arc::new(PeerService::new(
+        cluster.clone(),
+        backup_service,
+        recovery,
+        tokio::runtime::Handle::current(),
+    ));
     let listeners = &options.config.listeners;
     let limits = |connections_max: u32, budget: &'static str| ServerLimits {
         connections: ConnectionLimits {
@@ -185,13 +200,18 @@ pub async fn run_with(
         limits(config.connections_max, "clients"),
         shutdown.clone(),
     ));
-    let peer = tokio::spawn(serve(
-        peer_listener,
-        "peer",
-        peer_service,
-        limits(config.peer_connections_max, "members"),
-        shutdown.clone(),
-    ));
+    let peer = {
+        let (limits, shutdown) = (
+            limits(config.peer_connections_max, "members"),
+            shutdown.clone(),
+        );
+        control.handle().spawn(async move {
+            match adopt_listener(peer_listener) {
+                Ok(listener) => serve(listener, "peer", peer_service, limits, shutdown).await,
+                Err(error) => tracing::error!(%error, "the peer listener could not move to the control runtime"),
+            }
+        })
+    };
     let admin = tokio::spawn(tailstream_admin::serve(
         admin_listener,
         metrics,
@@ -235,7 +255,7 @@ pub async fn run_with(
         request_timeout_ms: options.config.coordinator.assign_timeout_ms.max(1000),
         keepalive_ms: 0,
     };
-    tokio::spawn(run_pinger(
+    control.handle().spawn(run_pinger(
         cluster.clone(),
         options.coordinator_peer_addr.clone(),
         PingConfig {
@@ -245,7 +265,7 @@ pub async fn run_with(
         },
         shutdown.clone(),
     ));
-    tokio::spawn(run_membership(
+    control.handle().spawn(run_membership(
         cluster,
         options.coordinator_peer_addr.clone(),
         Advertised {
@@ -259,6 +279,7 @@ pub async fn run_with(
         shutdown.clone(),
     ));
     run_until_shutdown(shutdown, served).await;
+    drop(control);
     Ok(())
 }
 

@@ -451,7 +451,25 @@ pub fn validate_stream_config(config: &StreamConfig) -> Result<(), String> {
     if config.segments_per_group == 0 {
         return Err("segments_per_group must be positive".into());
     }
+    if config.min_insync_replicas > config.replicas {
+        return Err(format!(
+            "min_insync_replicas ({}) cannot exceed replicas ({})",
+            config.min_insync_replicas, config.replicas
+        ));
+    }
     Ok(())
+}
+
+/// The R `stream create` (and Kafka's topic auto-creation) uses when none is given, for
+/// `live_brokers` brokers: up to 3, leaving one broker to spare where the cluster allows it
+/// (an owner plus R backups, and one more broker to replace any of them after a crash), so a
+/// crash never leaves a segment short of a copy for longer than a re-replication takes.
+pub fn default_replicas(live_brokers: u32) -> u32 {
+    match live_brokers {
+        0 | 1 => 0,
+        2 => 1,
+        brokers => (brokers - 2).min(3),
+    }
 }
 
 /// Overlays `overlay` on `base`, table by table; non-table values replace.

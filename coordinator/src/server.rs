@@ -1,4 +1,8 @@
 //! A coordinator process, assembled: load metadata, bind, serve RPC and admin HTTP.
+//!
+//! The peer listener (registrations, heartbeats, suspicion reports) and the failure detector's
+//! watchdog run on a control runtime, a thread of their own (`tailstream_net::control`), so a
+//! coordinator busy with clients still hears heartbeats and times its probes right.
 
 use crate::core::Coordinator;
 use crate::groups::GroupCoordinator;
@@ -14,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tailstream_config::COORDINATOR_FRAME_BODY_BYTES_MAX;
 use tailstream_config::Config;
+use tailstream_net::control::{ControlRuntime, adopt_listener};
 use tailstream_net::server::{ServerLimits, run_until_shutdown, serve};
 use tailstream_net::{BodyBudget, ConnectionLimits, RpcClientConfig, RpcPool};
 use tokio::net::TcpListener;
@@ -78,6 +83,9 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
         },
     );
     tokio::spawn(orchestrator.clone().run(shutdown.clone()));
+    let control = ControlRuntime::start("coordinator-control")
+        .map_err(|e| format!("starting the control runtime: {e}"))?;
+    let on_control = control.handle().enter();
     let watchdog = watchdog::spawn(
         core.clone(),
         orchestrator.clone(),
@@ -88,6 +96,7 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
         },
         shutdown.clone(),
     );
+    drop(on_control);
     // A restarted coordinator resumes whatever recovery was under way.
     orchestrator.wake();
     let offsets = OffsetStore::open(
@@ -140,13 +149,22 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
         limits(coordinator.connections_max, "clients"),
         shutdown.clone(),
     ));
-    let peer = tokio::spawn(serve(
-        peer_listener,
-        "peer",
-        Arc::new(PeerFacing(service.clone())),
-        limits(coordinator.peer_connections_max, "members"),
-        shutdown.clone(),
-    ));
+    let peer = {
+        let facing = Arc::new(PeerFacing(service.clone()));
+        let (limits, shutdown) = (
+            limits(coordinator.peer_connections_max, "members"),
+            shutdown.clone(),
+        );
+        control.handle().spawn(async move {
+            match adopt_listener(peer_listener) {
+                Ok(listener) => serve(listener, "peer", facing, limits, shutdown).await,
+                Err(error) => tracing::error!(
+                    %error,
+                    "the peer listener could not move to the control runtime"
+                ),
+            }
+        })
+    };
     let admin = tokio::spawn(tailstream_admin::serve(
         admin_listener,
         metrics,
@@ -155,6 +173,7 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
         shutdown.clone(),
     ));
     run_until_shutdown(shutdown, vec![rpc, peer, admin]).await;
+    drop(control);
     Ok(())
 }
 

@@ -1,11 +1,12 @@
 //! The failure detector's async shell: feeds the `Detector` with brokers' reports and with
 //! brokers whose heartbeats stopped, probes suspects itself (a fresh connection and a ping,
-//! each attempt bounded by `probe_timeout_ms`), and declares the ones that fail every probe
+//! each attempt bounded by `probe_timeout_ms`, telling a refused connection from a silent
+//! one), hands it each suspect's heartbeat silence, and declares the ones it says are gone
 //! crashed: the declaration is saved, their streamlets go to recovery, and the orchestrator is
 //! woken.
 
 use crate::core::Coordinator;
-use crate::detector::{Action, Detector};
+use crate::detector::{Action, Detector, DetectorConfig, ProbeOutcome};
 use crate::metrics as m;
 use crate::recovery::orchestrator::Orchestrator;
 use std::sync::Arc;
@@ -18,12 +19,10 @@ use tokio::sync::{mpsc, watch};
 #[derive(Debug)]
 pub enum Event {
     /// A broker (or the heartbeat backstop) says `suspect` is silent.
-    Reported {
-        suspect: ServerId,
-    },
+    Reported { suspect: ServerId },
     Probed {
         suspect: ServerId,
-        answered: bool,
+        outcome: ProbeOutcome,
     },
 }
 
@@ -75,7 +74,10 @@ async fn run(
     mut events: mpsc::UnboundedReceiver<Event>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut detector = Detector::new(config.probe_attempts);
+    let mut detector = Detector::new(DetectorConfig {
+        probe_attempts: config.probe_attempts,
+        silence_declare: config.heartbeat_timeout,
+    });
     let mut backstop =
         tokio::time::interval((config.heartbeat_timeout / 4).max(Duration::from_millis(50)));
     loop {
@@ -88,8 +90,13 @@ async fn run(
                         detector.reported(suspect, Instant::now())
                     }
                 }
-                Some(Event::Probed { suspect, answered }) => {
-                    detector.probed(suspect, answered, Instant::now())
+                Some(Event::Probed { suspect, outcome }) => {
+                    let now = Instant::now();
+                    let silence = core.lock().liveness.silent_for(suspect, now);
+                    if outcome != ProbeOutcome::Answered {
+                        tracing::debug!(%suspect, ?outcome, ?silence, "probe of a suspect");
+                    }
+                    detector.probed(suspect, outcome, silence, now)
                 }
                 None => return,
             },
@@ -118,8 +125,8 @@ async fn run(
                 let handle = handle.clone();
                 let timeout = config.probe_timeout;
                 tokio::spawn(async move {
-                    let answered = probe(&addr, timeout).await;
-                    let _ = handle.events.send(Event::Probed { suspect, answered });
+                    let outcome = probe(&addr, timeout).await;
+                    let _ = handle.events.send(Event::Probed { suspect, outcome });
                 });
             }
             Some(Action::Declare {
@@ -146,8 +153,11 @@ fn silent_members(core: &Coordinator, timeout: Duration) -> Vec<ServerId> {
         .collect()
 }
 
-/// One probe: a fresh connection and a ping, bounded by `timeout`.
-async fn probe(addr: &str, timeout: Duration) -> bool {
+/// One probe: a fresh connection and a ping, bounded by `timeout`. A refused connection is
+/// told apart (nothing listens there); every other failure is silence, and a silent probe
+/// takes its whole `timeout`, so probing a silent suspect never spins.
+async fn probe(addr: &str, timeout: Duration) -> ProbeOutcome {
+    let started = tokio::time::Instant::now();
     let ms = timeout.as_millis() as u64;
     let config = RpcClientConfig {
         requests_in_flight_max: 4,
@@ -157,10 +167,26 @@ async fn probe(addr: &str, timeout: Duration) -> bool {
         keepalive_ms: 0,
     };
     let attempt = async {
-        let client = RpcClient::connect(addr, config).await?;
-        client.call_parts(Opcode::Ping, Vec::new()).await
+        let stream = match tokio::net::TcpStream::connect(addr).await {
+            Ok(stream) => stream,
+            Err(error) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
+                return ProbeOutcome::Refused;
+            }
+            Err(_) => return ProbeOutcome::Silent,
+        };
+        let client = RpcClient::over(stream, addr, config);
+        match client.call_parts(Opcode::Ping, Vec::new()).await {
+            Ok(_) => ProbeOutcome::Answered,
+            Err(_) => ProbeOutcome::Silent,
+        }
     };
-    matches!(tokio::time::timeout(timeout, attempt).await, Ok(Ok(_)))
+    let outcome = tokio::time::timeout(timeout, attempt)
+        .await
+        .unwrap_or(ProbeOutcome::Silent);
+    if outcome == ProbeOutcome::Silent {
+        tokio::time::sleep_until(started + timeout).await;
+    }
+    outcome
 }
 
 /// Declares `server` crashed: saved, its streamlets put into recovery.

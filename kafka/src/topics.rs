@@ -179,6 +179,7 @@ mod tests {
                 segments_per_group: 4,
                 retention_bytes: 0,
                 retention_ms: 0,
+                min_insync_replicas: 0,
             },
             streamlets: (0..streamlets)
                 .map(|s| StreamletPlacement {

@@ -172,6 +172,12 @@ impl RpcClient {
                 ))
             })?
             .map_err(|e| failed(e.to_string()))?;
+        Ok(Self::over(stream, addr, config))
+    }
+
+    /// A client over a connection the caller made (one that needs to tell a refused connect
+    /// from a slow one, say).
+    pub fn over(stream: TcpStream, addr: &str, config: RpcClientConfig) -> Self {
         let _ = stream.set_nodelay(true);
         let (reader, writer) = stream.into_split();
         let in_flight_max = config.requests_in_flight_max.max(1);
@@ -212,7 +218,7 @@ impl RpcClient {
                 Duration::from_millis(config.keepalive_ms),
             ));
         }
-        Ok(client)
+        client
     }
 
     pub fn addr(&self) -> &str {

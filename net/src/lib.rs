@@ -6,6 +6,8 @@
 //!   arrival order* to a [`server::Service`], whose reply is either ready or a future; bounded
 //!   requests in flight, frame read deadline, idle close with `GoAway`.
 //! - [`budget`]: the memory budget for request bodies being received.
+//! - [`control`]: a process's control runtime, a thread of its own for pings, heartbeats and
+//!   probes, whose timing must not suffer when the data path is busy.
 //! - [`client`]: [`client::RpcClient`], a pipelined connection: many requests in flight,
 //!   answers matched by request id, every pending call failed when the connection dies.
 //! - [`pool`]: one `RpcClient` per address, reconnecting on demand.
@@ -14,6 +16,7 @@
 
 pub mod budget;
 pub mod client;
+pub mod control;
 pub mod error;
 pub mod listener;
 pub mod metrics;
@@ -23,6 +26,7 @@ mod write;
 
 pub use budget::BodyBudget;
 pub use client::{PendingCall, RpcClient, RpcClientConfig};
+pub use control::ControlRuntime;
 pub use error::RpcError;
 pub use listener::{Closed, ConnectionLimits, accept_loop};
 pub use pool::RpcPool;

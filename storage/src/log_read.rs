@@ -250,4 +250,14 @@ impl Log {
     pub fn commit_point(&self) -> CommitPoint {
         *self.subscribe_commits().borrow()
     }
+
+    /// The newest segment holding committed bytes, if any: every counted backup holds it. The
+    /// owner reports this one (not its head in memory, which may not have reached any backup
+    /// yet) to the coordinator, so a recovery that finds no copy of it knows acknowledged
+    /// records would be missing, and one that finds none of a newer segment knows that
+    /// nothing acknowledged is.
+    pub fn committed_segment(&self) -> Option<SegmentId> {
+        let point = self.commit_point();
+        (point != CommitPoint::default()).then_some(point.segment)
+    }
 }

@@ -22,6 +22,7 @@ fn config(logs: u32, segment_size_bytes: u32, segments_per_group: u32) -> Stream
         segments_per_group,
         retention_bytes: 0,
         retention_ms: 0,
+        min_insync_replicas: 0,
     }
 }
 

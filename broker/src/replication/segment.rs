@@ -4,8 +4,7 @@
 //! Each of the R slots walks `NeedsBackup → Opening → Open → Closing → Closed`. An open slot
 //! gets every written byte in writes of `sent..written` (appends that arrive while writes are
 //! in flight go out together in the next one: group commit), at most `writes_max` in flight.
-//! The segment is durable up to `committed`: the lowest `acked` among slots that count, and
-//! it only moves when *all* R slots count, so an acknowledged byte is on every backup.
+//! The segment is durable up to `committed`: the lowest `acked` among slots that count.
 //!
 //! A slot whose backup fails goes back to `NeedsBackup` and stops counting. Its replacement is
 //! opened `filling` with a new, higher epoch, receives the whole segment, and counts again
@@ -13,6 +12,16 @@
 //! replacement's `filling` mark. Recovery trusts only replicas that are not `filling`, and
 //! among those the highest epoch: a half-built replica is never taken for a complete one, and
 //! a backup that comes back with a replica from before the failure is outvoted.
+//!
+//! The commit moves only when every slot counts, except slots for which no backup can be had
+//! at all (`unavailable`: too few live brokers; the shell says so when its selector finds
+//! none), and only while at least `min_insync` slots count: with every broker there, an
+//! acknowledged byte is on all R backups; with some gone and none to replace them, on at least
+//! `min_insync` (Kafka's `min.insync.replicas`), and the segment says it is under-replicated.
+//! Below `min_insync` nothing commits. A slot without a backup never counts: once one can be
+//! had it is opened as a replacement (filling, at a higher epoch), so the segment heals by
+//! itself. The copies that count always hold every committed byte, and a copy that stopped
+//! counting holds a prefix of theirs at a lower or equal epoch, which recovery never prefers.
 
 use std::collections::VecDeque;
 use tailstream_wire::ServerId;
@@ -36,6 +45,9 @@ pub struct Slot {
     pub counts: bool,
     /// Replaces a lost replica: counts only after the next epoch is set everywhere.
     pub replacement: bool,
+    /// No backup could be had for it when one was last looked for: the segment does without
+    /// it (see `min_insync`) until one can.
+    pub unavailable: bool,
     pub sent: u32,
     pub acked: u32,
     /// Writes in flight, oldest first: their end and whether they completed. `acked` moves
@@ -45,6 +57,20 @@ pub struct Slot {
 }
 
 impl Slot {
+    /// A slot the segment does without for now: no backup can be had for it.
+    pub fn is_excused(&self) -> bool {
+        self.unavailable && self.state == SlotState::NeedsBackup
+    }
+
+    /// Holds every committed byte, and counts (a current, complete copy).
+    pub fn is_in_sync(&self) -> bool {
+        self.counts
+            && matches!(
+                self.state,
+                SlotState::Open | SlotState::Closing | SlotState::Closed
+            )
+    }
+
     fn fresh(replacement: bool) -> Self {
         Self {
             backup: None,
@@ -52,6 +78,7 @@ impl Slot {
             key: 0,
             counts: !replacement,
             replacement,
+            unavailable: false,
             sent: 0,
             acked: 0,
             in_flight: VecDeque::new(),
@@ -99,6 +126,8 @@ pub struct ReplicatedSegment {
     epoch: u32,
     slots: Vec<Slot>,
     committed: u32,
+    /// Copies that must count for the commit to move when some slots have no backup.
+    min_insync: usize,
     /// A `SetEpoch` round in progress: how many answers are still missing.
     epoch_round: Option<usize>,
 }
@@ -114,14 +143,46 @@ impl ReplicatedSegment {
             epoch: 1,
             slots: (0..replicas).map(|_| Slot::fresh(false)).collect(),
             committed: 0,
+            min_insync: replicas,
             epoch_round: None,
         }
+    }
+
+    /// The same, committing with as few as `min_insync` counted copies while no backup can be
+    /// had for the others (at least one, at most every slot).
+    pub fn with_min_insync(mut self, min_insync: usize) -> Self {
+        self.min_insync = min_insync.clamp(1, self.slots.len().max(1));
+        self
+    }
+
+    /// How many copies count now (current and complete).
+    pub fn in_sync(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_in_sync()).count()
+    }
+
+    /// Whether the commit can move at all: enough slots have (or can get) a backup.
+    pub fn can_reach_min_insync(&self) -> bool {
+        self.slots.iter().filter(|s| !s.is_excused()).count() >= self.min_insync
+    }
+
+    /// Sealed, every byte committed and every copy that has a backup closed and counting,
+    /// but some slot has no backup to be had: complete on fewer than R backups, waiting for
+    /// one to come back (a repair, from then on).
+    pub fn is_closed_short(&self) -> bool {
+        self.sealed
+            && self.epoch_round.is_none()
+            && self.committed == self.written
+            && self.slots.iter().any(Slot::is_excused)
+            && self
+                .slots
+                .iter()
+                .all(|s| s.is_excused() || (s.state == SlotState::Closed && s.counts))
     }
 
     /// A closed segment of `length` bytes whose replicas are on `backups` (for re-replication
     /// after one of them failed).
     pub fn closed(id: ReplicaId, length: u32, epoch: u32, backups: &[ServerId]) -> Self {
-        let slots = backups
+        let slots: Vec<Slot> = backups
             .iter()
             .map(|backup| Slot {
                 backup: Some(*backup),
@@ -129,11 +190,13 @@ impl ReplicatedSegment {
                 key: 0,
                 counts: true,
                 replacement: false,
+                unavailable: false,
                 sent: length,
                 acked: length,
                 in_flight: VecDeque::new(),
             })
             .collect();
+        let min_insync = slots.len();
         Self {
             id,
             capacity: length,
@@ -142,6 +205,7 @@ impl ReplicatedSegment {
             epoch,
             slots,
             committed: length,
+            min_insync,
             epoch_round: None,
         }
     }
@@ -176,6 +240,7 @@ impl ReplicatedSegment {
         while seg.slots.len() < replicas {
             seg.slots.push(Slot::fresh(true));
         }
+        seg.min_insync = seg.slots.len();
         seg
     }
 
@@ -216,6 +281,7 @@ impl ReplicatedSegment {
         }
         s.backup = Some(backup);
         s.state = SlotState::Opening;
+        s.unavailable = false;
         if s.replacement {
             // A replacement gets a new epoch, higher than any replica it replaces.
             self.epoch += 1;
@@ -273,6 +339,23 @@ impl ReplicatedSegment {
         }
     }
 
+    /// No backup can be had for `slot` now (every live broker other than the primary holds a
+    /// copy already, or there is none): the segment does without it. It stops counting for
+    /// good: once a backup can be had, it is opened as a replacement.
+    pub fn unavailable(&mut self, slot: usize) {
+        if let Some(s) = self
+            .slots
+            .get_mut(slot)
+            .filter(|s| s.state == SlotState::NeedsBackup)
+        {
+            *s = Slot {
+                unavailable: true,
+                ..Slot::fresh(true)
+            };
+        }
+        self.advance_commit();
+    }
+
     /// The replica in `slot` is lost (write, open, close or set-epoch failure): find another.
     pub fn failed(&mut self, slot: usize) {
         if let Some(s) = self.slots.get_mut(slot) {
@@ -305,7 +388,8 @@ impl ReplicatedSegment {
         *waiting = waiting.saturating_sub(1);
         if *waiting == 0 {
             self.epoch_round = None;
-            for s in &mut self.slots {
+            // The round went to every slot with a backup; one without stays a replacement.
+            for s in self.slots.iter_mut().filter(|s| !s.is_excused()) {
                 s.replacement = false;
                 s.counts = true;
             }
@@ -313,16 +397,22 @@ impl ReplicatedSegment {
         }
     }
 
+    /// Moves the commit to the lowest `acked` of the counting slots, when every slot counts
+    /// but those with no backup to be had, and at least `min_insync` do.
     fn advance_commit(&mut self) {
-        if self.slots.iter().all(|s| s.counts) {
-            let lowest = self
-                .slots
-                .iter()
-                .map(|s| s.acked)
-                .min()
-                .unwrap_or(self.written);
-            self.committed = self.committed.max(lowest);
+        let waiting_for_a_copy = self.slots.iter().any(|s| !s.counts && !s.is_excused());
+        let counting = self.slots.iter().filter(|s| s.counts).count();
+        if waiting_for_a_copy || counting < self.min_insync.max(1) {
+            return;
         }
+        let lowest = self
+            .slots
+            .iter()
+            .filter(|s| s.counts)
+            .map(|s| s.acked)
+            .min()
+            .unwrap_or(self.written);
+        self.committed = self.committed.max(lowest);
     }
 
     /// Replacements that hold everything committed (and, once sealed, everything written).
@@ -332,8 +422,9 @@ impl ReplicatedSegment {
         } else {
             self.committed
         };
-        self.slots.iter().any(|s| s.replacement)
+        self.slots.iter().any(|s| s.replacement && !s.is_excused())
             && self.slots.iter().all(|s| match s.state {
+                _ if s.is_excused() => true,
                 SlotState::Open | SlotState::Closing | SlotState::Closed => {
                     !s.replacement || s.acked >= target
                 }
@@ -384,16 +475,21 @@ impl ReplicatedSegment {
             }
         }
         if self.epoch_round.is_none() && self.replacements_caught_up() {
-            self.epoch_round = Some(self.slots.len());
-            for (slot, s) in self.slots.iter().enumerate() {
-                if let Some(backup) = s.backup {
-                    actions.push(Action::SetEpoch {
+            // Every slot that is not excused has a backup (caught up means open or closed).
+            let round: Vec<Action> = self
+                .slots
+                .iter()
+                .enumerate()
+                .filter_map(|(slot, s)| {
+                    s.backup.map(|backup| Action::SetEpoch {
                         slot,
                         backup,
                         epoch: self.epoch,
-                    });
-                }
-            }
+                    })
+                })
+                .collect();
+            self.epoch_round = Some(round.len());
+            actions.extend(round);
         }
         actions
     }

@@ -227,3 +227,150 @@ fn stale_completions_and_events_for_other_states_are_ignored() {
     seg.write_done(0, 10);
     assert_eq!(seg.committed(), 10);
 }
+
+/// Opens the first `available` slots on backups 1..; the rest have no backup to be had.
+fn short_of_backups(replicas: usize, min_insync: usize, available: usize) -> ReplicatedSegment {
+    let mut seg = ReplicatedSegment::new(id(), 1 << 20, replicas).with_min_insync(min_insync);
+    for action in seg.next_actions(4) {
+        let Action::NeedBackup { slot, .. } = action else {
+            panic!("{action:?}")
+        };
+        if slot < available {
+            seg.assign(slot, server(slot as u32 + 1)).unwrap();
+            seg.opened(slot, 100 + slot as u64);
+        } else {
+            seg.unavailable(slot);
+        }
+    }
+    seg
+}
+
+/// Issue 20, case 3: R = 3 on four brokers, one of them gone. The segment commits on the two
+/// copies it can have, says so, and heals once a third backup appears: the newcomer fills as
+/// a replacement at a higher epoch and counts only once every copy has that epoch.
+#[test]
+fn with_too_few_brokers_a_segment_commits_on_min_insync_copies_and_heals() {
+    let mut seg = short_of_backups(3, 2, 2);
+    assert!(seg.can_reach_min_insync());
+    seg.appended(100);
+    assert_eq!(writes(&seg.next_actions(4)), vec![(0, 0, 100), (1, 0, 100)]);
+    seg.write_done(0, 100);
+    assert_eq!(seg.committed(), 0, "both copies that count must have it");
+    seg.write_done(1, 100);
+    assert_eq!(seg.committed(), 100);
+    assert_eq!(seg.in_sync(), 2);
+    // A broker comes back: the slot is filled as a replacement; the commit waits for it.
+    let open = seg.assign(2, server(3)).unwrap();
+    assert!(matches!(
+        open,
+        Action::Open {
+            epoch: 2,
+            filling: true,
+            ..
+        }
+    ));
+    seg.opened(2, 102);
+    seg.appended(150);
+    let actions = seg.next_actions(4);
+    assert!(writes(&actions).contains(&(2, 0, 150)), "{actions:?}");
+    seg.write_done(0, 150);
+    seg.write_done(1, 150);
+    assert_eq!(seg.committed(), 100, "a replacement is being made");
+    seg.write_done(2, 150);
+    let rounds: Vec<_> = seg
+        .next_actions(4)
+        .into_iter()
+        .filter(|a| matches!(a, Action::SetEpoch { epoch: 2, .. }))
+        .collect();
+    assert_eq!(rounds.len(), 3, "every copy gets the new epoch");
+    for _ in 0..3 {
+        seg.epoch_set(2);
+    }
+    assert_eq!((seg.committed(), seg.in_sync()), (150, 3));
+}
+
+#[test]
+fn below_min_insync_nothing_commits() {
+    let mut seg = short_of_backups(3, 2, 1);
+    assert!(!seg.can_reach_min_insync());
+    seg.appended(100);
+    seg.next_actions(4);
+    seg.write_done(0, 100);
+    assert_eq!(seg.committed(), 0);
+}
+
+/// A backup is lost and no other broker can replace it: after a pause while the primary
+/// looks for one, the survivors commit alone; the sealed segment closes on them and waits,
+/// complete but short, for a backup to come back.
+#[test]
+fn a_lost_backup_with_none_to_replace_it_leaves_the_survivors_committing() {
+    let mut seg = short_of_backups(2, 1, 2);
+    seg.appended(100);
+    seg.next_actions(4);
+    seg.write_done(0, 100);
+    seg.write_done(1, 100);
+    assert_eq!(seg.committed(), 100);
+    seg.appended(200);
+    seg.next_actions(4);
+    seg.failed(1);
+    seg.write_done(0, 200);
+    assert_eq!(seg.committed(), 100, "frozen while a backup is looked for");
+    let wanted = seg.next_actions(4);
+    assert!(matches!(wanted[..], [Action::NeedBackup { slot: 1, .. }]));
+    seg.unavailable(1);
+    assert_eq!(
+        seg.committed(),
+        200,
+        "none to be had: the survivor suffices"
+    );
+    seg.seal(200);
+    let close = seg.next_actions(4);
+    assert!(
+        close
+            .iter()
+            .any(|a| matches!(a, Action::Close { slot: 0, .. })),
+        "{close:?}"
+    );
+    seg.closed_ok(0);
+    assert!(!seg.is_done() && seg.is_closed_short());
+}
+
+/// A recovered head with fewer backups than R: the copies that can be made fill, get the new
+/// epoch and count; the missing one does not hold the round up.
+#[test]
+fn a_recovered_segment_counts_the_copies_it_could_make() {
+    let mut seg = ReplicatedSegment::recovered(id(), 500, 3, &[], 2).with_min_insync(1);
+    for action in seg.next_actions(4) {
+        let Action::NeedBackup { slot, .. } = action else {
+            panic!("{action:?}")
+        };
+        if slot == 0 {
+            seg.assign(0, server(1)).unwrap();
+            seg.opened(0, 7);
+        } else {
+            seg.unavailable(slot);
+        }
+    }
+    let actions = seg.next_actions(4);
+    assert_eq!(writes(&actions), vec![(0, 0, 500)]);
+    seg.write_done(0, 500);
+    let actions = seg.next_actions(4);
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Close { slot: 0, .. }))
+    );
+    let round: Vec<_> = actions
+        .into_iter()
+        .filter(|a| matches!(a, Action::SetEpoch { .. }))
+        .collect();
+    assert_eq!(
+        round.len(),
+        1,
+        "only the copy that exists is told the epoch"
+    );
+    seg.closed_ok(0);
+    seg.epoch_set(4);
+    assert_eq!(seg.in_sync(), 1);
+    assert!(seg.is_closed_short());
+}

@@ -187,7 +187,18 @@ impl Orchestrator {
             return;
         }
         let located_at = Instant::now();
-        let listings = self.locate().await;
+        let (listings, unanswered) = self.locate().await;
+        if !unanswered.is_empty() {
+            // A backup that did not answer may hold the only current copy of a segment (or a
+            // newer epoch than the copies that answered): planning without it could call a
+            // streamlet lost, or rebuild it short. Wait for it; a backup that stays silent is
+            // declared crashed in time and drops out of the members.
+            tracing::info!(
+                ?unanswered,
+                "recovery planning deferred: not every backup answered its listing"
+            );
+            return;
+        }
         let targets = self.live_targets();
         if targets.is_empty() {
             return;
@@ -234,8 +245,9 @@ impl Orchestrator {
         }
     }
 
-    /// Fences every crashed generation on every live member and collects what they hold.
-    async fn locate(&self) -> Vec<Listing> {
+    /// Fences every crashed generation on every live member and collects what they hold; also
+    /// says which members did not answer.
+    async fn locate(&self) -> (Vec<Listing>, Vec<ServerId>) {
         let (members, fence) = {
             let state = self.core.lock();
             let members: Vec<(ServerId, String)> = state
@@ -259,27 +271,31 @@ impl Orchestrator {
                         .await
                 };
                 match tokio::time::timeout(self.config.list_timeout, listed).await {
-                    Ok(Ok(response)) => Some(Listing {
+                    Ok(Ok(response)) => Ok(Listing {
                         backup,
                         peer_addr: addr,
                         replicas: response.replicas,
                     }),
                     Ok(Err(error)) => {
                         tracing::warn!(%backup, %error, "listing replicas failed");
-                        None
+                        Err(backup)
                     }
                     Err(_) => {
                         tracing::warn!(%backup, "listing replicas timed out");
-                        None
+                        Err(backup)
                     }
                 }
             }
         });
-        futures::future::join_all(lists)
-            .await
-            .into_iter()
-            .flatten()
-            .collect()
+        let mut listings = Vec::new();
+        let mut unanswered = Vec::new();
+        for answer in futures::future::join_all(lists).await {
+            match answer {
+                Ok(listing) => listings.push(listing),
+                Err(backup) => unanswered.push(backup),
+            }
+        }
+        (listings, unanswered)
     }
 
     /// Members a rebuild can go to: heard from within a lease (a broker that cannot renew its

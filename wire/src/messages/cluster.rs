@@ -24,6 +24,24 @@ wire_message! {
         pub retention_bytes: u64,
         /// Sealed groups older than this are freed. 0 = unlimited.
         pub retention_ms: u64,
+        /// Kafka's `min.insync.replicas`, counted in backup copies as R is: while some of the
+        /// R backups are gone and none can replace them, a produce is still acknowledged once
+        /// this many complete copies hold it (fewer: refused, `NotEnoughReplicas`). 0 means
+        /// the default, max(1, R - 1); with R = 0 it is 0.
+        #[serde(default)]
+        pub min_insync_replicas: u32,
+    }
+}
+
+impl StreamConfig {
+    /// The `min_insync_replicas` in force: the setting, or max(1, R - 1) when it is 0 (and 0
+    /// for an unreplicated stream).
+    pub fn min_insync(&self) -> u32 {
+        match (self.replicas, self.min_insync_replicas) {
+            (0, _) => 0,
+            (replicas, 0) => replicas.saturating_sub(1).max(1),
+            (replicas, set) => set.min(replicas),
+        }
     }
 }
 
