@@ -16,10 +16,12 @@
 //!
 //! Heartbeat answers also carry the membership: crashed generations are fenced on this
 //! broker's backup, and retired ones (crashed, every streamlet recovered) have what is left
-//! of them dropped. Heartbeats report each owned log's newest segment when it changes, so
-//! recovery can tell a whole log from one whose newest segments are lost.
+//! of them dropped. Heartbeats report each owned log's newest committed segment when it
+//! changes, so recovery can tell a whole log from one whose newest segments are lost, and each
+//! replicated log's replica set when it changes (under-replication shows cluster-wide).
 
 use crate::backup::BackupStore;
+use crate::replication::placements::{LogKey, ReplicaPlacements};
 use crate::storage::{Store, Streamlet};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,7 +30,7 @@ use std::time::{Duration, Instant};
 use tailstream_net::{RpcClient, RpcClientConfig, RpcError};
 use tailstream_wire::messages::{
     AssignStreamletsRequest, BrokerHeartbeatRequest, BrokerHeartbeatResponse, BrokerInfo, LogEnd,
-    LogHead, RegisterBrokerRequest, RegisterBrokerResponse,
+    LogHead, LogReplicaSet, LogReplication, RegisterBrokerRequest, RegisterBrokerResponse,
 };
 use tailstream_wire::{
     LogId, Opcode, RecordOffset, SegmentId, ServerId, Status, StreamId, StreamletId,
@@ -43,6 +45,8 @@ struct Membership {
     reported_heads: HashMap<(StreamId, StreamletId, LogId), SegmentId>,
     /// Committed ends the coordinator has acknowledged.
     reported_ends: HashMap<(StreamId, StreamletId, LogId), RecordOffset>,
+    /// Replica sets the coordinator has acknowledged.
+    reported_replication: HashMap<LogKey, LogReplicaSet>,
     /// Retired generations whose replicas this backup already dropped.
     dropped: std::collections::HashSet<ServerId>,
     /// Deleted streams whose replicas this backup already dropped (those the coordinator still
@@ -54,6 +58,8 @@ struct Membership {
 pub struct ClusterState {
     store: Arc<Store>,
     backup: Arc<BackupStore>,
+    /// The replicators' published replica sets (reported in heartbeats).
+    placements: Arc<ReplicaPlacements>,
     membership: Mutex<Membership>,
     /// Every broker the coordinator knows, with liveness (from each heartbeat).
     brokers: watch::Sender<Vec<BrokerInfo>>,
@@ -70,12 +76,14 @@ impl ClusterState {
     pub fn new(
         store: Arc<Store>,
         backup: Arc<BackupStore>,
+        placements: Arc<ReplicaPlacements>,
         lease: Duration,
     ) -> (Self, mpsc::UnboundedReceiver<Arc<Streamlet>>) {
         let (created, created_rx) = mpsc::unbounded_channel();
         let state = Self {
             store,
             backup,
+            placements,
             membership: Mutex::new(Membership::default()),
             brokers: watch::Sender::new(Vec::new()),
             created,
@@ -123,6 +131,9 @@ impl ClusterState {
                 .retain(|(stream, _, _), _| !fresh.contains(stream));
             membership
                 .reported_ends
+                .retain(|(stream, _, _), _| !fresh.contains(stream));
+            membership
+                .reported_replication
                 .retain(|(stream, _, _), _| !fresh.contains(stream));
             fresh
         };
@@ -206,6 +217,7 @@ impl ClusterState {
         membership.version = 0;
         membership.reported_heads.clear();
         membership.reported_ends.clear();
+        membership.reported_replication.clear();
     }
 
     /// Segment memory this broker has left, for the coordinator's placement of rebuilds.
@@ -222,6 +234,7 @@ impl ClusterState {
         let old = membership.server_id.take();
         membership.reported_heads.clear();
         membership.reported_ends.clear();
+        membership.reported_replication.clear();
         tracing::warn!(
             server = ?old,
             dropped,
@@ -337,6 +350,31 @@ impl ClusterState {
         }
     }
 
+    /// Replica sets of owned logs that changed since the coordinator last acknowledged them.
+    fn changed_replication(&self) -> Vec<LogReplication> {
+        let reported = self.lock().reported_replication.clone();
+        self.placements
+            .health()
+            .into_iter()
+            .filter(|(key, set)| reported.get(key) != Some(set))
+            .map(|((stream, streamlet, _), replicas)| LogReplication {
+                stream,
+                streamlet,
+                replicas,
+            })
+            .collect()
+    }
+
+    fn replication_acknowledged(&self, sets: &[LogReplication]) {
+        let mut membership = self.lock();
+        for set in sets {
+            membership.reported_replication.insert(
+                (set.stream, set.streamlet, set.replicas.log),
+                set.replicas.clone(),
+            );
+        }
+    }
+
     fn heads_acknowledged(&self, heads: &[LogHead]) {
         let mut membership = self.lock();
         for head in heads {
@@ -443,6 +481,7 @@ async fn membership_session(
             heads,
             segment_memory_free_bytes: cluster.segment_memory_free_bytes(),
             log_ends: cluster.changed_ends(),
+            replication: cluster.changed_replication(),
         };
         let sent_at = Instant::now();
         let result: Result<BrokerHeartbeatResponse, RpcError> =
@@ -452,6 +491,7 @@ async fn membership_session(
                 cluster.renew_lease(sent_at);
                 cluster.heads_acknowledged(&request.heads);
                 cluster.ends_acknowledged(&request.log_ends);
+                cluster.replication_acknowledged(&request.replication);
                 cluster.update_brokers(response.brokers, &response.retired);
                 cluster.drop_deleted_streams(&response.deleted_streams);
                 if let Some(assignments) = response.assignments

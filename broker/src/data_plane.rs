@@ -52,6 +52,10 @@ pub enum DataError {
     UnsupportedBatch(BatchError),
     #[error("not replicated within {0} ms; retry")]
     CommitTimeout(u128),
+    #[error(
+        "appended, but fewer than min_insync_replicas backups can hold it now (brokers are gone and none can replace them); retry"
+    )]
+    NotEnoughReplicasAfterAppend,
     #[error("the log is gone")]
     LogGone,
 }
@@ -65,7 +69,10 @@ impl DataError {
             DataError::Recovering => Status::Recovering,
             DataError::InvalidBatch(_) => Status::InvalidBatch,
             DataError::UnsupportedBatch(_) => Status::UnsupportedBatch,
-            DataError::CommitTimeout(_) => Status::Timeout,
+            // Appended, its fate unknown until its copies are made: a retry lands once.
+            DataError::CommitTimeout(_) | DataError::NotEnoughReplicasAfterAppend => {
+                Status::Timeout
+            }
             DataError::LogGone => Status::ShuttingDown,
         }
     }
@@ -83,6 +90,9 @@ pub struct Produced {
 #[derive(Debug)]
 pub struct CommitWaiter {
     commits: watch::Receiver<CommitPoint>,
+    /// The log's "min_insync_replicas copies can be had" flag: a wait ends early when it
+    /// turns false, since the commit cannot come until a backup returns.
+    insync: watch::Receiver<bool>,
     target: CommitPoint,
     timeout: Duration,
 }
@@ -102,9 +112,24 @@ impl CommitWaiter {
 
     pub async fn wait(mut self) -> Result<(), DataError> {
         let target = self.target;
-        match tokio::time::timeout(self.timeout, self.commits.wait_for(|p| *p >= target)).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(_)) => Err(DataError::LogGone),
+        let latest = self.commits.clone();
+        let waited = async {
+            tokio::select! {
+                biased;
+                committed = self.commits.wait_for(|p| *p >= target) => {
+                    committed.map(|_| ()).map_err(|_| DataError::LogGone)
+                }
+                _ = self.insync.wait_for(|possible| !possible) => {
+                    if *latest.borrow() >= target {
+                        Ok(())
+                    } else {
+                        Err(DataError::NotEnoughReplicasAfterAppend)
+                    }
+                }
+            }
+        };
+        match tokio::time::timeout(self.timeout, waited).await {
+            Ok(result) => result,
             Err(_) => Err(DataError::CommitTimeout(self.timeout.as_millis())),
         }
     }
@@ -224,10 +249,14 @@ impl DataPlane {
         let appended = self
             .store
             .append(streamlet, log, batch, info, started)
-            .inspect_err(|error| {
-                if matches!(error, StorageError::Backpressure { .. }) {
+            .inspect_err(|error| match error {
+                StorageError::Backpressure { .. } => {
                     metrics::counter!(m::PRODUCE_BACKPRESSURE).increment(1);
                 }
+                StorageError::NotEnoughReplicas { .. } => {
+                    metrics::counter!(m::PRODUCE_NOT_ENOUGH_REPLICAS).increment(1);
+                }
+                _ => {}
             })?;
         if appended.duplicate {
             metrics::counter!(m::DUPLICATE_BATCHES).increment(1);
@@ -238,12 +267,15 @@ impl DataPlane {
         let location = appended.location;
         // Acknowledged only once committed: at once without replication, after every backup
         // holds the bytes with it. A retried batch waits for its first append's commit.
-        let commits = streamlet.log(location.log)?.subscribe_commits();
+        let log = streamlet.log(location.log)?;
+        let commits = log.subscribe_commits();
+        let insync = log.subscribe_insync();
         Ok(Produced {
             location,
             duplicate: appended.duplicate,
             commit: CommitWaiter {
                 commits,
+                insync,
                 target: location.commit_point(),
                 timeout: self.ack_timeout,
             },

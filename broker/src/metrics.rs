@@ -27,6 +27,9 @@ pub const REPLICATED_BYTES: &str = "tailstream_replicated_bytes_total";
 pub const REPLICATION_WRITE_LATENCY: &str = "tailstream_replication_write_latency_seconds";
 pub const REPLICATION_WRITES_IN_FLIGHT: &str = "tailstream_replication_writes_in_flight";
 pub const REPLICA_RECREATIONS: &str = "tailstream_replica_recreations_total";
+pub const LOGS_UNDER_REPLICATED: &str = "tailstream_logs_under_replicated";
+pub const LOGS_BELOW_MIN_INSYNC: &str = "tailstream_logs_below_min_insync";
+pub const PRODUCE_NOT_ENOUGH_REPLICAS: &str = "tailstream_produce_not_enough_replicas_total";
 
 const COUNTERS: &[(&str, Unit, &str)] = &[
     (
@@ -69,6 +72,11 @@ const COUNTERS: &[(&str, Unit, &str)] = &[
         SEGMENT_BUFFERS_REUSED,
         Unit::Count,
         "New segments that reused a freed segment's buffer instead of fresh memory.",
+    ),
+    (
+        PRODUCE_NOT_ENOUGH_REPLICAS,
+        Unit::Count,
+        "Produce requests refused because fewer than min_insync_replicas backups could hold a copy.",
     ),
     (FETCH_REQUESTS, Unit::Count, "Fetch requests received."),
     (FETCHED_BYTES, Unit::Bytes, "Entry bytes sent to consumers."),
@@ -120,6 +128,18 @@ pub fn describe(segment_memory_bytes_max: u64) {
         "Replica writes awaiting completion."
     );
     metrics::gauge!(REPLICATION_WRITES_IN_FLIGHT).set(0.0);
+    describe_gauge!(
+        LOGS_UNDER_REPLICATED,
+        Unit::Count,
+        "Owned logs with a segment short of R complete copies (brokers gone and none to replace them, or a copy being re-made)."
+    );
+    metrics::gauge!(LOGS_UNDER_REPLICATED).set(0.0);
+    describe_gauge!(
+        LOGS_BELOW_MIN_INSYNC,
+        Unit::Count,
+        "Owned logs with a segment short of min_insync_replicas complete copies (they refuse produce)."
+    );
+    metrics::gauge!(LOGS_BELOW_MIN_INSYNC).set(0.0);
     describe_histogram!(
         REPLICATION_WRITE_LATENCY,
         Unit::Seconds,

@@ -274,7 +274,9 @@ impl Recovery {
     }
 
     /// Adopts the closed copies, starts replicating what is missing, and waits (bounded) until
-    /// every segment has all its copies again. Returns (segments adopted, segments copied).
+    /// every segment has `min_insync_replicas` complete copies (the others are made as
+    /// brokers allow, in the background: a cluster short of brokers for R still gets its
+    /// streamlet back). Returns (segments adopted, segments copied).
     async fn make_durable(
         &self,
         request: &RecoverStreamletRequest,
@@ -283,6 +285,7 @@ impl Recovery {
     ) -> Result<(u32, u32), String> {
         let assignment = &request.assignment;
         let replicas = assignment.config.replicas as usize;
+        let min_insync = assignment.config.min_insync() as usize;
         let floor = Some(request.next_segment);
         let mut adopted_segments = 0u32;
         let mut copied_segments = 0u32;
@@ -310,13 +313,16 @@ impl Recovery {
                     });
                 } else {
                     copied_segments += 1;
-                    recovered.incomplete.push(ReplicatedSegment::recovered(
-                        id,
-                        source.length,
-                        new_epoch,
-                        &adopted,
-                        replicas,
-                    ));
+                    recovered.incomplete.push(
+                        ReplicatedSegment::recovered(
+                            id,
+                            source.length,
+                            new_epoch,
+                            &adopted,
+                            replicas,
+                        )
+                        .with_min_insync(min_insync),
+                    );
                 }
             }
             durable.push(spawn_recovered(
@@ -351,7 +357,7 @@ impl Recovery {
         tokio::time::timeout(self.durable_timeout, all_durable)
             .await
             .map_err(|_| {
-                "the rebuilt segments did not get all their copies in time".to_string()
+                "the rebuilt segments did not get min_insync_replicas copies in time".to_string()
             })??;
         Ok((adopted_segments, copied_segments))
     }

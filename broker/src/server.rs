@@ -17,6 +17,7 @@ use crate::peer_service::PeerService;
 use crate::pinger::{PingConfig, run_pinger};
 use crate::recovery::Recovery;
 use crate::replication::backups::{Backups, WritePath};
+use crate::replication::placements::ReplicaPlacements;
 use crate::replication::selector::BackupSelector;
 use crate::replication::{ReplicationContext, run_manager};
 use crate::service::BrokerService;
@@ -121,9 +122,11 @@ pub async fn run_with(
         config.producers_per_log_max as usize,
         replication.uncommitted_bytes_per_log_max,
     ));
+    let placements = Arc::new(ReplicaPlacements::default());
     let (cluster, created) = ClusterState::new(
         store.clone(),
         backup_store.clone(),
+        placements.clone(),
         Duration::from_millis(config.lease_ms),
     );
     let cluster = Arc::new(cluster);
@@ -139,7 +142,7 @@ pub async fn run_with(
         selector: Mutex::new(BackupSelector::new(Duration::from_millis(
             replication.failed_backup_quarantine_ms,
         ))),
-        placements: Default::default(),
+        placements,
     });
     tokio::spawn(run_manager(context.clone(), created));
     let backup_service = BackupService::new(backup_store.clone(), nic_addr.to_string());

@@ -311,3 +311,50 @@ async fn bench_chaos_meets_every_fault_once_and_loses_and_duplicates_nothing() {
     kinds.dedup();
     assert_eq!(kinds.len(), 5, "one of each: {kinds:?}");
 }
+
+/// Issue 20, case 3: R = 3 on four brokers leaves no broker to spare. Killing an owner must
+/// not stall anything: its streamlet is rebuilt with the copies that can be had (serving once
+/// it has `min_insync_replicas` of them), every other streamlet that had a copy on it keeps
+/// acknowledging with the two it has left, all say they are under-replicated, and every
+/// acknowledged record is read back exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_with_no_broker_to_spare_stalls_nothing() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let mut test = TestCluster::start(4, "").await;
+        let mut config = recovered_stream(&test);
+        config.replicas = 3;
+        test.client()
+            .create_stream("no-spare", 4, config)
+            .await
+            .unwrap();
+        let load = Load::start(&test, "no-spare", 2);
+        load.wait_for_acks(20_000).await;
+        let victim = test.owner_of("no-spare", 0).await;
+        test.cluster.kill_broker(victim).await;
+        let killed_at = Instant::now();
+        let acked_at_kill = load.acked.load(std::sync::atomic::Ordering::Relaxed);
+        let took = wait_until_serving(&test, "no-spare").await;
+        eprintln!("serving again {took:?} after the kill");
+        assert!(
+            took < Duration::from_secs(10),
+            "the crashed owner's streamlet took {took:?} to serve again"
+        );
+        load.wait_for_acks(acked_at_kill + 20_000).await;
+        eprintln!("20000 more acks {:?} after the kill", killed_at.elapsed());
+        let described = test.client().describe_stream("no-spare").await.unwrap();
+        let short: usize = described
+            .streamlets
+            .iter()
+            .map(|p| p.under_replicated_logs(3))
+            .sum();
+        assert!(
+            short > 0,
+            "nothing said it was under-replicated: {described:?}"
+        );
+        let acked = load.finish_and_check().await;
+        assert!(acked > acked_at_kill as usize);
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}

@@ -87,8 +87,9 @@ async fn rpc_replication_reads_back_every_acked_record_exactly_once() {
 
 /// The issue's scenario: 4 brokers, R = 3, load running; SIGKILL the backup-only broker. Its
 /// replicas cannot be re-created anywhere else (every other broker already holds one), so
-/// commits pause until it is back; restarted, it still lists every replica it held, and the
-/// load completes with every acked record read exactly once.
+/// with `min_insync_replicas = 3` (every copy, the strict setting) commits pause until it is
+/// back; restarted, it still lists every replica it held, and the load completes with every
+/// acked record read exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_backup_restarts_with_its_replicas_and_nothing_acked_is_lost() {
     tokio::time::timeout(TEST_TIMEOUT, async {
@@ -100,10 +101,9 @@ async fn a_killed_backup_restarts_with_its_replicas_and_nothing_acked_is_lost() 
         )
         .await;
         let cluster = test.client();
-        cluster
-            .create_stream("survivor", 3, replicated_stream(&test, 3))
-            .await
-            .unwrap();
+        let mut strict = replicated_stream(&test, 3);
+        strict.min_insync_replicas = 3;
+        cluster.create_stream("survivor", 3, strict).await.unwrap();
         let victim = backup_only_broker(&test, "survivor").await;
         let load = Load::start(&test, "survivor", 2);
         load.wait_for_acks(15_000).await;
@@ -142,6 +142,74 @@ async fn a_killed_backup_restarts_with_its_replicas_and_nothing_acked_is_lost() 
             );
         }
         load.wait_for_acks(acked_at_kill + 5_000).await;
+        load.finish_and_check().await;
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}
+
+/// Issue 20, case 3, with the default `min_insync_replicas` (R - 1 = 2): the same kill, and
+/// the producers carry on with two copies of everything; `stream describe` says the stream is
+/// under-replicated; once the broker is back, its copies are made again (a replacement filled
+/// at a higher epoch) and the logs have three copies in sync again. Every acked record is read
+/// exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_backup_gone_and_none_to_replace_it_producers_carry_on_and_the_logs_heal() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let mut test = TestCluster::start(4, "").await;
+        let cluster = test.client();
+        cluster
+            .create_stream("degraded", 3, replicated_stream(&test, 3))
+            .await
+            .unwrap();
+        let victim = backup_only_broker(&test, "degraded").await;
+        let load = Load::start(&test, "degraded", 2);
+        load.wait_for_acks(5_000).await;
+        test.cluster.kill_broker(victim).await;
+        let acked_at_kill = load.acked.load(Ordering::Relaxed);
+        load.wait_for_acks(acked_at_kill + 5_000).await;
+        // The logs say they are short of a copy, and still at min_insync_replicas.
+        let mut short = 0;
+        for _ in 0..100 {
+            let described = cluster.describe_stream("degraded").await.unwrap();
+            short = described
+                .streamlets
+                .iter()
+                .map(|p| p.under_replicated_logs(3))
+                .sum::<usize>();
+            if short > 0 {
+                assert!(
+                    described
+                        .streamlets
+                        .iter()
+                        .all(|p| p.replication.iter().all(|log| log.in_sync_replicas >= 2))
+                );
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(short > 0, "no log said it was under-replicated");
+        let (ok, out, err) = test.cli(&["cluster", "status"], b"").await;
+        assert!(ok, "{err}");
+        let status = String::from_utf8_lossy(&out);
+        assert!(status.contains("UNDER-REPLICATED"), "{status}");
+        test.cluster.restart_broker(victim).await.unwrap();
+        let acked_at_restart = load.acked.load(Ordering::Relaxed);
+        load.wait_for_acks(acked_at_restart + 5_000).await;
+        let mut healed = false;
+        for _ in 0..150 {
+            let described = cluster.describe_stream("degraded").await.unwrap();
+            healed = described
+                .streamlets
+                .iter()
+                .all(|p| p.replication.len() == 2 && p.under_replicated_logs(3) == 0);
+            if healed {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert!(healed, "the logs did not get their third copy back");
         load.finish_and_check().await;
         test.stop().await;
     })

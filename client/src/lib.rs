@@ -52,10 +52,10 @@ pub use producer::{AckFuture, Producer, ProducerBuilder, RecordAck, RecordLocati
 pub use tailstream_config::{ClientConfig, ConsumerConfig, ProducerConfig};
 pub use tailstream_wire::messages::{
     BrokerInfo, ConsumerGroupSummary, DescribeConsumerGroupsResponse, ListGroupsResponse,
-    LogGroups, PartitionLagInfo, PlacementState, RecoverySummary, SegmentReplicas, StreamConfig,
-    StreamMetadata, StreamletPlacement,
+    LogGroups, LogReplicaSet, PartitionLagInfo, PlacementState, ProducerSession, RecoverySummary,
+    SegmentReplicas, StreamConfig, StreamMetadata, StreamletPlacement,
 };
 pub use tailstream_wire::{
-    GroupId, LogId, ProducerId, RecordOffset, SegmentId, SegmentPosition, Status, StreamId,
-    StreamletId,
+    GroupId, LogId, ProducerEpoch, ProducerId, RecordOffset, SegmentId, SegmentPosition, Status,
+    StreamId, StreamletId,
 };

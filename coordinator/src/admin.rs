@@ -104,10 +104,14 @@ fn streams_json(service: &CoordinatorService) -> Value {
                     let logs: Vec<_> = (0..s.config.logs_per_streamlet)
                         .map(|log| {
                             let key = (s.id, streamlet, LogId(log));
+                            let set = p.replication.iter().find(|r| r.log == LogId(log));
                             json!({
                                 "log": log,
                                 "head_segment": state.heads.get(&key).map(|h| h.0),
                                 "committed_offset": state.log_ends.get(&key).map(|o| o.0),
+                                "in_sync_replicas": set.map(|r| r.in_sync_replicas),
+                                "backups": set.map(|r| r.backups.iter().map(ToString::to_string).collect::<Vec<_>>()),
+                                "in_sync": set.map(|r| r.in_sync.iter().map(ToString::to_string).collect::<Vec<_>>()),
                             })
                         })
                         .collect();
@@ -118,6 +122,7 @@ fn streams_json(service: &CoordinatorService) -> Value {
                         "epoch": p.epoch,
                         "state": format!("{:?}", p.state),
                         "detail": p.detail,
+                        "under_replicated_logs": p.under_replicated_logs(s.config.replicas),
                         "logs": logs,
                     })
                 })

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tailstream_net::{Response, RpcPool};
-use tailstream_wire::messages::Empty;
+use tailstream_wire::messages::{Empty, LogReplicaSet, PlacementState, StreamMetadata};
 use tailstream_wire::{
     LogId, Opcode, RecordOffset, SegmentId, ServerId, Status, StreamId, StreamletId,
 };
@@ -32,9 +32,51 @@ pub struct State {
     /// Each log's committed end, as its owner last reported it (memory only; for consumer
     /// group lag).
     pub log_ends: HashMap<(StreamId, StreamletId, LogId), RecordOffset>,
+    /// Each replicated log's replica set, and who reported it (memory only: shown for a
+    /// streamlet only while the reporter is still its owner).
+    pub replication: HashMap<(StreamId, StreamletId, LogId), (ServerId, LogReplicaSet)>,
 }
 
 impl State {
+    /// `metadata` with each serving streamlet's replica sets, as its current owner last
+    /// reported them.
+    pub fn with_replication(&self, mut metadata: StreamMetadata) -> StreamMetadata {
+        if metadata.config.replicas == 0 {
+            return metadata;
+        }
+        for placement in &mut metadata.streamlets {
+            if placement.state != PlacementState::Serving {
+                continue;
+            }
+            placement.replication = (0..metadata.config.logs_per_streamlet)
+                .filter_map(|log| {
+                    let key = (metadata.id, placement.streamlet, LogId(log));
+                    self.replication
+                        .get(&key)
+                        .filter(|(reporter, _)| *reporter == placement.owner)
+                        .map(|(_, set)| set.clone())
+                })
+                .collect();
+        }
+        metadata
+    }
+
+    /// Streamlets serving with a log short of R copies, per their owners' last reports.
+    pub fn under_replicated_streamlets(&self) -> usize {
+        self.metadata
+            .all_streams()
+            .into_iter()
+            .map(|s| self.with_replication(s))
+            .map(|s| {
+                let replicas = s.config.replicas;
+                s.streamlets
+                    .iter()
+                    .filter(|p| p.under_replicated_logs(replicas) > 0)
+                    .count()
+            })
+            .sum()
+    }
+
     /// The reported heads of one streamlet's logs.
     pub fn heads_of(&self, stream: StreamId, streamlet: StreamletId) -> BTreeMap<LogId, SegmentId> {
         self.heads
@@ -93,6 +135,7 @@ impl Coordinator {
                     liveness,
                     heads: HashMap::new(),
                     log_ends: HashMap::new(),
+                    replication: HashMap::new(),
                     memory_free_bytes: HashMap::new(),
                 }),
                 changes: tokio::sync::Mutex::new(()),

@@ -11,6 +11,7 @@ pub const RECOVERIES: &str = "tailstream_coordinator_recoveries_total";
 pub const STREAMLETS_RECOVERED: &str = "tailstream_coordinator_streamlets_recovered_total";
 pub const STREAMLETS_UNAVAILABLE: &str = "tailstream_coordinator_streamlets_unavailable";
 pub const STREAMLETS_LOST: &str = "tailstream_coordinator_streamlets_lost";
+pub const STREAMLETS_UNDER_REPLICATED: &str = "tailstream_coordinator_streamlets_under_replicated";
 pub const STREAMS: &str = "tailstream_coordinator_streams";
 pub const STREAMLETS: &str = "tailstream_coordinator_streamlets";
 pub const STREAMLETS_OWNED: &str = "tailstream_coordinator_streamlets_owned";
@@ -74,6 +75,10 @@ pub fn describe() {
         (
             STREAMLETS_LOST,
             "Streamlets no live backup can rebuild (explicitly not served).",
+        ),
+        (
+            STREAMLETS_UNDER_REPLICATED,
+            "Serving streamlets with a log short of R complete copies (per their owners' heartbeats): acknowledging on min_insync_replicas until brokers return.",
         ),
         (STREAMS, "Streams."),
         (STREAMLETS, "Streamlets over all streams."),

@@ -51,9 +51,10 @@ impl MetadataStore for MetadataFile {
                 let invalid = |e: String| {
                     format!("{} is not valid coordinator metadata: {e}", path.display())
                 };
-                let metadata: Metadata =
+                let mut metadata: Metadata =
                     serde_json::from_slice(&bytes).map_err(|e| invalid(e.to_string()))?;
                 metadata.validate().map_err(invalid)?;
+                metadata.upgrade_streams();
                 Ok(metadata)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Metadata::default()),

@@ -112,11 +112,15 @@ impl CoordinatorService {
         let brokers = state
             .metadata
             .broker_infos(|id| state.liveness.is_alive(id, now));
+        let streams = state
+            .metadata
+            .all_streams()
+            .into_iter()
+            .map(|s| state.with_replication(s))
+            .collect();
         (
             ListBrokersResponse { brokers },
-            ListStreamsResponse {
-                streams: state.metadata.all_streams(),
-            },
+            ListStreamsResponse { streams },
         )
     }
 
@@ -199,6 +203,12 @@ impl CoordinatorService {
             state
                 .log_ends
                 .insert((end.stream, end.streamlet, end.log), end.committed_offset);
+        }
+        for set in request.replication {
+            let key = (set.stream, set.streamlet, set.replicas.log);
+            state
+                .replication
+                .insert(key, (request.server_id, set.replicas));
         }
         let assignments = (request.known_version < state.metadata.version)
             .then(|| state.metadata.assignments_for(request.server_id));
@@ -371,6 +381,7 @@ impl CoordinatorService {
                 let mut state = core.lock();
                 state.heads.retain(|(stream, _, _), _| *stream != id);
                 state.log_ends.retain(|(stream, _, _), _| *stream != id);
+                state.replication.retain(|(stream, _, _), _| *stream != id);
             }
             tracing::info!(stream = %name, id = id.0, "stream deleted");
             // Its owners drop its streamlets now; its backups hear of it in their heartbeats.
@@ -399,7 +410,7 @@ impl CoordinatorService {
             .metadata
             .stream_metadata(&request.name)
             .map_err(|e| Response::error(e.status(), e.to_string()))?;
-        Ok(Response::ok(&metadata))
+        Ok(Response::ok(&state.with_replication(metadata)))
     }
 
     /// Answers `request` if `facing` serves its opcode.

@@ -21,6 +21,8 @@ pub(crate) fn data_error_code(error: &DataError) -> i16 {
         DataError::UnsupportedBatch(_) => ResponseError::UnsupportedForMessageFormat,
         // The batch is appended but not yet on every backup: a retry lands once.
         DataError::CommitTimeout(_) => ResponseError::RequestTimedOut,
+        // Appended, and its copies cannot all be made now: Kafka's own case for it.
+        DataError::NotEnoughReplicasAfterAppend => ResponseError::NotEnoughReplicasAfterAppend,
         DataError::LogGone => ResponseError::NotLeaderOrFollower,
         DataError::Storage(error) => return storage_error_code(error),
     };
@@ -38,6 +40,8 @@ fn storage_error_code(error: &StorageError) -> i16 {
         StorageError::Backpressure { .. } => ResponseError::KafkaStorageError,
         // Too much appended and not yet replicated (a backup was lost): retriable.
         StorageError::ReplicationBacklog { .. } => ResponseError::NotEnoughReplicas,
+        // Fewer backups than min_insync_replicas can be had: Kafka's own case for it.
+        StorageError::NotEnoughReplicas { .. } => ResponseError::NotEnoughReplicas,
         StorageError::BatchTooLarge { .. } => ResponseError::MessageTooLarge,
         StorageError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
         // Never DUPLICATE_SEQUENCE_NUMBER, which clients count as delivered: the log does not

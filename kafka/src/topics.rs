@@ -121,10 +121,19 @@ impl Topics {
         }
     }
 
+    /// Creates `name` as `tailstream stream create` would without flags: the configured stream
+    /// defaults, replicated as the cluster allows (`default_replicas` of the live brokers,
+    /// min_insync_replicas at its default), so an acks=all producer to a topic it never
+    /// created does not lose it with one broker.
     async fn create(&self, name: &str) -> Result<Arc<StreamMetadata>, TopicError> {
+        let brokers = self.coordinator.list_brokers().await?;
+        let live = brokers.iter().filter(|b| b.alive && !b.crashed).count();
+        let mut config = self.defaults.clone();
+        config.replicas = tailstream_config::default_replicas(live as u32);
+        config.min_insync_replicas = 0;
         let created = self
             .coordinator
-            .create_stream(name, self.auto_create_streamlets, self.defaults.clone())
+            .create_stream(name, self.auto_create_streamlets, config)
             .await;
         let metadata = match created {
             Ok(metadata) => metadata,
@@ -189,6 +198,7 @@ mod tests {
                     epoch: 1,
                     state: PlacementState::Serving,
                     detail: String::new(),
+                    replication: Vec::new(),
                 })
                 .collect(),
         }

@@ -51,6 +51,10 @@ pub enum StorageError {
     DigestTooLarge { live_segments: usize },
     #[error("{bytes} appended bytes are still being replicated; retry shortly")]
     ReplicationBacklog { bytes: u64 },
+    #[error(
+        "fewer than min_insync_replicas ({required}) backups can hold a copy now (brokers are gone and none can replace them); retry later"
+    )]
+    NotEnoughReplicas { required: u32 },
     /// A state the code rules out was met: a bug, never the caller's fault and never fixed by
     /// retrying. Made only through `StorageError::invariant`, which makes it loud.
     #[error("internal error (a broker bug): {0}")]
@@ -92,6 +96,7 @@ impl StorageError {
             StorageError::SequenceClash { .. } => Status::SequenceClash,
             StorageError::ProducerFenced { .. } => Status::ProducerFenced,
             StorageError::ReplicationBacklog { .. } => Status::Busy,
+            StorageError::NotEnoughReplicas { .. } => Status::NotEnoughReplicas,
             StorageError::DigestTooLarge { .. }
             | StorageError::Invariant(_)
             | StorageError::Recovery(_) => Status::Internal,

@@ -119,6 +119,10 @@ pub struct Log {
     /// The commit point; readers long-poll on it, produce requests wait for theirs.
     commits: watch::Sender<CommitPoint>,
     replication_wake: OnceLock<Arc<Notify>>,
+    /// Whether the log's replicator can have `min_insync_replicas` copies of what is
+    /// appended now (set by the replicator; always true for an unreplicated log). While it
+    /// cannot, appends are refused (`NotEnoughReplicas`) rather than left waiting.
+    insync: watch::Sender<bool>,
 }
 
 pub(super) fn to_position(position: usize) -> SegmentPosition {
@@ -142,7 +146,20 @@ impl Log {
             }),
             commits: watch::Sender::new(CommitPoint::default()),
             replication_wake: OnceLock::new(),
+            insync: watch::Sender::new(true),
         }
+    }
+
+    /// The replicator says whether `min_insync_replicas` copies can be had now.
+    pub fn set_insync(&self, possible: bool) {
+        self.insync
+            .send_if_modified(|now| std::mem::replace(now, possible) != possible);
+    }
+
+    /// A receiver of the flag `set_insync` sets (produce requests waiting for their commit
+    /// stop waiting when it turns false).
+    pub fn subscribe_insync(&self) -> watch::Receiver<bool> {
+        self.insync.subscribe()
     }
 
     pub fn id(&self) -> LogId {
@@ -243,6 +260,11 @@ impl Log {
             });
         }
         let replicated = shared.config.replicas > 0;
+        if replicated && !*self.insync.borrow() {
+            return Err(StorageError::NotEnoughReplicas {
+                required: shared.config.min_insync(),
+            });
+        }
         if replicated
             && state.pending_bytes + batch.len() as u64 > shared.replication_backlog_bytes_max
         {

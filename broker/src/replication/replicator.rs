@@ -7,6 +7,12 @@
 //! log as far as every segment before the point is fully replicated. Done segments are kept as
 //! records of where their replicas are, so a lost backup's closed replicas are re-created
 //! elsewhere in the background and freed replicas are released when retention frees the data.
+//!
+//! With too few live brokers for R copies, a segment commits on `min_insync_replicas` (see
+//! `ReplicatedSegment`); the replicator tells its log whether that many copies can be had
+//! (`Log::set_insync`: appends are refused while not), publishes the log's replica set and its
+//! health (under-replicated, below min insync), and keeps asking for backups, so a segment
+//! short of copies gets them once brokers return.
 
 use super::backups::Backups;
 use super::placements::SegmentReplicas;
@@ -22,7 +28,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tailstream_config::ReplicationConfig;
-use tailstream_wire::messages::{BrokerInfo, ReplicaId};
+use tailstream_wire::messages::{BrokerInfo, LogReplicaSet, ReplicaId};
 use tailstream_wire::{LogId, SegmentId, ServerId};
 use tokio::sync::watch;
 
@@ -98,6 +104,11 @@ pub(super) struct Replicator {
     pub(super) streamlet: Arc<Streamlet>,
     pub(super) log: LogId,
     pub(super) replicas: usize,
+    /// Complete copies a segment commits with when no backup can be had for the others.
+    pub(super) min_insync: usize,
+    /// Backups lost that no segment's copy replaced yet: Kafka's replica list names them
+    /// until the log has R copies everywhere again.
+    pub(super) lost: Vec<ServerId>,
     /// Segments being written or closed, in log order (the reserved next one last).
     pub(super) active: VecDeque<Tracked>,
     /// Closed segments being copied to a replacement backup.
@@ -109,10 +120,13 @@ pub(super) struct Replicator {
     /// Segments below this were rebuilt by recovery and are tracked as closed records and
     /// repairs from the start, not as segments being written.
     pub(super) floor: Option<SegmentId>,
-    /// True while every segment of the log has all its replicas (no repair pending).
-    pub(super) durable: watch::Sender<bool>,
+    /// True while every segment being repaired has `min_insync` complete copies (what a
+    /// recovery waits for before the streamlet serves).
+    pub(super) in_sync: watch::Sender<bool>,
     /// What `publish_placement` last published.
     pub(super) published: Vec<SegmentReplicas>,
+    /// What `publish_health` last published.
+    pub(super) health: Option<LogReplicaSet>,
 }
 
 /// Replicates one log of `streamlet` until the streamlet is no longer owned here.
@@ -132,7 +146,8 @@ pub struct RecoveredReplicas {
 
 /// Replicates a rebuilt log: its recovered segments are known closed (or repaired from the
 /// start), and only segments from `floor` on are written as the log appends. The returned
-/// watch turns true once no copy is missing.
+/// watch turns true once every recovered segment has `min_insync_replicas` complete copies
+/// (the rest are made in the background, as brokers allow).
 pub fn spawn_recovered(
     ctx: Arc<ReplicationContext>,
     streamlet: Arc<Streamlet>,
@@ -141,12 +156,15 @@ pub fn spawn_recovered(
 ) -> watch::Receiver<bool> {
     let membership = ctx.cluster.brokers();
     let replicas = streamlet.config().replicas as usize;
-    let (durable, durable_rx) = watch::channel(recovered.incomplete.is_empty());
+    let min_insync = streamlet.config().min_insync() as usize;
+    let (in_sync, in_sync_rx) = watch::channel(recovered.incomplete.is_empty());
     let replicator = Replicator {
         ctx,
         streamlet,
         log,
         replicas,
+        min_insync,
+        lost: Vec::new(),
         active: VecDeque::new(),
         repairs: recovered.incomplete.into_iter().map(Tracked::new).collect(),
         closed: recovered.complete.into(),
@@ -154,11 +172,12 @@ pub fn spawn_recovered(
         membership,
         waiting_for_backup: false,
         floor: recovered.floor,
-        durable,
+        in_sync,
         published: Vec::new(),
+        health: None,
     };
     tokio::spawn(replicator.run());
-    durable_rx
+    in_sync_rx
 }
 
 fn replica_id(
@@ -205,9 +224,13 @@ impl Replicator {
             self.commit();
             self.retire();
             self.publish_placement();
-            let durable = self.repairs.is_empty();
-            self.durable
-                .send_if_modified(|d| std::mem::replace(d, durable) != durable);
+            self.publish_health();
+            let in_sync = self
+                .repairs
+                .iter()
+                .all(|t| t.seg.in_sync() >= self.min_insync);
+            self.in_sync
+                .send_if_modified(|d| std::mem::replace(d, in_sync) != in_sync);
             let retry = self.waiting_for_backup;
             tokio::select! {
                 _ = wake.notified() => {}
@@ -241,6 +264,63 @@ impl Replicator {
         LogId,
     ) {
         (self.streamlet.stream(), self.streamlet.id(), self.log)
+    }
+
+    /// Tells the log whether `min_insync_replicas` copies can be had (every segment in flight
+    /// has enough backups, or can get them), and publishes the log's replica set when it
+    /// changed: the newest segment's backups (with those lost and not replaced yet), the ones
+    /// of them in sync, and the fewest complete copies any segment not yet done has.
+    fn publish_health(&mut self) {
+        let possible = self.active.iter().all(|t| t.seg.can_reach_min_insync());
+        self.log().set_insync(possible);
+        let tracked = || self.active.iter().chain(self.repairs.iter());
+        let fewest = tracked()
+            .filter(|t| t.seg.written() > 0 || t.seg.is_sealed())
+            .map(|t| t.seg.in_sync())
+            .min()
+            .unwrap_or(self.replicas)
+            .min(self.replicas);
+        if fewest >= self.replicas {
+            self.lost.clear();
+        }
+        let head = self
+            .active
+            .iter()
+            .rev()
+            .find(|t| t.seg.slots().iter().any(|s| s.backup.is_some()));
+        let (mut backups, in_sync): (Vec<ServerId>, Vec<ServerId>) = match head {
+            Some(t) => (
+                t.seg.backups(),
+                t.seg
+                    .slots()
+                    .iter()
+                    .filter(|s| s.is_in_sync())
+                    .filter_map(|s| s.backup)
+                    .collect(),
+            ),
+            None => (Vec::new(), Vec::new()),
+        };
+        for lost in &self.lost {
+            if backups.len() < self.replicas && !backups.contains(lost) {
+                backups.push(*lost);
+            }
+        }
+        let set = LogReplicaSet {
+            log: self.log,
+            backups,
+            in_sync,
+            in_sync_replicas: fewest as u32,
+        };
+        if self.health.as_ref() == Some(&set) {
+            return;
+        }
+        self.health = Some(set.clone());
+        self.ctx.placements.publish_health(
+            self.log_key(),
+            set,
+            self.replicas as u32,
+            self.min_insync as u32,
+        );
     }
 
     /// Publishes where the segments in flight have their replicas, when that changed (compared
@@ -292,10 +372,9 @@ impl Replicator {
                         .iter()
                         .position(|t| t.seg.id.segment > view.segment)
                         .unwrap_or(self.active.len());
-                    self.active.insert(
-                        at,
-                        Tracked::new(ReplicatedSegment::new(id, view.capacity, self.replicas)),
-                    );
+                    let seg = ReplicatedSegment::new(id, view.capacity, self.replicas)
+                        .with_min_insync(self.min_insync);
+                    self.active.insert(at, Tracked::new(seg));
                     at
                 }
             };
@@ -311,11 +390,9 @@ impl Replicator {
         {
             let id = replica_id(&self.streamlet, self.log, group, segment);
             let capacity = self.streamlet.config().segment_size_bytes;
-            self.active.push_back(Tracked::new(ReplicatedSegment::new(
-                id,
-                capacity,
-                self.replicas,
-            )));
+            let seg = ReplicatedSegment::new(id, capacity, self.replicas)
+                .with_min_insync(self.min_insync);
+            self.active.push_back(Tracked::new(seg));
         }
     }
 

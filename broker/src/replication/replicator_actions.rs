@@ -33,7 +33,14 @@ impl Replicator {
         let mut actions = Vec::new();
         // Repairs (closed segments copied again) go a few at a time: each holds a buffer on
         // its backups until it closes, and a recovery may have a whole log's worth of them.
-        let repairs = self.repairs.iter_mut().take(REPAIRS_AT_ONCE_MAX);
+        // Those being copied come first; segments complete on fewer than R backups (waiting
+        // for a broker to come back) only look for one with what is left of the allowance,
+        // so they never hold up a copy that can be made (a recovered head's, say).
+        let (copying, short): (Vec<&mut _>, Vec<&mut _>) = self
+            .repairs
+            .iter_mut()
+            .partition(|t: &&mut super::replicator::Tracked| !t.seg.is_closed_short());
+        let repairs = copying.into_iter().chain(short).take(REPAIRS_AT_ONCE_MAX);
         for tracked in self.active.iter_mut().chain(repairs) {
             let segment = tracked.seg.id.segment;
             actions.extend(
@@ -154,6 +161,7 @@ impl Replicator {
             let mut selector = selector.selector.lock().unwrap_or_else(|p| p.into_inner());
             selector.choose(membership, me, &exclude, Instant::now())
         };
+        let none_to_be_had = chosen.is_none();
         let opened =
             chosen.and_then(|broker| Some((tracked.seg.assign(slot, broker.server_id)?, broker)));
         let Some((
@@ -166,6 +174,11 @@ impl Replicator {
             broker,
         )) = opened
         else {
+            // No broker can take a copy now: the segment does without this one (committing
+            // on min_insync_replicas copies) and asks again shortly.
+            if none_to_be_had {
+                tracked.seg.unavailable(slot);
+            }
             self.waiting_for_backup = true;
             return;
         };

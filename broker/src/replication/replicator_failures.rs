@@ -21,6 +21,9 @@ impl Replicator {
     /// `backup` is gone: every replica this log has there is re-created elsewhere.
     pub(super) fn backup_lost(&mut self, backup: ServerId) {
         self.quarantine(backup);
+        if !self.lost.contains(&backup) {
+            self.lost.push(backup);
+        }
         let addr = peer_addr(&self.membership.borrow(), backup);
         self.ctx.backups.forget(backup, addr.as_deref());
         for tracked in self.active.iter_mut().chain(self.repairs.iter_mut()) {
@@ -39,7 +42,8 @@ impl Replicator {
         self.closed = kept.into();
         for record in lost {
             let mut seg =
-                ReplicatedSegment::closed(record.id, record.length, record.epoch, &record.backups);
+                ReplicatedSegment::closed(record.id, record.length, record.epoch, &record.backups)
+                    .with_min_insync(self.min_insync);
             seg.backup_lost(backup);
             self.repairs.push(Tracked::new(seg));
         }
@@ -71,9 +75,19 @@ impl Replicator {
     /// Moves finished segments to the closed records, finishes repairs, and frees the
     /// replicas of segments retention has freed.
     pub(super) fn retire(&mut self) {
-        while self.active.front().is_some_and(|t| t.seg.is_done()) {
+        while self
+            .active
+            .front()
+            .is_some_and(|t| t.seg.is_done() || t.seg.is_closed_short())
+        {
             if let Some(tracked) = self.active.pop_front() {
-                self.closed.push_back(record_of(&tracked.seg));
+                if tracked.seg.is_done() {
+                    self.closed.push_back(record_of(&tracked.seg));
+                } else {
+                    // Complete on fewer than R backups: it waits for one as a repair, out of
+                    // the way of the segments being written.
+                    self.repairs.push(tracked);
+                }
             }
         }
         let (finished, ongoing): (Vec<Tracked>, Vec<Tracked>) = std::mem::take(&mut self.repairs)

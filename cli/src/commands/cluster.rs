@@ -1,6 +1,6 @@
 //! `tailstream cluster status`: brokers and their liveness, streams and the state of their
-//! streamlets (serving, being recovered, lost), and the recent recoveries with their phase
-//! times, from the coordinator.
+//! streamlets (serving, under-replicated, being recovered, lost), and the recent recoveries
+//! with their phase times, from the coordinator.
 
 use clap::Subcommand;
 use serde_json::{Value, json};
@@ -58,25 +58,33 @@ pub async fn run(config: Config, coordinator: &str, command: ClusterCommand) -> 
         .map(StateCounts::of)
         .fold(StateCounts::default(), |total, c| StateCounts {
             serving: total.serving + c.serving,
+            under_replicated: total.under_replicated + c.under_replicated,
             recovering: total.recovering + c.recovering,
             lost: total.lost + c.lost,
         });
     println!(
-        "{} streams: {} streamlets serving, {} recovering, {} lost",
+        "{} streams: {} streamlets serving ({} under-replicated), {} recovering, {} lost",
         streams.len(),
         counts.serving,
+        counts.under_replicated,
         counts.recovering,
         counts.lost
     );
     for stream in &streams {
         let c = StateCounts::of(stream);
         println!(
-            "  {:<16} {} streamlets x {} logs, R={}: {} serving{}{}",
+            "  {:<16} {} streamlets x {} logs, R={} (min in sync {}): {} serving{}{}{}",
             stream.name,
             stream.streamlets.len(),
             stream.config.logs_per_streamlet,
             stream.config.replicas,
+            stream.config.min_insync(),
             c.serving,
+            if c.under_replicated > 0 {
+                format!(", {} UNDER-REPLICATED", c.under_replicated)
+            } else {
+                String::new()
+            },
             if c.recovering > 0 {
                 format!(", {} RECOVERING", c.recovering)
             } else {
@@ -94,6 +102,22 @@ pub async fn run(config: Config, coordinator: &str, command: ClusterCommand) -> 
                     "    streamlet {} {:?}: {}",
                     placement.streamlet.0, placement.state, placement.detail
                 );
+            }
+            for set in &placement.replication {
+                if set.in_sync_replicas < stream.config.replicas {
+                    println!(
+                        "    streamlet {} log {}: {} of {} copies in sync{}",
+                        placement.streamlet.0,
+                        set.log.0,
+                        set.in_sync_replicas,
+                        stream.config.replicas,
+                        if set.in_sync_replicas < stream.config.min_insync() {
+                            ", BELOW min_insync_replicas: produce refused"
+                        } else {
+                            ""
+                        }
+                    );
+                }
             }
         }
     }
@@ -174,7 +198,9 @@ fn stream_json(stream: &StreamMetadata) -> Value {
         "streamlets": stream.streamlets.len(),
         "logs_per_streamlet": stream.config.logs_per_streamlet,
         "replicas": stream.config.replicas,
+        "min_insync_replicas": stream.config.min_insync(),
         "serving": c.serving,
+        "under_replicated": c.under_replicated,
         "recovering": c.recovering,
         "lost": c.lost,
     })
@@ -184,6 +210,8 @@ fn stream_json(stream: &StreamMetadata) -> Value {
 #[derive(Clone, Copy, Debug, Default)]
 struct StateCounts {
     serving: usize,
+    /// Serving with a log short of R complete copies.
+    under_replicated: usize,
     recovering: usize,
     lost: usize,
 }
@@ -199,6 +227,11 @@ impl StateCounts {
         };
         Self {
             serving: count(PlacementState::Serving),
+            under_replicated: stream
+                .streamlets
+                .iter()
+                .filter(|p| p.under_replicated_logs(stream.config.replicas) > 0)
+                .count(),
             recovering: count(PlacementState::Recovering),
             lost: count(PlacementState::Lost),
         }

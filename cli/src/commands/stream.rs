@@ -4,7 +4,7 @@ use super::human::{human_bytes, human_count};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use tailstream_client::{
-    Client, LogGroups, PartitionLagInfo, PlacementState, StreamMetadata, StreamletId,
+    Client, LogGroups, LogReplicaSet, PartitionLagInfo, PlacementState, StreamMetadata, StreamletId,
 };
 use tailstream_config::Config;
 
@@ -39,9 +39,14 @@ pub struct CreateArgs {
     /// Q: logs per streamlet (default from the config's stream_defaults).
     #[arg(long)]
     logs: Option<u32>,
-    /// R: backups per segment (default: min(3, live brokers - 1)).
+    /// R: backups per segment (default: min(3, live brokers - 2), 1 with two brokers: one
+    /// broker stays spare to replace a copy lost in a crash).
     #[arg(long)]
     replicas: Option<u32>,
+    /// While brokers are gone and none can replace their copies, acknowledge with this many
+    /// complete backup copies (Kafka's min.insync.replicas; default max(1, R - 1)).
+    #[arg(long)]
+    min_insync_replicas: Option<u32>,
     #[arg(long)]
     segment_size_bytes: Option<u32>,
     #[arg(long)]
@@ -57,12 +62,13 @@ pub struct CreateArgs {
 fn print_stream(stream: &StreamMetadata) {
     let c = &stream.config;
     println!(
-        "stream {} (id {}): streamlets={} logs={} replicas={} segment_size_bytes={} segments_per_group={} retention_bytes={} retention_ms={}",
+        "stream {} (id {}): streamlets={} logs={} replicas={} min_insync_replicas={} segment_size_bytes={} segments_per_group={} retention_bytes={} retention_ms={}",
         stream.name,
         stream.id.0,
         stream.streamlets.len(),
         c.logs_per_streamlet,
         c.replicas,
+        c.min_insync(),
         c.segment_size_bytes,
         c.segments_per_group,
         c.retention_bytes,
@@ -80,10 +86,13 @@ pub async fn run(config: Config, coordinator: &str, command: StreamCommand) -> R
                 Some(replicas) => replicas,
                 None => {
                     let brokers = cluster.list_brokers().await.map_err(|e| e.to_string())?;
-                    let alive = brokers.iter().filter(|b| b.alive).count() as u32;
-                    alive.saturating_sub(1).min(3)
+                    let alive = brokers.iter().filter(|b| b.alive && !b.crashed).count();
+                    tailstream_config::default_replicas(alive as u32)
                 }
             };
+            stream.min_insync_replicas = args
+                .min_insync_replicas
+                .unwrap_or(stream.min_insync_replicas);
             stream.segment_size_bytes =
                 args.segment_size_bytes.unwrap_or(stream.segment_size_bytes);
             stream.segments_per_group =
@@ -131,6 +140,7 @@ fn stream_json(stream: &StreamMetadata) -> Value {
         "streamlets": stream.streamlets.len(),
         "logs_per_streamlet": c.logs_per_streamlet,
         "replicas": c.replicas,
+        "min_insync_replicas": c.min_insync(),
         "segment_size_bytes": c.segment_size_bytes,
         "segments_per_group": c.segments_per_group,
         "retention_bytes": c.retention_bytes,
@@ -183,6 +193,8 @@ async fn describe(cluster: &Client, stream: &StreamMetadata, json: bool) {
                     "epoch": placement.epoch,
                     "state": state,
                     "detail": placement.detail,
+                    "under_replicated_logs": placement.under_replicated_logs(stream.config.replicas),
+                    "replication": placement.replication.iter().map(replica_set_json).collect::<Vec<_>>(),
                     "logs": logs.as_ref().ok().map(|logs| {
                         logs.iter().map(log_json).collect::<Vec<_>>()
                     }),
@@ -201,12 +213,21 @@ async fn describe(cluster: &Client, stream: &StreamMetadata, json: bool) {
     }
     print_stream(stream);
     for (placement, state, logs) in &streamlets {
+        let short = placement.under_replicated_logs(stream.config.replicas);
         println!(
-            "  streamlet {} owner {} at {} epoch {} {state}{}",
+            "  streamlet {} owner {} at {} epoch {} {state}{}{}",
             placement.streamlet.0,
             placement.owner,
             placement.owner_addr,
             placement.epoch,
+            if short > 0 {
+                format!(
+                    ", UNDER-REPLICATED ({short} of its logs short of {} copies)",
+                    stream.config.replicas
+                )
+            } else {
+                String::new()
+            },
             if placement.detail.is_empty() {
                 String::new()
             } else {
@@ -232,6 +253,15 @@ async fn describe(cluster: &Client, stream: &StreamMetadata, json: bool) {
                     if !log.replicas.is_empty() {
                         println!("      replicas {}", replicas_line(log));
                     }
+                    if let Some(set) = placement.replication.iter().find(|s| s.log == log.log) {
+                        println!(
+                            "      in sync {}/{} (min {}): {}",
+                            set.in_sync_replicas,
+                            stream.config.replicas,
+                            stream.config.min_insync(),
+                            in_sync_line(set),
+                        );
+                    }
                 }
             }
             Err(why) if placement.state == PlacementState::Serving => {
@@ -256,6 +286,30 @@ fn replicas_line(log: &LogGroups) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// `server-1.0, server-2.0 (server-3.0 lost)`: a log's backups, those not in sync marked.
+fn in_sync_line(set: &LogReplicaSet) -> String {
+    set.backups
+        .iter()
+        .map(|b| {
+            if set.in_sync.contains(b) {
+                b.to_string()
+            } else {
+                format!("{b} (not in sync)")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn replica_set_json(set: &LogReplicaSet) -> Value {
+    json!({
+        "log": set.log.0,
+        "backups": set.backups.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "in_sync": set.in_sync.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "in_sync_replicas": set.in_sync_replicas,
+    })
 }
 
 /// What one log holds now.

@@ -192,6 +192,16 @@ impl Metadata {
         Ok(())
     }
 
+    /// Streams saved before `min_insync_replicas` existed acknowledged only with all R copies:
+    /// they keep that (R), rather than quietly taking the newer default.
+    pub fn upgrade_streams(&mut self) {
+        for stream in self.streams.values_mut() {
+            if stream.config.min_insync_replicas == 0 {
+                stream.config.min_insync_replicas = stream.config.replicas;
+            }
+        }
+    }
+
     /// Reserves the block of producer ids from counter `next` on: ids below the ceiling may
     /// be handed out once this change is durable. The first reservation also fixes the key
     /// that ids are enciphered with (`fresh_key`, random, from the caller: this state machine

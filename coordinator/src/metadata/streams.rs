@@ -35,10 +35,12 @@ impl Metadata {
         &mut self,
         name: &str,
         streamlets: u32,
-        config: StreamConfig,
+        mut config: StreamConfig,
         live: &[ServerId],
     ) -> Result<&StreamRecord, MetadataError> {
         validate_name(name)?;
+        // Saved as the value in force, so a later change of the default changes no stream.
+        config.min_insync_replicas = config.min_insync();
         if !(1..=STREAMLETS_MAX).contains(&streamlets) {
             return Err(MetadataError::InvalidArgument(format!(
                 "streamlets must be in 1..={STREAMLETS_MAX}"
@@ -144,6 +146,8 @@ impl Metadata {
                 epoch: placement.epoch,
                 state: placement.state,
                 detail: placement.detail.clone(),
+                // Live state, not metadata: `core::State::with_replication` fills it in.
+                replication: Vec::new(),
             })
             .collect();
         StreamMetadata {

@@ -128,6 +128,8 @@ impl Orchestrator {
         metrics::gauge!(m::STREAMLETS).set(f64::from(total));
         metrics::gauge!(m::STREAMLETS_UNAVAILABLE).set(f64::from(unavailable));
         metrics::gauge!(m::STREAMLETS_LOST).set(f64::from(lost));
+        metrics::gauge!(m::STREAMLETS_UNDER_REPLICATED)
+            .set(state.under_replicated_streamlets() as f64);
         for (server, count) in owned {
             metrics::gauge!(m::STREAMLETS_OWNED, "server" => server.to_string())
                 .set(f64::from(count));

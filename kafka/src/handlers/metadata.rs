@@ -12,7 +12,8 @@ use kafka_protocol::messages::metadata_response::{
 };
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use std::sync::Arc;
-use tailstream_wire::messages::{PlacementState, StreamMetadata};
+use tailstream_wire::LogId;
+use tailstream_wire::messages::{PlacementState, StreamMetadata, StreamletPlacement};
 
 /// What Tailstream calls its cluster, for clients that want a cluster id.
 const CLUSTER_ID: &str = "tailstream";
@@ -94,24 +95,50 @@ fn topic(stream: &StreamMetadata, _version: i16) -> MetadataResponseTopic {
         };
         for log in 0..logs {
             let index = placement.streamlet.0 * logs + log;
-            let nodes = if serving {
-                vec![BrokerId(leader)]
+            let (replicas, isr) = if serving {
+                replica_nodes(placement, LogId(log), leader)
             } else {
-                Vec::new()
+                (Vec::new(), Vec::new())
             };
             partitions.push(
                 MetadataResponsePartition::default()
                     .with_error_code(error)
                     .with_partition_index(i32::try_from(index).unwrap_or(i32::MAX))
                     .with_leader_id(BrokerId(leader))
-                    .with_replica_nodes(nodes.clone())
-                    .with_isr_nodes(nodes),
+                    .with_replica_nodes(replicas)
+                    .with_isr_nodes(isr),
             );
         }
     }
     MetadataResponseTopic::default()
         .with_name(Some(TopicName(str_bytes(&stream.name))))
         .with_partitions(partitions)
+}
+
+/// A partition's replicas and ISR: its leader, then its log's backups (with those lost and not
+/// replaced yet) and the ones of them holding a complete copy, as the owner last reported.
+/// A log short of R complete copies shows an ISR shorter than its replica list, which is how
+/// Kafka's tools see under-replication.
+fn replica_nodes(
+    placement: &StreamletPlacement,
+    log: LogId,
+    leader: i32,
+) -> (Vec<BrokerId>, Vec<BrokerId>) {
+    let mut replicas = vec![BrokerId(leader)];
+    let mut isr = vec![BrokerId(leader)];
+    if let Some(set) = placement.replication.iter().find(|s| s.log == log) {
+        let node = |id: &tailstream_wire::ServerId| BrokerId(id.index as i32);
+        replicas.extend(set.backups.iter().map(node));
+        // The newest segment's copies in sync, but never more than the fewest complete
+        // copies an older segment still has.
+        isr.extend(
+            set.in_sync
+                .iter()
+                .take(set.in_sync_replicas as usize)
+                .map(node),
+        );
+    }
+    (replicas, isr)
 }
 
 fn failed_topic(name: &str, error: &TopicError) -> MetadataResponseTopic {

@@ -81,6 +81,24 @@ impl crate::field::WireField for PlacementState {
 }
 
 wire_message! {
+    /// One replicated log's copies, as its owner last reported them.
+    pub struct LogReplicaSet {
+        pub log: LogId,
+        /// The backups of its newest segment, and backups it lost that nothing replaced yet
+        /// (Kafka's replica list, less the leader).
+        #[cfg_attr(test, proptest(strategy = "small_vec::<ServerId>()"))]
+        pub backups: Vec<ServerId>,
+        /// Of those, the ones holding a current, complete copy (Kafka's ISR, less the leader).
+        #[cfg_attr(test, proptest(strategy = "small_vec::<ServerId>()"))]
+        pub in_sync: Vec<ServerId>,
+        /// The fewest complete copies any of its segments not yet fully replicated has (R when
+        /// none is short): below R the log is under-replicated; below the stream's
+        /// `min_insync_replicas` it refuses produce.
+        pub in_sync_replicas: u32,
+    }
+}
+
+wire_message! {
     /// Where one streamlet lives, under which ownership epoch, and whether it is usable.
     pub struct StreamletPlacement {
         pub streamlet: StreamletId,
@@ -91,6 +109,20 @@ wire_message! {
         pub state: PlacementState,
         /// For `Lost`: what is missing; for `Recovering`: from which crashed broker.
         pub detail: String,
+        /// Per replicated log, its copies as the owner last reported them (empty when the
+        /// stream is unreplicated or nothing was reported yet).
+        #[cfg_attr(test, proptest(strategy = "small_vec::<LogReplicaSet>()"))]
+        pub replication: Vec<LogReplicaSet>,
+    }
+}
+
+impl StreamletPlacement {
+    /// Logs with fewer complete copies than `replicas` (R), per their owner's last report.
+    pub fn under_replicated_logs(&self, replicas: u32) -> usize {
+        self.replication
+            .iter()
+            .filter(|log| log.in_sync_replicas < replicas)
+            .count()
     }
 }
 
@@ -186,6 +218,15 @@ wire_message! {
 }
 
 wire_message! {
+    /// One log a broker owns: its replicas' health (sent when it changes).
+    pub struct LogReplication {
+        pub stream: StreamId,
+        pub streamlet: StreamletId,
+        pub replicas: LogReplicaSet,
+    }
+}
+
+wire_message! {
     pub struct BrokerHeartbeatRequest {
         pub server_id: ServerId,
         /// Metadata version of the assignments the broker holds.
@@ -198,6 +239,10 @@ wire_message! {
         /// Committed ends that changed since the last heartbeat the coordinator answered.
         #[cfg_attr(test, proptest(strategy = "small_vec::<LogEnd>()"))]
         pub log_ends: Vec<LogEnd>,
+        /// Replica sets of owned replicated logs that changed since the last heartbeat the
+        /// coordinator answered.
+        #[cfg_attr(test, proptest(strategy = "small_vec::<LogReplication>()"))]
+        pub replication: Vec<LogReplication>,
     }
 }
 
