@@ -8,7 +8,19 @@
 //! Every command finds the coordinator through `--coordinator`, else `$TAILSTREAM_COORDINATOR`,
 //! else `coordinator.rpc_addr` of the configuration.
 
+/// Every command's `println!` goes through `output::line`, so a closed pipe ends it quietly
+/// instead of panicking (defined before the modules, whose `println!` it shadows).
+macro_rules! println {
+    () => {
+        $crate::output::line(format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        $crate::output::line(format_args!($($arg)*))
+    };
+}
+
 mod commands;
+mod output;
 mod servers;
 
 use clap::{Parser, Subcommand};
@@ -119,6 +131,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let coordinator_arg = cli.coordinator.clone();
     let coordinator = cli
         .coordinator
         .unwrap_or_else(|| config.coordinator.rpc_addr.to_string());
@@ -127,7 +140,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Dev(args) => commands::dev::run(config, config_path, args).await,
             Command::Coordinator(args) => servers::run_coordinator(config, args).await,
-            Command::Broker(args) => servers::run_broker(config, args).await,
+            Command::Broker(args) => servers::run_broker(config, args, coordinator_arg).await,
             Command::Stream(command) => commands::stream::run(config, &coordinator, command).await,
             Command::Produce(args) => commands::produce::run(config, &coordinator, args).await,
             Command::Consume(args) => commands::consume::run(config, &coordinator, args).await,

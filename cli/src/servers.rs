@@ -93,17 +93,66 @@ enum BrokerAction {
 
 #[derive(Args, Debug)]
 struct KillArgs {
-    /// The broker's index in the dev cluster (`broker-N` in `tailstream dev`'s output).
-    index: usize,
+    /// The broker's server index: N of `server-N.G`, as `cluster status`, `stream describe`
+    /// and Kafka's node ids show it.
+    index: u32,
     /// The dev cluster's data directory (`dev.data_dir` of the configuration by default).
     #[arg(long)]
     data_dir: Option<PathBuf>,
 }
 
-/// Kills broker `index` of the dev cluster whose pid files live under `data_dir`.
-fn kill_dev_broker(config: &Config, args: KillArgs) -> Result<(), String> {
+/// Kills the broker with server index `args.index` of the dev cluster whose files live under
+/// `data_dir`: the coordinator says where that server listens, and the dev cluster's files say
+/// which of its children that is (the coordinator numbers brokers in the order they register,
+/// which need not be the order `dev` started them).
+async fn kill_dev_broker(
+    config: &Config,
+    coordinator: Option<String>,
+    args: KillArgs,
+) -> Result<(), String> {
+    use tailstream_launcher::LocalCluster;
     let data_dir = args.data_dir.unwrap_or_else(|| config.dev.data_dir.clone());
-    let pid_file = tailstream_launcher::LocalCluster::pid_file(&data_dir, args.index);
+    let coordinator = coordinator
+        .or_else(|| {
+            std::fs::read_to_string(LocalCluster::coordinator_addr_file(&data_dir))
+                .ok()
+                .map(|a| a.trim().to_string())
+        })
+        .unwrap_or_else(|| config.coordinator.rpc_addr.to_string());
+    let brokers = crate::commands::client(config, &coordinator)
+        .list_brokers()
+        .await
+        .map_err(|e| format!("asking the coordinator at {coordinator} for its brokers: {e}"))?;
+    let target = brokers
+        .iter()
+        .filter(|b| b.server_id.index == args.index && !b.crashed)
+        .max_by_key(|b| b.server_id.generation)
+        .ok_or_else(|| {
+            let known: Vec<String> = brokers
+                .iter()
+                .filter(|b| !b.crashed)
+                .map(|b| b.server_id.to_string())
+                .collect();
+            format!(
+                "no live broker has server index {} (brokers: {})",
+                args.index,
+                known.join(", ")
+            )
+        })?;
+    let child = (0..256)
+        .find(|k| {
+            std::fs::read_to_string(LocalCluster::rpc_addr_file(&data_dir, *k))
+                .is_ok_and(|addr| addr.trim() == target.rpc_addr)
+        })
+        .ok_or_else(|| {
+            format!(
+                "{} (at {}) is not a broker of the `tailstream dev` cluster in {}",
+                target.server_id,
+                target.rpc_addr,
+                data_dir.display()
+            )
+        })?;
+    let pid_file = LocalCluster::pid_file(&data_dir, child);
     let text = std::fs::read_to_string(&pid_file).map_err(|e| {
         format!(
             "reading {} ({e}): is a `tailstream dev` cluster running with that data directory?",
@@ -121,13 +170,13 @@ fn kill_dev_broker(config: &Config, args: KillArgs) -> Result<(), String> {
         .map_err(|e| format!("running kill: {e}"))?;
     if !status.success() {
         return Err(format!(
-            "kill -KILL {pid} failed: broker-{} is not running",
-            args.index
+            "kill -KILL {pid} failed: {} is not running",
+            target.server_id
         ));
     }
     // The pid is spent: a second kill must not hit whatever reuses it.
     let _ = std::fs::remove_file(&pid_file);
-    println!("broker-{} (pid {pid}) killed", args.index);
+    println!("{} (pid {pid}) killed", target.server_id);
     Ok(())
 }
 
@@ -143,9 +192,13 @@ pub async fn run_coordinator(mut config: Config, args: ServerArgs) -> Result<(),
     tailstream_coordinator::server::run(config, shutdown).await
 }
 
-pub async fn run_broker(mut config: Config, args: BrokerArgs) -> Result<(), String> {
+pub async fn run_broker(
+    mut config: Config,
+    args: BrokerArgs,
+    coordinator: Option<String>,
+) -> Result<(), String> {
     if let Some(BrokerAction::Kill(kill)) = args.action {
-        return kill_dev_broker(&config, kill);
+        return kill_dev_broker(&config, coordinator, kill).await;
     }
     let coordinator_peer_addr = args
         .coordinator_peer

@@ -7,6 +7,7 @@
 mod common;
 
 use common::{TEST_TIMEOUT, TestCluster};
+use std::time::Duration;
 use tailstream_client::ClientError;
 use tailstream_wire::Status;
 
@@ -310,6 +311,81 @@ async fn a_deleted_stream_s_data_is_dropped_by_its_owners_and_backups() {
         }
         assert_eq!(read.len(), 1);
         assert_eq!(read[0].value.as_deref(), Some(&b"fresh"[..]));
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}
+
+/// `broker kill N` takes the server index that `cluster status`, `stream describe` and Kafka
+/// node ids show (the coordinator numbers brokers as they register, not as they were started),
+/// and a command whose reader goes away (`| head`) ends quietly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_kill_takes_server_ids_and_a_closed_pipe_ends_a_command_quietly() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let mut test = TestCluster::start(3, "").await;
+        let client = test.client();
+        let brokers = client.list_brokers().await.unwrap();
+        // The server whose launcher index differs from its own, if registration reordered
+        // them; else any.
+        let launcher_index = |rpc: &str| {
+            (0..3)
+                .find(|i| {
+                    test.cluster
+                        .broker(*i)
+                        .is_some_and(|b| b.rpc_addr.to_string() == rpc)
+                })
+                .unwrap()
+        };
+        let target = brokers
+            .iter()
+            .find(|b| launcher_index(&b.rpc_addr) != b.server_id.index as usize)
+            .unwrap_or(&brokers[1])
+            .clone();
+        let index = target.server_id.index.to_string();
+        let data_dir = test.dir.path().to_str().unwrap().to_string();
+        let (ok, out, err) = test
+            .cli(&["broker", "kill", &index, "--data-dir", &data_dir], b"")
+            .await;
+        assert!(ok, "{err}");
+        assert!(
+            String::from_utf8_lossy(&out).contains(&target.server_id.to_string()),
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
+        let victim = launcher_index(&target.rpc_addr);
+        let mut exited = false;
+        for _ in 0..100 {
+            if test
+                .cluster
+                .exits()
+                .iter()
+                .any(|(_, i, _)| *i == Some(victim))
+            {
+                exited = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(exited, "{} was not the one killed", target.server_id);
+        assert_eq!(test.cluster.brokers().count(), 2, "only that one");
+
+        // A closed pipe: `stream describe` of a wide stream (more lines than a pipe holds)
+        // into a reader that takes one line and exits.
+        let mut wide = test.stream_config();
+        wide.logs_per_streamlet = 16;
+        client.create_stream("wide", 64, wide).await.unwrap();
+        let script = format!("{} stream describe wide | head -n 1", common::BINARY);
+        let output = tokio::process::Command::new("bash")
+            .args(["-o", "pipefail", "-c", &script])
+            .env("TAILSTREAM_COORDINATOR", test.coordinator())
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert_eq!(String::from_utf8_lossy(&output.stdout).lines().count(), 1);
         test.stop().await;
     })
     .await

@@ -267,6 +267,10 @@ impl LocalCluster {
             &["--peer-addr".to_string(), coordinator_peer.to_string()],
         )
         .await?;
+        let _ = std::fs::write(
+            Self::coordinator_addr_file(&spec.data_dir),
+            coordinator.rpc_addr.to_string(),
+        );
         let mut cluster = Self {
             spec,
             coordinator,
@@ -326,6 +330,10 @@ impl LocalCluster {
         if let Some(pid) = proc.pid() {
             let _ = std::fs::write(Self::pid_file(&self.spec.data_dir, index), pid.to_string());
         }
+        let _ = std::fs::write(
+            Self::rpc_addr_file(&self.spec.data_dir, index),
+            proc.rpc_addr.to_string(),
+        );
         Ok(proc)
     }
 
@@ -468,6 +476,17 @@ impl LocalCluster {
     /// Where broker `index` writes its pid (for `tailstream broker kill`).
     pub fn pid_file(data_dir: &Path, index: usize) -> PathBuf {
         data_dir.join(format!("broker-{index}")).join("pid")
+    }
+
+    /// Where broker `index`'s client address is written (`tailstream broker kill` finds a
+    /// broker by the server id the coordinator gave it, which need not be `index`).
+    pub fn rpc_addr_file(data_dir: &Path, index: usize) -> PathBuf {
+        data_dir.join(format!("broker-{index}")).join("rpc_addr")
+    }
+
+    /// Where the coordinator's client address is written.
+    pub fn coordinator_addr_file(data_dir: &Path) -> PathBuf {
+        data_dir.join("coordinator").join("rpc_addr")
     }
 
     /// Stops every child cleanly (brokers first), killing any that will not stop.

@@ -59,7 +59,8 @@ pub async fn run(config: Config, coordinator: &str, args: ConsumeArgs) -> Result
     // lost) streamlet is never the end of the stream.
     let mut idle_since = Instant::now();
     let mut waiting_for = Vec::new();
-    let write_error = |e: std::io::Error| format!("writing stdout: {e}");
+    // A reader that went away (`| head`) ends the command quietly.
+    let write_error = |e: std::io::Error| -> String { crate::output::exit_on(&e) };
     while count < max {
         let mut records = reader.poll(poll).await.map_err(|e| e.to_string())?;
         let unavailable = reader.unavailable();
