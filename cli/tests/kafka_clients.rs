@@ -9,85 +9,17 @@
 
 mod common;
 
+use common::kafka::{bootstrap, kcat, required, run};
 use common::{TEST_TIMEOUT, TestCluster};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
-use tokio::process::Command;
 
-/// The Python with kafka-python, or `None` (the test is skipped or fails, see above).
 fn kafka_python() -> Option<PathBuf> {
-    let python = std::env::var_os("TAILSTREAM_KAFKA_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/kafka-venv/bin/python")
-        });
-    let works = std::process::Command::new(&python)
-        .args(["-c", "import kafka"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    works.then_some(python)
-}
-
-fn kcat() -> Option<PathBuf> {
-    let works = std::process::Command::new("kcat")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    works.then(|| PathBuf::from("kcat"))
-}
-
-/// The client, or the reason this test cannot run (a failure when clients are required).
-fn required(client: Option<PathBuf>, name: &str) -> Option<PathBuf> {
-    if client.is_none() {
-        assert!(
-            std::env::var_os("TAILSTREAM_REQUIRE_KAFKA_CLIENTS").is_none(),
-            "{name} is required (TAILSTREAM_REQUIRE_KAFKA_CLIENTS) but not installed: run .ci/install-deps.sh"
-        );
-        eprintln!("skipped: {name} is not installed (run .ci/install-deps.sh)");
-    }
-    client
-}
-
-fn bootstrap(test: &TestCluster) -> String {
-    test.cluster
-        .brokers()
-        .filter_map(|b| b.kafka_addr.map(|a| a.to_string()))
-        .collect::<Vec<_>>()
-        .join(",")
+    common::kafka::python_with("kafka")
 }
 
 const CLIENTS_PY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kafka/clients.py");
-
-/// Runs a command to its end (bounded), returning its stdout; fails the test on an error.
-async fn run(program: &PathBuf, args: &[&str], stdin: &[u8]) -> String {
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    let data = stdin.to_vec();
-    tokio::spawn(async move {
-        use tokio::io::AsyncWriteExt;
-        let _ = input.write_all(&data).await;
-    });
-    let output = tokio::time::timeout(Duration::from_secs(150), child.wait_with_output())
-        .await
-        .expect("the client finished in time")
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{} {args:?} failed: {}",
-        program.display(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
 
 /// A record as a client reports it: partition, offset, value.
 type Seen = (i32, u64, String);

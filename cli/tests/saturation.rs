@@ -129,6 +129,8 @@ async fn a_saturated_machine_gets_no_live_broker_declared_crashed() {
             .map(|_| {
                 tokio::process::Command::new("sh")
                     .args(["-c", "while :; do :; done"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
                     .kill_on_drop(true)
                     .spawn()
                     .unwrap()

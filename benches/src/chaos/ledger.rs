@@ -226,6 +226,7 @@ mod tests {
             timestamp_ms: 0,
             key: None,
             value: Some(Bytes::from(value(producer, sequence))),
+            producer: None,
         }
     }
 

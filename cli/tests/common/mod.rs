@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used)] // each test binary uses a subset; tests may unwrap
 
 pub mod hostile;
+pub mod kafka;
 pub mod ledger;
 pub mod load;
 

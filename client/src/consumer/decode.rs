@@ -6,6 +6,7 @@ use crate::error::ClientError;
 use bytes::Bytes;
 use tailstream_wire::batch::{base_offset, read_batch_header};
 use tailstream_wire::entry::{EntryType, TRAILER_VALUE_BYTES};
+use tailstream_wire::messages::ProducerSession;
 use tailstream_wire::records::RecordIter;
 use tailstream_wire::scan::EntryIter;
 use tailstream_wire::{LogId, RecordOffset, StreamletId};
@@ -26,6 +27,9 @@ pub struct ConsumedRecord {
     pub key: Option<Bytes>,
     /// The record's value (`None` only for a record produced with a null value).
     pub value: Option<Bytes>,
+    /// The idempotent producer session (id and epoch) whose batch held the record; `None` for
+    /// a batch produced without idempotence.
+    pub producer: Option<ProducerSession>,
 }
 
 /// Decodes the records in `entries` (whole entries of one log), skipping digests and trailers
@@ -83,6 +87,10 @@ pub(crate) fn decode_entries(
                 timestamp_ms: record.timestamp_ms,
                 key: record.key,
                 value: record.value,
+                producer: info.producer.map(|p| ProducerSession {
+                    producer_id: p.producer_id,
+                    producer_epoch: p.producer_epoch,
+                }),
             });
         }
     }

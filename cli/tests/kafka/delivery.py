@@ -1,0 +1,94 @@
+"""confluent-kafka (librdkafka) against a Tailstream cluster (run by cli/tests/kafka_delivery.rs).
+
+  delivery.py produce BOOTSTRAP TOPIC COUNT RATE MESSAGE_TIMEOUT_MS
+      An idempotent producer (acks=all, lz4, linger 5 ms, message.timeout.ms as given) sends
+      COUNT records "v-N" (keys cycling over 32 keys) at RATE records/s, then flushes.
+      Prints one line per delivery report: "ok PARTITION OFFSET VALUE SECONDS" (seconds since
+      the start, when the report came) or "failed VALUE ERROR", "fatal ERROR" for a fatal
+      producer error (after which it stops producing), and "unsettled N" last.
+  delivery.py transactional BOOTSTRAP
+      A transactional producer's init_transactions(30 s): prints
+      "refused SECONDS CODE fatal=BOOL retriable=BOOL" or "initialized SECONDS".
+"""
+import sys
+import time
+
+from confluent_kafka import KafkaException, Producer
+
+
+def produce(bootstrap, topic, count, rate, message_timeout_ms):
+    fatal = []
+
+    def on_error(error):
+        if error.fatal():
+            fatal.append(error)
+
+    producer = Producer({
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "compression.type": "lz4",
+        "linger.ms": 5,
+        "message.timeout.ms": message_timeout_ms,
+        "error_cb": on_error,
+    })
+    lines = []
+    started = time.monotonic()
+
+    def report(error, message):
+        value = message.value().decode()
+        if error is None:
+            at = time.monotonic() - started
+            lines.append(f"ok {message.partition()} {message.offset()} {value} {at:.3f}")
+        else:
+            lines.append(f"failed {value} {error.name()}")
+
+    for i in range(count):
+        if fatal:
+            break
+        key = f"k{i % 32}".encode()
+        while True:
+            try:
+                producer.produce(topic, key=key, value=f"v-{i}".encode(), on_delivery=report)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+        if rate > 0:
+            delay = started + (i + 1) / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+    # Every message either is delivered or times out within message.timeout.ms of its send.
+    producer.flush(60 + message_timeout_ms / 1000)
+    for line in lines:
+        print(line)
+    for error in fatal:
+        print(f"fatal {error.name()} {error.str()}")
+    print(f"unsettled {len(producer)}")
+
+
+def transactional(bootstrap):
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "refused"})
+    started = time.monotonic()
+    try:
+        producer.init_transactions(30)
+        print(f"initialized {time.monotonic() - started:.2f}")
+    except KafkaException as e:
+        error = e.args[0]
+        print(f"refused {time.monotonic() - started:.2f} {error.name()} "
+              f"fatal={error.fatal()} retriable={error.retriable()}")
+
+
+def main():
+    command = sys.argv[1]
+    if command == "produce":
+        bootstrap, topic, count, rate, timeout = sys.argv[2:7]
+        produce(bootstrap, topic, int(count), int(rate), int(timeout))
+    elif command == "transactional":
+        transactional(sys.argv[2])
+    else:
+        sys.exit(f"unknown command {command}")
+
+
+if __name__ == "__main__":
+    main()
