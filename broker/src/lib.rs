@@ -10,7 +10,8 @@
 //! - [`service`]: the native client RPC front end over the data plane. Produce is appended on
 //!   the connection's reader task (so pipelined batches keep their order); fetch may
 //!   long-poll.
-//! - [`peer_service`]: the peer RPC service, on a listener of its own: the coordinator's
+//! - [`peer_service`]: the peer RPC service, on a listener of its own served on the control
+//!   runtime (pings answered on time however busy the data path): the coordinator's
 //!   assignments and the replica RPCs other brokers call.
 //! - [`backup`] (the `tailstream-backup` crate, re-exported): the backup every broker also
 //!   is: replica buffers (memory-mapped files), the replica RPCs, and the one-sided endpoint

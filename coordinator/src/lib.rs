@@ -1,15 +1,17 @@
 //! tailstream-coordinator: the cluster's metadata authority.
 //!
 //! - [`metadata`]: the pure state machine: brokers (server ids with generations), streams,
-//!   placement of streamlets, the producer-id ceiling, the assignment version. No I/O.
+//!   placement of streamlets, producer ids (unique and enciphered, epochs bumped), the
+//!   assignment version. No I/O.
 //! - [`persist`]: [`persist::MetadataStore`], where that state is saved, and its one
 //!   implementation today: a JSON file in the data directory, replaced atomically.
 //! - [`core`]: the live state and the one way to change it (saved off the reader tasks, one
 //!   change at a time), and assignment pushes.
 //! - [`liveness`]: when each broker last heartbeated (memory only).
-//! - [`detector`]: failure detection as a pure state machine (reports and probes in,
-//!   probe/declare out); [`watchdog`] is its async shell (probes, heartbeat backstop,
-//!   declarations).
+//! - [`detector`]: failure detection as a pure state machine (reports, probe outcomes and
+//!   heartbeat silence in, probe/declare out: a refused connection declares at once, silence
+//!   only with the heartbeats silent too); [`watchdog`] is its async shell (probes, heartbeat
+//!   backstop, declarations), on the control runtime.
 //! - [`recovery`]: the planner (pure) and the orchestrator that rebuilds a crashed broker's
 //!   streamlets on the survivors.
 //! - [`groups`]: consumer groups: membership (Kafka's classic group protocol, a pure state
@@ -18,7 +20,8 @@
 //! - [`service`]: the RPC handlers, split by listener: clients (streams, brokers, producer
 //!   ids) and peers (register, heartbeat).
 //! - [`admin`]: the admin HTTP routes: JSON for operators and the console page itself.
-//! - [`server`]: wires it together: listeners, admin HTTP, shutdown.
+//! - [`server`]: wires it together: listeners, admin HTTP, shutdown; the peer listener and
+//!   the watchdog on a control runtime of their own.
 
 pub mod admin;
 pub mod core;
