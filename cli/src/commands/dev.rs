@@ -57,7 +57,7 @@ pub async fn run(
     };
     let mut cluster = LocalCluster::start(spec).await?;
     let coordinator = cluster.coordinator_addr();
-    wait_for_brokers(&config, &coordinator.to_string(), brokers).await?;
+    let registered = wait_for_brokers(&config, &coordinator.to_string(), brokers).await?;
     println!(
         "tailstream dev: coordinator {coordinator} (brokers register at {})",
         cluster.coordinator.peer_addr
@@ -70,8 +70,14 @@ pub async fn run(
         let kafka = broker
             .kafka_addr
             .map_or(String::new(), |addr| format!(" kafka {addr}"));
+        // The coordinator numbers brokers as they register: the id every other command shows.
+        let server = registered
+            .iter()
+            .filter(|b| b.rpc_addr == broker.rpc_addr.to_string())
+            .max_by_key(|b| b.server_id.generation)
+            .map_or_else(|| "unregistered".to_string(), |b| b.server_id.to_string());
         println!(
-            "tailstream dev: {} rpc {} peer {} admin http://{}{kafka}",
+            "tailstream dev: {} ({server}) rpc {} peer {} admin http://{}{kafka}",
             broker.name, broker.rpc_addr, broker.peer_addr, broker.admin_addr
         );
     }
@@ -94,7 +100,7 @@ pub async fn run(
         format!(" --data-dir {}", data_dir.display())
     };
     println!(
-        "tailstream dev: crash a broker on purpose with `tailstream broker kill N{data_dir_arg}` (recovery moves its streamlets)"
+        "tailstream dev: crash a broker on purpose with `tailstream broker kill N{data_dir_arg}`, N of its server-N.G (recovery moves its streamlets)"
     );
     let mut watch = tokio::time::interval(Duration::from_millis(200));
     let mut restarts: Vec<(tokio::time::Instant, Option<usize>)> = Vec::new();
@@ -154,16 +160,19 @@ pub async fn run(
 }
 
 /// Waits until the coordinator sees `brokers` live brokers.
-async fn wait_for_brokers(config: &Config, coordinator: &str, brokers: u32) -> Result<(), String> {
+/// Waits until `brokers` brokers are registered and alive; returns the coordinator's list.
+async fn wait_for_brokers(
+    config: &Config,
+    coordinator: &str,
+    brokers: u32,
+) -> Result<Vec<tailstream_client::BrokerInfo>, String> {
     let cluster = super::client(config, coordinator);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let alive = match cluster.list_brokers().await {
-            Ok(list) => list.iter().filter(|b| b.alive).count(),
-            Err(_) => 0,
-        };
+        let listed = cluster.list_brokers().await.unwrap_or_default();
+        let alive = listed.iter().filter(|b| b.alive).count();
         if alive >= brokers as usize {
-            return Ok(());
+            return Ok(listed);
         }
         if tokio::time::Instant::now() > deadline {
             return Err(format!(
