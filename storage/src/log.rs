@@ -152,8 +152,11 @@ impl Log {
 
     /// The replicator says whether `min_insync_replicas` copies can be had now.
     pub fn set_insync(&self, possible: bool) {
-        self.insync
-            .send_if_modified(|now| std::mem::replace(now, possible) != possible);
+        // Every replication round calls this: a read first, the write lock only on a change.
+        if *self.insync.borrow() != possible {
+            self.insync
+                .send_if_modified(|now| std::mem::replace(now, possible) != possible);
+        }
     }
 
     /// A receiver of the flag `set_insync` sets (produce requests waiting for their commit

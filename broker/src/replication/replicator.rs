@@ -273,8 +273,10 @@ impl Replicator {
     fn publish_health(&mut self) {
         let possible = self.active.iter().all(|t| t.seg.can_reach_min_insync());
         self.log().set_insync(possible);
-        let tracked = || self.active.iter().chain(self.repairs.iter());
-        let fewest = tracked()
+        let fewest = self
+            .active
+            .iter()
+            .chain(self.repairs.iter())
             .filter(|t| t.seg.written() > 0 || t.seg.is_sealed())
             .map(|t| t.seg.in_sync())
             .min()
@@ -287,33 +289,42 @@ impl Replicator {
             .active
             .iter()
             .rev()
-            .find(|t| t.seg.slots().iter().any(|s| s.backup.is_some()));
-        let (mut backups, in_sync): (Vec<ServerId>, Vec<ServerId>) = match head {
-            Some(t) => (
-                t.seg.backups(),
-                t.seg
-                    .slots()
-                    .iter()
-                    .filter(|s| s.is_in_sync())
-                    .filter_map(|s| s.backup)
-                    .collect(),
-            ),
-            None => (Vec::new(), Vec::new()),
+            .find(|t| t.seg.slots().iter().any(|s| s.backup.is_some()))
+            .map(|t| t.seg.slots());
+        // Compared in place: a round with nothing new (every append's) allocates nothing.
+        let head_backups = || head.into_iter().flatten().filter_map(|s| s.backup);
+        let head_in_sync = || {
+            head.into_iter()
+                .flatten()
+                .filter(|s| s.is_in_sync())
+                .filter_map(|s| s.backup)
         };
-        for lost in &self.lost {
-            if backups.len() < self.replicas && !backups.contains(lost) {
-                backups.push(*lost);
-            }
+        let shown_lost = || {
+            let room = self.replicas.saturating_sub(head_backups().count());
+            self.lost
+                .iter()
+                .copied()
+                .filter(move |lost| !head_backups().any(|b| b == *lost))
+                .take(room)
+        };
+        let same = self.health.as_ref().is_some_and(|shown| {
+            shown.in_sync_replicas == fewest as u32
+                && shown.in_sync.iter().copied().eq(head_in_sync())
+                && shown
+                    .backups
+                    .iter()
+                    .copied()
+                    .eq(head_backups().chain(shown_lost()))
+        });
+        if same {
+            return;
         }
         let set = LogReplicaSet {
             log: self.log,
-            backups,
-            in_sync,
+            backups: head_backups().chain(shown_lost()).collect(),
+            in_sync: head_in_sync().collect(),
             in_sync_replicas: fewest as u32,
         };
-        if self.health.as_ref() == Some(&set) {
-            return;
-        }
         self.health = Some(set.clone());
         self.ctx.placements.publish_health(
             self.log_key(),
