@@ -159,12 +159,6 @@ impl ClusterState {
     /// Records the coordinator's membership: newer generations fence older ones, crashed
     /// generations are fenced, retired ones are dropped from this broker's backup.
     fn update_brokers(&self, brokers: Vec<BrokerInfo>, retired: &[ServerId]) {
-        for broker in &brokers {
-            self.backup.note_generation(broker.server_id);
-            if broker.crashed {
-                self.backup.fence(broker.server_id);
-            }
-        }
         let retired: Vec<ServerId> = {
             let mut membership = self.lock();
             retired
@@ -188,6 +182,17 @@ impl ClusterState {
                     }
                 }
             });
+        }
+        self.note_membership(brokers);
+    }
+
+    /// The membership view replicators choose backups from (takes no `Membership` lock).
+    fn note_membership(&self, brokers: Vec<BrokerInfo>) {
+        for broker in &brokers {
+            self.backup.note_generation(broker.server_id);
+            if broker.crashed {
+                self.backup.fence(broker.server_id);
+            }
         }
         self.brokers.send_if_modified(|current| {
             let changed = *current != brokers;
@@ -273,6 +278,11 @@ impl ClusterState {
                     ),
                 )
             })?;
+        }
+        // The streamlets created here choose their backups at once: from the membership as
+        // of this assignment, not from a view that may predate this broker's first heartbeat.
+        if !request.brokers.is_empty() {
+            self.note_membership(request.brokers.clone());
         }
         let (created, dropped) = self
             .store

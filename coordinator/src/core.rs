@@ -11,9 +11,11 @@ use crate::metadata::{Metadata, MetadataError};
 use crate::persist::MetadataStore;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tailstream_net::{Response, RpcPool};
-use tailstream_wire::messages::{Empty, LogReplicaSet, PlacementState, StreamMetadata};
+use tailstream_wire::messages::{
+    AssignStreamletsRequest, BrokerInfo, Empty, LogReplicaSet, PlacementState, StreamMetadata,
+};
 use tailstream_wire::{
     LogId, Opcode, RecordOffset, SegmentId, ServerId, Status, StreamId, StreamletId,
 };
@@ -38,6 +40,19 @@ pub struct State {
 }
 
 impl State {
+    /// The membership as this coordinator sees it now (heartbeat answers and assignments
+    /// carry it).
+    pub fn broker_infos(&self) -> Vec<BrokerInfo> {
+        let now = Instant::now();
+        self.metadata
+            .broker_infos(|id| self.liveness.is_alive(id, now))
+    }
+
+    /// What `server` must own now, with the membership to choose its backups from.
+    pub fn assignments_for(&self, server: ServerId) -> AssignStreamletsRequest {
+        self.metadata.assignments_for(server, self.broker_infos())
+    }
+
     /// `metadata` with each serving streamlet's replica sets, as its current owner last
     /// reported them.
     pub fn with_replication(&self, mut metadata: StreamMetadata) -> StreamMetadata {
@@ -188,10 +203,7 @@ impl Coordinator {
                 .into_iter()
                 .filter_map(|server| {
                     let record = state.metadata.check_server(server).ok()?;
-                    Some((
-                        record.peer_addr.clone(),
-                        state.metadata.assignments_for(server),
-                    ))
+                    Some((record.peer_addr.clone(), state.assignments_for(server)))
                 })
                 .collect()
         };

@@ -175,7 +175,7 @@ impl CoordinatorService {
             }
             state.liveness.heard(server_id, Instant::now());
             tracing::info!(%server_id, rpc = %rpc_addr, "broker registered");
-            let assignments = state.metadata.assignments_for(server_id);
+            let assignments = state.assignments_for(server_id);
             Response::ok(&RegisterBrokerResponse {
                 server_id,
                 assignments,
@@ -211,11 +211,8 @@ impl CoordinatorService {
                 .insert(key, (request.server_id, set.replicas));
         }
         let assignments = (request.known_version < state.metadata.version)
-            .then(|| state.metadata.assignments_for(request.server_id));
-        let now = Instant::now();
-        let brokers = state
-            .metadata
-            .broker_infos(|id| state.liveness.is_alive(id, now));
+            .then(|| state.assignments_for(request.server_id));
+        let brokers = state.broker_infos();
         Ok(Response::ok(&BrokerHeartbeatResponse {
             assignments,
             brokers,

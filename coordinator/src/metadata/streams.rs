@@ -8,8 +8,8 @@ use super::{Metadata, MetadataError, Placement, STREAM_NAME_BYTES_MAX, StreamRec
 pub const DELETED_STREAMS_KEPT: usize = 256;
 use tailstream_config::{STREAMLETS_MAX, validate_stream_config};
 use tailstream_wire::messages::{
-    AssignStreamletsRequest, PlacementState, StreamConfig, StreamMetadata, StreamletAssignment,
-    StreamletPlacement,
+    AssignStreamletsRequest, BrokerInfo, PlacementState, StreamConfig, StreamMetadata,
+    StreamletAssignment, StreamletPlacement,
 };
 use tailstream_wire::{ServerId, StreamId, StreamletId};
 
@@ -185,8 +185,12 @@ impl Metadata {
     }
 
     /// The full set of streamlets `server` must own (serving or being rebuilt), as of the
-    /// current version. Lost streamlets are nobody's.
-    pub fn assignments_for(&self, server: ServerId) -> AssignStreamletsRequest {
+    /// current version, with the membership `brokers`. Lost streamlets are nobody's.
+    pub fn assignments_for(
+        &self,
+        server: ServerId,
+        brokers: Vec<BrokerInfo>,
+    ) -> AssignStreamletsRequest {
         let mut assignments = Vec::new();
         for stream in self.streams.values() {
             for (streamlet, placement) in stream.streamlet_ids() {
@@ -199,6 +203,7 @@ impl Metadata {
             target: server,
             version: self.version,
             assignments,
+            brokers,
         }
     }
 

@@ -38,7 +38,7 @@ fn streamlets_are_placed_round_robin_over_live_brokers() {
         vec![b],
         "each stream starts one broker further"
     );
-    assert_eq!(m.assignments_for(a).assignments.len(), 2);
+    assert_eq!(m.assignments_for(a, Vec::new()).assignments.len(), 2);
     let described = m.stream_metadata("s").unwrap();
     assert_eq!(described.streamlets[1].owner_addr, "127.0.0.1:2");
     assert_eq!(described.streamlets[1].state, PlacementState::Serving);
@@ -106,7 +106,7 @@ fn a_reregistered_broker_is_a_new_empty_generation_and_the_old_one_is_crashed() 
     );
     assert!(m.check_server(new).is_ok());
     assert!(
-        m.assignments_for(new).assignments.is_empty(),
+        m.assignments_for(new, Vec::new()).assignments.is_empty(),
         "new ones by placement only"
     );
     let described = m.stream_metadata("s").unwrap();
@@ -142,7 +142,7 @@ fn a_crashed_broker_s_streamlets_are_rebuilt_under_new_epochs_and_serve_again() 
     let assignment = m.begin_rebuild(stream, StreamletId(0), b).unwrap();
     assert_eq!((assignment.epoch, assignment.recovering), (2, true));
     assert!(m.orphans().is_empty(), "in progress on a member");
-    assert_eq!(m.assignments_for(b).assignments.len(), 2);
+    assert_eq!(m.assignments_for(b, Vec::new()).assignments.len(), 2);
     // A rebuild that finishes under an older epoch changes nothing.
     assert!(!m.finish_rebuild(stream, StreamletId(0), 1).unwrap());
     assert!(m.finish_rebuild(stream, StreamletId(0), 2).unwrap());
@@ -194,7 +194,7 @@ fn a_lost_streamlet_is_nobody_s_and_keeps_its_crash_unretired() {
     let placement = &m.stream_metadata("s").unwrap().streamlets[0];
     assert_eq!(placement.state, PlacementState::Lost);
     assert!(placement.detail.contains("segment-3"));
-    assert!(m.assignments_for(a).assignments.is_empty());
+    assert!(m.assignments_for(a, Vec::new()).assignments.is_empty());
     assert!(m.retired().is_empty());
     assert_eq!(m.orphans(), vec![(stream, StreamletId(0))], "retried later");
     // A backup came back with the missing copy: it can be rebuilt after all.
@@ -275,7 +275,7 @@ fn a_deleted_stream_is_gone_from_assignments_remembered_for_backups_and_its_id_n
     let (deleted, owners) = m.delete_stream("s").unwrap();
     assert_eq!((deleted, owners), (id, vec![a, b]));
     assert!(m.version > version, "owners get a new assignment");
-    assert!(m.assignments_for(a).assignments.is_empty());
+    assert!(m.assignments_for(a, Vec::new()).assignments.is_empty());
     assert_eq!(m.deleted_streams, vec![id]);
     assert!(matches!(
         m.delete_stream("s"),

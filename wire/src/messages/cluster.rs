@@ -184,6 +184,12 @@ wire_message! {
         pub version: u64,
         #[cfg_attr(test, proptest(strategy = "small_vec::<StreamletAssignment>()"))]
         pub assignments: Vec<StreamletAssignment>,
+        /// The membership as the coordinator sees it when it sends this: a broker chooses
+        /// backups for the streamlets it creates from it, so a broker assigned a streamlet
+        /// before its first heartbeat answer (just registered) does not take an empty view
+        /// for "no backup can be had".
+        #[cfg_attr(test, proptest(strategy = "small_vec::<BrokerInfo>()"))]
+        pub brokers: Vec<BrokerInfo>,
     }
 }
 
