@@ -3,6 +3,13 @@
 //! up to its first damaged record. When the file has grown well past what it holds, it is
 //! rewritten with one record per group and renamed over the old one.
 //!
+//! A commit whose write or fsync fails is cut back off the file before the error is
+//! answered: otherwise its torn record would stay, later commits would be acknowledged after
+//! it, and the next start would cut them off with it. When even that cut fails, the store
+//! refuses every further commit until the coordinator restarts (and reads back what is
+//! valid). A failed compaction leaves the old file in use; only a rename that may not be
+//! durable stops the store.
+//!
 //! Blocking (file I/O): called from the blocking pool, one commit at a time.
 
 use std::collections::{BTreeMap, HashMap};
@@ -38,6 +45,75 @@ struct Inner {
     /// committed offset, so not on every commit).
     compact_at: u64,
     groups: HashMap<String, Committed>,
+    /// Why the file can no longer be trusted to end where `file_bytes` says (a failed write
+    /// that could not be cut off, a compaction's rename that may not be durable): commits are
+    /// refused from then on.
+    broken: Option<String>,
+    /// Test-only fault injection: what the next write or fsync does.
+    #[cfg(test)]
+    fault: Option<Fault>,
+}
+
+/// An injected disk fault (tests).
+#[cfg(test)]
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// The next record write stores this many bytes, then fails (a torn write: ENOSPC).
+    TearWrite(usize),
+    /// The next fsync fails after the whole record was written.
+    FailSync,
+    /// The next write fails after a partial write, and cutting it off fails too.
+    TearAndFailCut(usize),
+}
+
+impl Inner {
+    /// Appends `record` and fsyncs it; on failure, cuts the file back to where it ended.
+    fn append_durably(&mut self, record: &[u8]) -> Result<(), std::io::Error> {
+        let written = self.write_and_sync(record);
+        if let Err(error) = written {
+            if let Err(cut) = self.cut_back() {
+                let why = format!(
+                    "a failed offsets write ({error}) could not be cut off the file ({cut})"
+                );
+                tracing::error!(%why, "group offset commits are refused until the coordinator restarts");
+                self.broken = Some(why);
+            }
+            return Err(error);
+        }
+        self.file_bytes += record.len() as u64;
+        Ok(())
+    }
+
+    fn write_and_sync(&mut self, record: &[u8]) -> Result<(), std::io::Error> {
+        #[cfg(test)]
+        match self.fault {
+            Some(Fault::TearWrite(n) | Fault::TearAndFailCut(n)) => {
+                self.file.write_all(&record[..n.min(record.len())])?;
+                return Err(std::io::Error::other("injected torn write"));
+            }
+            Some(Fault::FailSync) => {
+                self.fault = None;
+                self.file.write_all(record)?;
+                return Err(std::io::Error::other("injected fsync failure"));
+            }
+            None => {}
+        }
+        self.file.write_all(record)?;
+        self.file.sync_data()
+    }
+
+    /// Truncates the file to its last good end, and positions appends there.
+    fn cut_back(&mut self) -> Result<(), std::io::Error> {
+        #[cfg(test)]
+        if let Some(fault) = self.fault.take()
+            && matches!(fault, Fault::TearAndFailCut(_))
+        {
+            return Err(std::io::Error::other("injected truncate failure"));
+        }
+        self.file.set_len(self.file_bytes)?;
+        self.file.seek(SeekFrom::Start(self.file_bytes))?;
+        self.file.sync_all()
+    }
 }
 
 #[derive(Debug)]
@@ -70,6 +146,7 @@ impl OffsetStore {
     pub fn open(dir: &Path, limits: OffsetLimits) -> Result<Self, std::io::Error> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join(FILE_NAME);
+        let created = !path.exists();
         let mut file = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -96,6 +173,11 @@ impl OffsetStore {
             file.sync_all()?;
         }
         file.seek(SeekFrom::Start(valid))?;
+        if created {
+            // The file's directory entry must be durable before a commit in it is answered.
+            file.sync_all()?;
+            sync_dir(dir)?;
+        }
         Ok(Self {
             dir: dir.to_owned(),
             limits,
@@ -104,6 +186,9 @@ impl OffsetStore {
                 file_bytes: valid,
                 compact_at: COMPACT_BYTES_MIN,
                 groups,
+                broken: None,
+                #[cfg(test)]
+                fault: None,
             }),
         })
     }
@@ -127,6 +212,11 @@ impl OffsetStore {
             ));
         }
         let mut inner = self.lock();
+        if let Some(why) = &inner.broken {
+            return Err(OffsetError::Io(std::io::Error::other(format!(
+                "offset commits are refused until the coordinator restarts: {why}"
+            ))));
+        }
         let known = inner.groups.get(group);
         if known.is_none() && inner.groups.len() >= self.limits.groups_max {
             return Err(OffsetError::Refused(
@@ -155,11 +245,12 @@ impl OffsetStore {
             offsets,
         };
         let encoded = encode_record(&record);
-        inner.file.write_all(&encoded)?;
-        inner.file.sync_data()?;
-        inner.file_bytes += encoded.len() as u64;
+        inner.append_durably(&encoded)?;
         apply(&mut inner.groups, record);
-        self.compact_if_due(&mut inner)?;
+        // The commit is durable now: a compaction that fails does not fail it.
+        if let Err(error) = self.compact_if_due(&mut inner) {
+            tracing::warn!(%error, "offsets file compaction failed; the file stays as it was");
+        }
         Ok(())
     }
 
@@ -208,17 +299,34 @@ impl OffsetStore {
         }
         let path = self.dir.join(FILE_NAME);
         let tmp = path.with_extension("log.tmp");
-        let mut fresh = File::create(&tmp)?;
-        for record in &records {
-            fresh.write_all(record)?;
-        }
-        fresh.sync_all()?;
-        std::fs::rename(&tmp, &path)?;
-        File::open(&self.dir)?.sync_all()?;
-        let mut file = OpenOptions::new().read(true).write(true).open(&path)?;
-        file.seek(SeekFrom::End(0))?;
-        inner.file = file;
+        let written = (|| {
+            let mut fresh = File::create(&tmp)?;
+            for record in &records {
+                fresh.write_all(record)?;
+            }
+            fresh.sync_all()?;
+            Ok::<_, std::io::Error>(fresh)
+        })();
+        let fresh = match written.and_then(|fresh| std::fs::rename(&tmp, &path).map(|()| fresh)) {
+            Ok(fresh) => fresh,
+            Err(error) => {
+                // The old file is untouched and still the one appended to.
+                let _ = std::fs::remove_file(&tmp);
+                return Err(error);
+            }
+        };
+        // The handle that wrote the compacted file is the file at `path` now: appends go on
+        // through it, positioned at its end.
+        inner.file = fresh;
         inner.file_bytes = live;
+        if let Err(error) = sync_dir(&self.dir) {
+            // The rename may not survive a crash, and appends now go to the new file: what
+            // they add could vanish with it.
+            inner.broken = Some(format!(
+                "the compacted offsets file's rename could not be made durable ({error})"
+            ));
+            return Err(error);
+        }
         tracing::info!(
             bytes = live,
             groups = inner.groups.len(),
@@ -264,6 +372,11 @@ fn committed_offset(
         offset: *offset,
         metadata: metadata.clone(),
     }
+}
+
+/// Makes `dir`'s entries (a created or renamed file) durable.
+fn sync_dir(dir: &Path) -> Result<(), std::io::Error> {
+    File::open(dir)?.sync_all()
 }
 
 fn apply(groups: &mut HashMap<String, Committed>, record: OffsetsRecord) {
@@ -368,6 +481,56 @@ mod tests {
             store.commit("g0", vec![long]).unwrap_err().status(),
             Status::InvalidArgument
         );
+    }
+
+    /// Issue 21, finding 6: a commit that failed mid-write used to leave its torn record in
+    /// the file; the next commits were acknowledged after it and cut off with it at the next
+    /// start.
+    #[test]
+    fn a_failed_commit_is_cut_off_so_later_acknowledged_commits_survive_a_restart() {
+        for fault in [Fault::TearWrite(10), Fault::FailSync] {
+            let dir = tempfile::tempdir().unwrap();
+            let store = OffsetStore::open(dir.path(), limits()).unwrap();
+            store.commit("g", vec![offset("t", 0, 1)]).unwrap();
+            store.lock().fault = Some(fault);
+            assert_eq!(
+                store
+                    .commit("g", vec![offset("t", 0, 2)])
+                    .unwrap_err()
+                    .status(),
+                Status::Internal,
+                "{fault:?}"
+            );
+            store.commit("g", vec![offset("t", 1, 3)]).unwrap();
+            drop(store);
+            let store = OffsetStore::open(dir.path(), limits()).unwrap();
+            assert_eq!(
+                store.fetch("g", None),
+                vec![offset("t", 0, 1), offset("t", 1, 3)],
+                "{fault:?}: the failed commit is gone, the acknowledged ones are not"
+            );
+        }
+    }
+
+    #[test]
+    fn a_failed_commit_that_cannot_be_cut_off_stops_further_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = OffsetStore::open(dir.path(), limits()).unwrap();
+        store.commit("g", vec![offset("t", 0, 1)]).unwrap();
+        store.lock().fault = Some(Fault::TearAndFailCut(10));
+        assert!(store.commit("g", vec![offset("t", 0, 2)]).is_err());
+        let refused = store.commit("g", vec![offset("t", 0, 3)]).unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("until the coordinator restarts"),
+            "{refused}"
+        );
+        // Nothing acknowledged was lost: a restart reads back what is valid and goes on.
+        drop(store);
+        let store = OffsetStore::open(dir.path(), limits()).unwrap();
+        assert_eq!(store.fetch("g", None), vec![offset("t", 0, 1)]);
+        store.commit("g", vec![offset("t", 0, 4)]).unwrap();
     }
 
     #[test]
