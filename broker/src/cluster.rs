@@ -21,12 +21,12 @@
 //! replicated log's replica set when it changes (under-replication shows cluster-wide).
 
 use crate::backup::BackupStore;
+use crate::lease::{BootInstant, Lease};
 use crate::replication::placements::{LogKey, ReplicaPlacements};
 use crate::storage::{Store, Streamlet};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tailstream_net::{RpcClient, RpcClientConfig, RpcError};
 use tailstream_wire::messages::{
     AssignStreamletsRequest, BrokerHeartbeatRequest, BrokerHeartbeatResponse, BrokerInfo, LogEnd,
@@ -65,10 +65,8 @@ pub struct ClusterState {
     brokers: watch::Sender<Vec<BrokerInfo>>,
     /// Streamlets created by an assignment, for the replication layer to start replicating.
     created: mpsc::UnboundedSender<Arc<Streamlet>>,
-    lease: Duration,
-    /// The lease's end, in nanoseconds since `clock_origin` (0: no lease).
-    lease_until_ns: AtomicU64,
-    clock_origin: Instant,
+    /// Renewed by answered heartbeats; checked by the data plane on admission and on ack.
+    lease: Arc<Lease>,
 }
 
 impl ClusterState {
@@ -87,27 +85,19 @@ impl ClusterState {
             membership: Mutex::new(Membership::default()),
             brokers: watch::Sender::new(Vec::new()),
             created,
-            lease,
-            lease_until_ns: AtomicU64::new(0),
-            clock_origin: Instant::now(),
+            lease: Arc::new(Lease::new(lease)),
         };
         (state, created_rx)
     }
 
-    fn nanos(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.clock_origin).as_nanos())
-            .unwrap_or(u64::MAX)
-    }
-
-    /// The coordinator answered a heartbeat (or registration) this broker sent at `sent_at`.
-    fn renew_lease(&self, sent_at: Instant) {
-        let until = self.nanos(sent_at + self.lease);
-        self.lease_until_ns.fetch_max(until, Ordering::AcqRel);
+    /// The lease, for whoever must check it when an answer leaves.
+    pub fn lease(&self) -> &Arc<Lease> {
+        &self.lease
     }
 
     /// Whether this broker may serve now.
     pub fn lease_valid(&self) -> bool {
-        self.nanos(Instant::now()) < self.lease_until_ns.load(Ordering::Acquire)
+        self.lease.is_valid()
     }
 
     /// The membership as of the latest heartbeat.
@@ -233,7 +223,7 @@ impl ClusterState {
     /// This incarnation was declared crashed: serve nothing more, hold nothing, and let the
     /// membership loop register a new generation.
     fn declared_crashed(&self, why: &str) {
-        self.lease_until_ns.store(0, Ordering::Release);
+        self.lease.revoke();
         let dropped = self.store.clear();
         let mut membership = self.lock();
         let old = membership.server_id.take();
@@ -456,7 +446,7 @@ async fn membership_session(
             admin_addr: advertised.admin_addr.clone(),
             kafka_addr: advertised.kafka_addr.clone(),
         };
-        let sent_at = Instant::now();
+        let sent_at = BootInstant::now();
         let response: RegisterBrokerResponse =
             match client.call(Opcode::RegisterBroker, &request).await {
                 Ok(response) => response,
@@ -471,7 +461,7 @@ async fn membership_session(
                 Err(error) => return format!("register: {error}"),
             };
         cluster.registered(response.server_id);
-        cluster.renew_lease(sent_at);
+        cluster.lease.renew(sent_at);
         tracing::info!(server_id = %response.server_id, "registered with the coordinator");
         if let Err((_, message)) = cluster.apply_assignments(&response.assignments) {
             return format!("initial assignment: {message}");
@@ -493,12 +483,12 @@ async fn membership_session(
             log_ends: cluster.changed_ends(),
             replication: cluster.changed_replication(),
         };
-        let sent_at = Instant::now();
+        let sent_at = BootInstant::now();
         let result: Result<BrokerHeartbeatResponse, RpcError> =
             client.call(Opcode::BrokerHeartbeat, &request).await;
         match result {
             Ok(response) => {
-                cluster.renew_lease(sent_at);
+                cluster.lease.renew(sent_at);
                 cluster.heads_acknowledged(&request.heads);
                 cluster.ends_acknowledged(&request.log_ends);
                 cluster.replication_acknowledged(&request.replication);

@@ -9,6 +9,7 @@
 //! returns where its batch landed and a `CommitWaiter` for the moment every backup holds it.
 
 use crate::cluster::ClusterState;
+use crate::lease::Lease;
 use crate::metrics as m;
 use crate::replication::placements::ReplicaPlacements;
 use crate::storage::streamlet::Admission;
@@ -95,6 +96,9 @@ pub struct CommitWaiter {
     insync: watch::Receiver<bool>,
     target: CommitPoint,
     timeout: Duration,
+    /// Checked again once committed: no ack leaves a broker whose lease ran out while the
+    /// batch waited (a new owner may have rebuilt the log without it).
+    lease: Arc<Lease>,
 }
 
 impl CommitWaiter {
@@ -110,7 +114,18 @@ impl CommitWaiter {
         self
     }
 
-    pub async fn wait(mut self) -> Result<(), DataError> {
+    pub async fn wait(self) -> Result<(), DataError> {
+        let lease = self.lease.clone();
+        self.wait_for_commit().await?;
+        if lease.is_valid() {
+            Ok(())
+        } else {
+            metrics::counter!(m::ACKS_WITHHELD_LEASE_EXPIRED).increment(1);
+            Err(DataError::LeaseExpired)
+        }
+    }
+
+    async fn wait_for_commit(mut self) -> Result<(), DataError> {
         let target = self.target;
         let latest = self.commits.clone();
         let waited = async {
@@ -119,9 +134,12 @@ impl CommitWaiter {
                 committed = self.commits.wait_for(|p| *p >= target) => {
                     committed.map(|_| ()).map_err(|_| DataError::LogGone)
                 }
-                _ = self.insync.wait_for(|possible| !possible) => {
+                below = self.insync.wait_for(|possible| !possible) => {
                     if *latest.borrow() >= target {
                         Ok(())
+                    } else if below.is_err() {
+                        // The flag's sender went with its log.
+                        Err(DataError::LogGone)
                     } else {
                         Err(DataError::NotEnoughReplicasAfterAppend)
                     }
@@ -278,6 +296,7 @@ impl DataPlane {
                 insync,
                 target: location.commit_point(),
                 timeout: self.ack_timeout,
+                lease: self.cluster.lease().clone(),
             },
         })
     }
@@ -369,5 +388,68 @@ impl DataPlane {
             log.replicas = self.placements.of((at.stream, at.streamlet, log.log));
         }
         Ok(logs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::BootInstant;
+    use tailstream_wire::SegmentId;
+
+    /// A waiter for commit point (0, 100), with the senders of its log's commits and
+    /// in-sync flag.
+    fn waiter(
+        lease: &Arc<Lease>,
+    ) -> (
+        watch::Sender<CommitPoint>,
+        watch::Sender<bool>,
+        CommitWaiter,
+    ) {
+        let start = CommitPoint {
+            segment: SegmentId(0),
+            end: 0,
+        };
+        let (commits, commits_rx) = watch::channel(start);
+        let (insync_tx, insync) = watch::channel(true);
+        let waiter = CommitWaiter {
+            commits: commits_rx,
+            insync,
+            target: CommitPoint {
+                segment: SegmentId(0),
+                end: 100,
+            },
+            timeout: Duration::from_secs(5),
+            lease: lease.clone(),
+        };
+        (commits, insync_tx, waiter)
+    }
+
+    /// Issue 21, finding 1: a batch admitted under a live lease, committed only after the
+    /// lease ran out (a pause, a partition from the coordinator), must not be acknowledged.
+    #[tokio::test]
+    async fn no_ack_leaves_once_the_lease_ran_out_while_the_batch_waited() {
+        let lease = Arc::new(Lease::new(Duration::from_millis(40)));
+        lease.renew(BootInstant::now());
+        let (commits, _insync, waiting) = waiter(&lease);
+        let answer = tokio::spawn(waiting.wait());
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        commits.send_replace(CommitPoint {
+            segment: SegmentId(0),
+            end: 100,
+        });
+        assert!(matches!(
+            answer.await.unwrap(),
+            Err(DataError::LeaseExpired)
+        ));
+
+        // Under a live lease, the same commit is acknowledged.
+        lease.renew(BootInstant::now());
+        let (commits, _insync, waiting) = waiter(&lease);
+        commits.send_replace(CommitPoint {
+            segment: SegmentId(0),
+            end: 100,
+        });
+        assert!(waiting.wait().await.is_ok());
     }
 }

@@ -18,6 +18,8 @@
 //!   of the tcp backend.
 //! - [`cluster`]: the broker's side of membership: register with the coordinator, heartbeat,
 //!   apply streamlet assignments.
+//! - [`lease`]: the lease answered heartbeats renew, on the boot-time clock (a suspended host
+//!   does not wake holding it); checked on admission and again when an ack leaves.
 //! - [`pinger`]: failure detection: ping a few random peers every interval, report the silent
 //!   ones to the coordinator (which checks them itself).
 //! - [`recovery`]: the new owner's side of recovery: read a crashed broker's segments from
@@ -33,6 +35,7 @@
 pub use tailstream_backup as backup;
 pub mod cluster;
 pub mod data_plane;
+pub mod lease;
 pub mod metrics;
 pub mod peer_service;
 pub mod pinger;

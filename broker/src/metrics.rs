@@ -30,6 +30,7 @@ pub const REPLICA_RECREATIONS: &str = "tailstream_replica_recreations_total";
 pub const LOGS_UNDER_REPLICATED: &str = "tailstream_logs_under_replicated";
 pub const LOGS_BELOW_MIN_INSYNC: &str = "tailstream_logs_below_min_insync";
 pub const PRODUCE_NOT_ENOUGH_REPLICAS: &str = "tailstream_produce_not_enough_replicas_total";
+pub const ACKS_WITHHELD_LEASE_EXPIRED: &str = "tailstream_acks_withheld_lease_expired_total";
 
 const COUNTERS: &[(&str, Unit, &str)] = &[
     (
@@ -77,6 +78,11 @@ const COUNTERS: &[(&str, Unit, &str)] = &[
         PRODUCE_NOT_ENOUGH_REPLICAS,
         Unit::Count,
         "Produce requests refused because fewer than min_insync_replicas backups could hold a copy.",
+    ),
+    (
+        ACKS_WITHHELD_LEASE_EXPIRED,
+        Unit::Count,
+        "Committed produce requests answered LeaseExpired instead of an ack: this broker's lease ran out while they waited.",
     ),
     (FETCH_REQUESTS, Unit::Count, "Fetch requests received."),
     (FETCHED_BYTES, Unit::Bytes, "Entry bytes sent to consumers."),
