@@ -48,6 +48,9 @@ fn storage_error_code(error: &StorageError) -> i16 {
         // hold this batch where its sequence says.
         StorageError::SequenceClash { .. } => ResponseError::OutOfOrderSequenceNumber,
         StorageError::ProducerFenced { .. } => ResponseError::InvalidProducerEpoch,
+        // librdkafka and Java bump their epoch and resend when nothing is outstanding, and
+        // fail the batch (never resend it) when it may be stored.
+        StorageError::UnknownProducer { .. } => ResponseError::UnknownProducerId,
         StorageError::UnknownGroup(_)
         | StorageError::UnknownSegment(_)
         | StorageError::DigestTooLarge { .. }

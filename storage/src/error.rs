@@ -39,6 +39,14 @@ pub enum StorageError {
         epoch: ProducerEpoch,
         sequence: BatchSequence,
     },
+    #[error(
+        "the log keeps no state for {producer} (forgotten, or never seen) and its batch at {epoch} starts at {sequence}, not 0: not appended; the producer must move to a new epoch"
+    )]
+    UnknownProducer {
+        producer: ProducerId,
+        epoch: ProducerEpoch,
+        sequence: BatchSequence,
+    },
     #[error("{producer} at {got} is fenced: the log has seen its {current}")]
     ProducerFenced {
         producer: ProducerId,
@@ -95,6 +103,7 @@ impl StorageError {
             StorageError::OutOfOrderSequence { .. } => Status::OutOfOrderSequence,
             StorageError::SequenceClash { .. } => Status::SequenceClash,
             StorageError::ProducerFenced { .. } => Status::ProducerFenced,
+            StorageError::UnknownProducer { .. } => Status::UnknownProducer,
             StorageError::ReplicationBacklog { .. } => Status::Busy,
             StorageError::NotEnoughReplicas { .. } => Status::NotEnoughReplicas,
             StorageError::DigestTooLarge { .. }

@@ -253,6 +253,13 @@ impl Log {
                     current,
                 });
             }
+            (SequenceCheck::UnknownProducer, Some(p)) => {
+                return Err(StorageError::UnknownProducer {
+                    producer: p.producer,
+                    epoch: p.epoch,
+                    sequence: p.base_sequence,
+                });
+            }
         }
         let segment_bytes = shared.config.segment_size_bytes as usize;
         let digest_bytes = LogDigest::FIXED_BYTES + 16 * (state.live_segments.len() + 1);

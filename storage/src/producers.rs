@@ -14,8 +14,11 @@
 //!   error, never an acknowledgement, since the log does not hold those bytes there.
 //!
 //! Both the remembered batches per producer and the producers per log are bounded; the least
-//! recently seen producer is forgotten first, and a forgotten producer starts afresh at
-//! whatever epoch and sequence it sends next.
+//! recently seen producer is forgotten first. A producer the table does not know may only
+//! start a sequence (0, in any epoch): any other sequence is `UnknownProducer` (Kafka's
+//! UNKNOWN_PRODUCER_ID), since it may be the retry of a batch stored before the producer was
+//! forgotten, which must not be appended twice, or follow a batch that was refused, which
+//! must not leave a gap. Its client then moves to a new epoch, which starts at 0.
 
 use std::collections::{HashMap, VecDeque};
 use tailstream_wire::batch::BatchInfo;
@@ -51,7 +54,8 @@ impl ProducedBatch {
 /// What the table says about an incoming batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SequenceCheck<L> {
-    /// Next in line, the first of a newer epoch, or a producer we do not know: append it.
+    /// Next in line, the first of a newer epoch, or the first batch (sequence 0) of a
+    /// producer we do not know: append it.
     Append,
     /// This very batch was appended; here is where.
     Duplicate(L),
@@ -62,6 +66,8 @@ pub enum SequenceCheck<L> {
     OutOfOrder { expected: BatchSequence },
     /// A newer epoch of this producer was seen: this session is fenced.
     Fenced { current: ProducerEpoch },
+    /// No state for this producer, and the batch does not start a sequence.
+    UnknownProducer,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -98,7 +104,11 @@ impl<L: Copy> ProducerTable<L> {
 
     pub fn check(&self, batch: &ProducedBatch) -> SequenceCheck<L> {
         let Some(state) = self.producers.get(&batch.producer) else {
-            return SequenceCheck::Append;
+            return if batch.base_sequence == BatchSequence(0) {
+                SequenceCheck::Append
+            } else {
+                SequenceCheck::UnknownProducer
+            };
         };
         if batch.epoch < state.epoch {
             return SequenceCheck::Fenced {
@@ -238,7 +248,14 @@ mod tests {
     #[test]
     fn retries_are_found_and_gaps_are_refused() {
         let mut table = ProducerTable::<u32>::new(16);
-        assert_eq!(table.check(&batch(7, 0, 5, 1)), SequenceCheck::Append);
+        assert_eq!(
+            table.check(&batch(7, 0, 5, 1)),
+            SequenceCheck::UnknownProducer,
+            "a producer we do not know starts at 0"
+        );
+        assert_eq!(table.check(&batch(7, 0, 0, 1)), SequenceCheck::Append);
+        // Rebuilt from a log whose older batches retention freed: the table takes the
+        // producer at whatever sequence its oldest kept batch has.
         // Batches of one record: sequences advance by one.
         table.appended(&batch(7, 0, 5, 1), 500);
         table.appended(&batch(7, 0, 6, 1), 600);
@@ -335,5 +352,28 @@ mod tests {
             table.check(&batch(99, 0, 0, 1)),
             SequenceCheck::Duplicate(0)
         );
+    }
+
+    /// Issue 21, finding 5: a producer forgotten to make room for others used to start
+    /// afresh at whatever sequence it sent next, so its retry of a stored batch (the answer
+    /// lost) was appended a second time.
+    #[test]
+    fn a_forgotten_producer_is_never_appended_twice() {
+        let mut table = ProducerTable::<u32>::new(8);
+        table.appended(&batch(1, 0, 0, 5), 10);
+        table.appended(&batch(1, 0, 5, 5), 20);
+        for id in 100..200u64 {
+            table.appended(&batch(id, 0, 0, 1), 0);
+        }
+        assert_eq!(
+            table.check(&batch(1, 0, 5, 5)),
+            SequenceCheck::UnknownProducer
+        );
+        assert_eq!(
+            table.check(&batch(1, 0, 10, 5)),
+            SequenceCheck::UnknownProducer
+        );
+        // A new epoch (or a fresh producer) starts at 0 and is taken.
+        assert_eq!(table.check(&batch(1, 1, 0, 5)), SequenceCheck::Append);
     }
 }

@@ -85,6 +85,12 @@ statuses! {
     /// Fewer complete backup copies than the stream's `min_insync_replicas` can be had right
     /// now (backups lost, none to replace them): nothing was acknowledged; retry later.
     NotEnoughReplicas = 29,
+    /// The log keeps no state for the batch's producer (forgotten to make room for others,
+    /// or never seen), and the batch does not start a sequence (0): it may retry a batch
+    /// already stored, or follow one that was refused, and cannot be told apart, so it is
+    /// not appended. The producer moves to a new epoch, which starts at 0 (Kafka's
+    /// UNKNOWN_PRODUCER_ID).
+    UnknownProducer = 33,
 
     NoBrokers = 30,
     UnknownServer = 31,

@@ -70,8 +70,8 @@ pub(crate) struct Lane {
     /// The epoch new batches are stamped with (local to this lane, whose batches all go to
     /// one log: Kafka's idempotent producers bump theirs locally too).
     epoch: ProducerEpoch,
-    /// The lane must move to a new epoch once its in-flight answers are in.
-    new_epoch_due: bool,
+    /// The lane must move to a new epoch once its in-flight answers are in, and why.
+    new_epoch_due: Option<&'static str>,
     /// Every epoch was used: the lane refuses new batches (a new producer gets a new id).
     epochs_exhausted: bool,
     /// Sequence of the next batch that enters the lane (its first record's).
@@ -98,7 +98,7 @@ impl Lane {
             streamlet,
             producer,
             epoch: ProducerEpoch(0),
-            new_epoch_due: false,
+            new_epoch_due: None,
             epochs_exhausted: false,
             next_sequence: BatchSequence(0),
             acked_next: BatchSequence(0),
@@ -226,7 +226,19 @@ impl Lane {
                 // the lane moves to a new epoch.
                 batch.cell.resolve(Err(refused(error)));
                 self.draining = true;
-                self.new_epoch_due = true;
+                self.new_epoch_due =
+                    Some("the broker found another batch at this producer's sequence");
+            }
+            Err(error) if error.status() == Some(Status::UnknownProducer) => {
+                // The log has no state for this producer (it was forgotten, or an earlier
+                // batch was refused): this batch was not stored. A new epoch starts the
+                // sequences at 0, which the log takes; batches that may be stored under the
+                // old one are failed, not resent (`start_new_epoch`).
+                let mut batch = batch;
+                batch.last_error = Some(error.to_string());
+                self.failed.push(batch);
+                self.draining = true;
+                self.new_epoch_due = Some("the broker keeps no state for this producer");
             }
             Err(error) if error.is_retryable() => {
                 if error.is_transport()
@@ -288,9 +300,9 @@ impl Lane {
         for batch in failed.into_iter().rev() {
             self.queued.push_front(batch);
         }
-        if self.new_epoch_due {
+        if let Some(why) = self.new_epoch_due {
             self.renumber = false;
-            self.start_new_epoch("the broker found another batch at this producer's sequence");
+            self.start_new_epoch(why);
         } else if self.renumber {
             self.renumber = false;
             self.renumber_queued();
@@ -325,7 +337,7 @@ impl Lane {
     /// already be stored under the old one are failed, since resending them under the new one
     /// could store them twice; the rest are renumbered from sequence 0.
     fn start_new_epoch(&mut self, why: &str) {
-        self.new_epoch_due = false;
+        self.new_epoch_due = None;
         self.queued.retain(|batch| {
             if batch.maybe_stored {
                 let last_error = batch.last_error.as_deref().unwrap_or("no answer");
@@ -377,10 +389,12 @@ impl Lane {
             alive
         });
         // The broker may hold a batch given up on: the next batch cannot take its sequence.
-        self.new_epoch_due |= gave_up_on_stored;
+        if gave_up_on_stored {
+            self.new_epoch_due = Some("a batch before it timed out and may be stored");
+        }
         let expired = before - self.queued.len();
-        if expired > 0 && self.new_epoch_due {
-            self.start_new_epoch("a batch before it timed out and may be stored");
+        if let (true, Some(why)) = (expired > 0, self.new_epoch_due) {
+            self.start_new_epoch(why);
         } else if expired > 0 {
             self.renumber_queued();
         }
@@ -582,6 +596,37 @@ mod tests {
         assert_eq!(epoch_of_next(&lane, later), ProducerEpoch(1));
         assert_eq!(send_all(&mut lane, later), vec![0], "renumbered from 0");
         lane.on_answer((ProducerEpoch(1), BatchSequence(0)), ok(7), later, BACKOFF);
+        assert!(lane.is_idle());
+    }
+
+    /// Issue 21, finding 5, seen from the client: the log forgot this producer (or refused
+    /// an earlier batch). The batches were not stored: the lane resends them, in order, in a
+    /// new epoch that starts at 0, and fails none of them.
+    #[test]
+    fn an_unknown_producer_resends_its_batches_in_a_new_epoch() {
+        let mut lane = Lane::new(StreamletId(0), ProducerId(1));
+        let cells: Vec<_> = (0..2)
+            .map(|_| {
+                let batch = sealed(b"x");
+                let cell = batch.cell.clone();
+                lane.push(batch);
+                cell
+            })
+            .collect();
+        let now = Instant::now();
+        assert_eq!(send_all(&mut lane, now), vec![0, 1]);
+        lane.on_answer(key(0), status(Status::UnknownProducer), now, BACKOFF);
+        lane.on_answer(key(1), status(Status::UnknownProducer), now, BACKOFF);
+        assert!(
+            cells.iter().all(|c| c.outcome().is_none()),
+            "nothing failed"
+        );
+        let later = now + Duration::from_secs(1);
+        assert_eq!(epoch_of_next(&lane, later), ProducerEpoch(1));
+        assert_eq!(send_all(&mut lane, later), vec![0, 1], "renumbered from 0");
+        lane.on_answer((ProducerEpoch(1), BatchSequence(0)), ok(7), later, BACKOFF);
+        lane.on_answer((ProducerEpoch(1), BatchSequence(1)), ok(8), later, BACKOFF);
+        assert!(cells.iter().all(|c| matches!(c.outcome(), Some(Ok(_)))));
         assert!(lane.is_idle());
     }
 
