@@ -16,7 +16,7 @@
 
 use super::backups::Backups;
 use super::placements::SegmentReplicas;
-use super::segment::ReplicatedSegment;
+use super::segment::{ReplicatedSegment, SlotState};
 use super::selector::BackupSelector;
 use super::transport::{ReplicaWriter, TransportError};
 use crate::cluster::ClusterState;
@@ -81,6 +81,9 @@ pub(super) enum Done {
         segment: SegmentId,
         slot: usize,
         backup: ServerId,
+        /// The replica written (a slot's replica is replaced when lost, maybe on the same
+        /// backup): a late answer must not count for its successor.
+        key: u64,
         end: u32,
         started: Instant,
         result: Result<(), TransportError>,
@@ -88,6 +91,8 @@ pub(super) enum Done {
     Closed {
         segment: SegmentId,
         slot: usize,
+        backup: ServerId,
+        key: u64,
         result: Result<(), String>,
     },
     EpochSet {
@@ -423,15 +428,23 @@ impl Replicator {
                 result,
             } => match result {
                 Ok((key, writer)) => {
-                    if let Some(tracked) = self.tracked_mut(segment) {
-                        tracked.seg.opened(slot, key);
+                    if let Some(tracked) = self.tracked_mut(segment)
+                        && tracked.seg.slots().get(slot).is_some_and(|s| {
+                            s.state == SlotState::Opening && s.backup == Some(backup)
+                        })
+                    {
+                        tracked.seg.opened(slot, backup, key);
                         tracked.writers[slot] = Some(writer);
                     }
                 }
                 Err(error) => {
                     tracing::warn!(%backup, %error, "opening a replica failed; choosing another backup");
                     self.quarantine(backup);
-                    if let Some(tracked) = self.tracked_mut(segment) {
+                    if let Some(tracked) = self.tracked_mut(segment)
+                        && tracked.seg.slots().get(slot).is_some_and(|s| {
+                            s.state == SlotState::Opening && s.backup == Some(backup)
+                        })
+                    {
                         tracked.seg.failed(slot);
                         tracked.writers[slot] = None;
                     }
@@ -441,6 +454,7 @@ impl Replicator {
                 segment,
                 slot,
                 backup,
+                key,
                 end,
                 started,
                 result,
@@ -451,12 +465,15 @@ impl Replicator {
                         metrics::histogram!(m::REPLICATION_WRITE_LATENCY)
                             .record(started.elapsed().as_secs_f64());
                         if let Some(tracked) = self.tracked_mut(segment) {
-                            tracked.seg.write_done(slot, end);
+                            tracked.seg.write_done(slot, backup, key, end);
                         }
                     }
                     Err(error) => {
                         let still_there = self.tracked_mut(segment).is_some_and(|t| {
-                            t.seg.slots().get(slot).and_then(|s| s.backup) == Some(backup)
+                            t.seg
+                                .slots()
+                                .get(slot)
+                                .is_some_and(|s| s.is_replica(backup, key))
                         });
                         if still_there {
                             tracing::warn!(%backup, %error, "replica write failed; the backup is lost");
@@ -468,11 +485,19 @@ impl Replicator {
             Done::Closed {
                 segment,
                 slot,
+                backup,
+                key,
                 result,
             } => {
-                if let Some(tracked) = self.tracked_mut(segment) {
+                if let Some(tracked) = self.tracked_mut(segment)
+                    && tracked
+                        .seg
+                        .slots()
+                        .get(slot)
+                        .is_some_and(|s| s.is_replica(backup, key))
+                {
                     match result {
-                        Ok(()) => tracked.seg.closed_ok(slot),
+                        Ok(()) => tracked.seg.closed_ok(slot, backup, key),
                         Err(error) => {
                             tracing::warn!(%error, ?segment, "closing a replica failed; re-creating it");
                             tracked.seg.failed(slot);

@@ -91,6 +91,8 @@ impl Replicator {
                                 Done::Closed {
                                     segment,
                                     slot,
+                                    backup,
+                                    key,
                                     result,
                                 }
                             })
@@ -98,6 +100,8 @@ impl Replicator {
                         move |result| Done::Closed {
                             segment,
                             slot,
+                            backup,
+                            key,
                             result,
                         },
                     );
@@ -237,6 +241,7 @@ impl Replicator {
                 segment,
                 slot,
                 backup,
+                key,
                 end: to,
                 started,
                 result,

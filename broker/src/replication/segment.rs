@@ -62,6 +62,11 @@ impl Slot {
         self.unavailable && self.state == SlotState::NeedsBackup
     }
 
+    /// Whether the slot uses the replica opened with `key` on `backup`.
+    pub fn is_replica(&self, backup: ServerId, key: u64) -> bool {
+        self.backup == Some(backup) && self.key == key
+    }
+
     /// Holds every committed byte, and counts (a current, complete copy).
     pub fn is_in_sync(&self) -> bool {
         self.counts
@@ -295,11 +300,13 @@ impl ReplicatedSegment {
         })
     }
 
-    pub fn opened(&mut self, slot: usize, key: u64) {
+    /// The replica `slot` is opening on `backup` was opened with `key` (an answer for a
+    /// replica the slot gave up meanwhile, on another backup, is ignored).
+    pub fn opened(&mut self, slot: usize, backup: ServerId, key: u64) {
         if let Some(s) = self
             .slots
             .get_mut(slot)
-            .filter(|s| s.state == SlotState::Opening)
+            .filter(|s| s.state == SlotState::Opening && s.backup == Some(backup))
         {
             s.state = SlotState::Open;
             s.key = key;
@@ -309,15 +316,16 @@ impl ReplicatedSegment {
         }
     }
 
-    /// A write to `slot` ending at `end` completed.
-    pub fn write_done(&mut self, slot: usize, end: u32) {
+    /// A write ending at `end` to the replica `key` on `backup`, in `slot`, completed.
+    pub fn write_done(&mut self, slot: usize, backup: ServerId, key: u64, end: u32) {
         if let Some(s) = self
             .slots
             .get_mut(slot)
-            .filter(|s| s.state == SlotState::Open)
+            .filter(|s| s.state == SlotState::Open && s.is_replica(backup, key))
         {
-            // An end no write in flight has is a stale completion from a replica this slot no
-            // longer uses: ignored.
+            // A completion from a replica this slot no longer uses (lost, then replaced,
+            // maybe on the same backup) never counts for the one it uses now, even at an end
+            // that one's writes have too: it is told apart by backup and key.
             if let Some(write) = s.in_flight.iter_mut().find(|(e, done)| *e == end && !done) {
                 write.1 = true;
             }
@@ -329,11 +337,12 @@ impl ReplicatedSegment {
         self.advance_commit();
     }
 
-    pub fn closed_ok(&mut self, slot: usize) {
+    /// The replica `key` on `backup`, in `slot`, was closed (flushed by its backup).
+    pub fn closed_ok(&mut self, slot: usize, backup: ServerId, key: u64) {
         if let Some(s) = self
             .slots
             .get_mut(slot)
-            .filter(|s| s.state == SlotState::Closing)
+            .filter(|s| s.state == SlotState::Closing && s.is_replica(backup, key))
         {
             s.state = SlotState::Closed;
         }

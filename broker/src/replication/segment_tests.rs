@@ -32,9 +32,33 @@ fn opened(replicas: usize) -> ReplicatedSegment {
                 ..
             }
         ));
-        seg.opened(slot, 100 + slot as u64);
+        open_answered(&mut seg, slot, 100 + slot as u64);
     }
     seg
+}
+
+/// The replica `slot` uses now: its backup and key.
+fn current(seg: &ReplicatedSegment, slot: usize) -> (ServerId, u64) {
+    let s = &seg.slots()[slot];
+    (s.backup.expect("the slot has a backup"), s.key)
+}
+
+/// `slot`'s backup answers its open with `key`.
+fn open_answered(seg: &mut ReplicatedSegment, slot: usize, key: u64) {
+    let backup = seg.slots()[slot].backup.expect("the slot has a backup");
+    seg.opened(slot, backup, key);
+}
+
+/// The write ending at `end` to `slot`'s current replica completed.
+fn done(seg: &mut ReplicatedSegment, slot: usize, end: u32) {
+    let (backup, key) = current(seg, slot);
+    seg.write_done(slot, backup, key, end);
+}
+
+/// `slot`'s current replica was closed.
+fn closed(seg: &mut ReplicatedSegment, slot: usize) {
+    let (backup, key) = current(seg, slot);
+    seg.closed_ok(slot, backup, key);
 }
 
 fn writes(actions: &[Action]) -> Vec<(usize, u32, u32)> {
@@ -63,10 +87,10 @@ fn appends_during_a_write_are_coalesced_and_commit_needs_every_replica() {
         writes(&seg.next_actions(1)).is_empty(),
         "one write in flight per replica"
     );
-    seg.write_done(0, 100);
-    seg.write_done(1, 100);
+    done(&mut seg, 0, 100);
+    done(&mut seg, 1, 100);
     assert_eq!(seg.committed(), 0, "the third replica has not acknowledged");
-    seg.write_done(2, 100);
+    done(&mut seg, 2, 100);
     assert_eq!(seg.committed(), 100);
     assert_eq!(
         writes(&seg.next_actions(1)),
@@ -80,7 +104,7 @@ fn a_sealed_segment_closes_each_replica_once_it_has_everything() {
     seg.appended(64);
     seg.next_actions(4);
     seg.seal(64);
-    seg.write_done(0, 64);
+    done(&mut seg, 0, 64);
     let actions = seg.next_actions(4);
     assert_eq!(
         actions,
@@ -91,8 +115,8 @@ fn a_sealed_segment_closes_each_replica_once_it_has_everything() {
             length: 64
         }]
     );
-    seg.write_done(1, 64);
-    seg.closed_ok(0);
+    done(&mut seg, 1, 64);
+    closed(&mut seg, 0);
     let actions = seg.next_actions(4);
     assert_eq!(
         actions,
@@ -104,7 +128,7 @@ fn a_sealed_segment_closes_each_replica_once_it_has_everything() {
         }]
     );
     assert!(!seg.is_done());
-    seg.closed_ok(1);
+    closed(&mut seg, 1);
     assert!(seg.is_done() && seg.next_actions(4).is_empty());
 }
 
@@ -114,16 +138,17 @@ fn a_lost_replica_freezes_the_commit_until_its_filled_replacement_is_current() {
     seg.appended(100);
     seg.next_actions(4);
     for slot in 0..3 {
-        seg.write_done(slot, 100);
+        done(&mut seg, slot, 100);
     }
     assert_eq!(seg.committed(), 100);
     seg.appended(200);
     seg.next_actions(4);
-    seg.write_done(0, 200);
-    seg.write_done(1, 200);
+    done(&mut seg, 0, 200);
+    done(&mut seg, 1, 200);
     // Backup 3 dies before acknowledging 200.
     assert!(seg.backup_lost(server(3)));
-    seg.write_done(2, 200);
+    // Its late answer is for a replica the slot no longer uses.
+    seg.write_done(2, server(3), 102, 200);
     assert_eq!(seg.committed(), 100, "nothing commits without all R");
     let actions = seg.next_actions(4);
     let exclude = match &actions[..] {
@@ -141,10 +166,10 @@ fn a_lost_replica_freezes_the_commit_until_its_filled_replacement_is_current() {
             filling: true
         }
     );
-    seg.opened(2, 999);
+    open_answered(&mut seg, 2, 999);
     // The replacement is filled from byte 0.
     assert_eq!(writes(&seg.next_actions(4)), vec![(2, 0, 200)]);
-    seg.write_done(2, 200);
+    done(&mut seg, 2, 200);
     assert_eq!(seg.committed(), 100, "a filling replica does not count yet");
     let rounds: Vec<_> = seg
         .next_actions(4)
@@ -178,9 +203,9 @@ fn a_closed_segment_on_a_lost_backup_is_copied_to_a_new_one_and_closed() {
     let actions = seg.next_actions(4);
     assert!(matches!(&actions[..], [Action::NeedBackup { slot: 1, .. }]));
     seg.assign(1, server(5));
-    seg.opened(1, 7);
+    open_answered(&mut seg, 1, 7);
     assert_eq!(writes(&seg.next_actions(4)), vec![(1, 0, 500)]);
-    seg.write_done(1, 500);
+    done(&mut seg, 1, 500);
     let actions = seg.next_actions(4);
     assert!(actions.contains(&Action::Close {
         slot: 1,
@@ -195,7 +220,7 @@ fn a_closed_segment_on_a_lost_backup_is_copied_to_a_new_one_and_closed() {
             .count(),
         3
     );
-    seg.closed_ok(1);
+    closed(&mut seg, 1);
     for _ in 0..3 {
         seg.epoch_set(2);
     }
@@ -209,9 +234,9 @@ fn an_early_completion_acknowledges_nothing_until_the_earlier_write_completes() 
     seg.next_actions(4);
     seg.appended(30);
     seg.next_actions(4);
-    seg.write_done(0, 30);
+    done(&mut seg, 0, 30);
     assert_eq!(seg.committed(), 0);
-    seg.write_done(0, 10);
+    done(&mut seg, 0, 10);
     assert_eq!(seg.committed(), 30);
 }
 
@@ -220,11 +245,11 @@ fn stale_completions_and_events_for_other_states_are_ignored() {
     let mut seg = opened(1);
     seg.appended(10);
     seg.next_actions(4);
-    seg.write_done(0, 99);
+    done(&mut seg, 0, 99);
     assert_eq!(seg.committed(), 0);
-    seg.closed_ok(0);
+    closed(&mut seg, 0);
     seg.epoch_set(7);
-    seg.write_done(0, 10);
+    done(&mut seg, 0, 10);
     assert_eq!(seg.committed(), 10);
 }
 
@@ -237,7 +262,7 @@ fn short_of_backups(replicas: usize, min_insync: usize, available: usize) -> Rep
         };
         if slot < available {
             seg.assign(slot, server(slot as u32 + 1)).unwrap();
-            seg.opened(slot, 100 + slot as u64);
+            open_answered(&mut seg, slot, 100 + slot as u64);
         } else {
             seg.unavailable(slot);
         }
@@ -254,9 +279,9 @@ fn with_too_few_brokers_a_segment_commits_on_min_insync_copies_and_heals() {
     assert!(seg.can_reach_min_insync());
     seg.appended(100);
     assert_eq!(writes(&seg.next_actions(4)), vec![(0, 0, 100), (1, 0, 100)]);
-    seg.write_done(0, 100);
+    done(&mut seg, 0, 100);
     assert_eq!(seg.committed(), 0, "both copies that count must have it");
-    seg.write_done(1, 100);
+    done(&mut seg, 1, 100);
     assert_eq!(seg.committed(), 100);
     assert_eq!(seg.in_sync(), 2);
     // A broker comes back: the slot is filled as a replacement; the commit waits for it.
@@ -269,14 +294,14 @@ fn with_too_few_brokers_a_segment_commits_on_min_insync_copies_and_heals() {
             ..
         }
     ));
-    seg.opened(2, 102);
+    open_answered(&mut seg, 2, 102);
     seg.appended(150);
     let actions = seg.next_actions(4);
     assert!(writes(&actions).contains(&(2, 0, 150)), "{actions:?}");
-    seg.write_done(0, 150);
-    seg.write_done(1, 150);
+    done(&mut seg, 0, 150);
+    done(&mut seg, 1, 150);
     assert_eq!(seg.committed(), 100, "a replacement is being made");
-    seg.write_done(2, 150);
+    done(&mut seg, 2, 150);
     let rounds: Vec<_> = seg
         .next_actions(4)
         .into_iter()
@@ -295,7 +320,7 @@ fn below_min_insync_nothing_commits() {
     assert!(!seg.can_reach_min_insync());
     seg.appended(100);
     seg.next_actions(4);
-    seg.write_done(0, 100);
+    done(&mut seg, 0, 100);
     assert_eq!(seg.committed(), 0);
 }
 
@@ -307,13 +332,13 @@ fn a_lost_backup_with_none_to_replace_it_leaves_the_survivors_committing() {
     let mut seg = short_of_backups(2, 1, 2);
     seg.appended(100);
     seg.next_actions(4);
-    seg.write_done(0, 100);
-    seg.write_done(1, 100);
+    done(&mut seg, 0, 100);
+    done(&mut seg, 1, 100);
     assert_eq!(seg.committed(), 100);
     seg.appended(200);
     seg.next_actions(4);
     seg.failed(1);
-    seg.write_done(0, 200);
+    done(&mut seg, 0, 200);
     assert_eq!(seg.committed(), 100, "frozen while a backup is looked for");
     let wanted = seg.next_actions(4);
     assert!(matches!(wanted[..], [Action::NeedBackup { slot: 1, .. }]));
@@ -331,7 +356,7 @@ fn a_lost_backup_with_none_to_replace_it_leaves_the_survivors_committing() {
             .any(|a| matches!(a, Action::Close { slot: 0, .. })),
         "{close:?}"
     );
-    seg.closed_ok(0);
+    closed(&mut seg, 0);
     assert!(!seg.is_done() && seg.is_closed_short());
 }
 
@@ -346,14 +371,14 @@ fn a_recovered_segment_counts_the_copies_it_could_make() {
         };
         if slot == 0 {
             seg.assign(0, server(1)).unwrap();
-            seg.opened(0, 7);
+            open_answered(&mut seg, 0, 7);
         } else {
             seg.unavailable(slot);
         }
     }
     let actions = seg.next_actions(4);
     assert_eq!(writes(&actions), vec![(0, 0, 500)]);
-    seg.write_done(0, 500);
+    done(&mut seg, 0, 500);
     let actions = seg.next_actions(4);
     assert!(
         actions
@@ -369,8 +394,43 @@ fn a_recovered_segment_counts_the_copies_it_could_make() {
         1,
         "only the copy that exists is told the epoch"
     );
-    seg.closed_ok(0);
+    closed(&mut seg, 0);
     seg.epoch_set(4);
     assert_eq!(seg.in_sync(), 1);
     assert!(seg.is_closed_short());
+}
+
+/// Issue 21, finding 4: completions were matched by their end only, so a late answer from a
+/// lost replica counted for the replica that replaced it, at an end whose write to the
+/// replacement was still in flight (or for its close). Here the replacement is even on the
+/// same backup: only the key tells them apart.
+#[test]
+fn a_late_answer_from_a_replaced_replica_never_counts_for_its_replacement() {
+    let mut seg = opened(2);
+    seg.appended(100);
+    assert_eq!(writes(&seg.next_actions(4)), vec![(0, 0, 100), (1, 0, 100)]);
+    let (old_backup, old_key) = current(&seg, 1);
+    done(&mut seg, 0, 100);
+    // Slot 1's replica is lost (a write error), and reopened on the same backup.
+    seg.failed(1);
+    assert!(matches!(
+        seg.next_actions(4)[..],
+        [Action::NeedBackup { slot: 1, .. }]
+    ));
+    seg.assign(1, old_backup).unwrap();
+    open_answered(&mut seg, 1, 600);
+    assert_eq!(writes(&seg.next_actions(4)), vec![(1, 0, 100)]);
+    // The lost replica's write of 0..100 answers late.
+    seg.write_done(1, old_backup, old_key, 100);
+    assert_eq!(seg.slots()[1].acked, 0, "the replacement holds nothing yet");
+    assert_eq!(seg.committed(), 0);
+    // Its own answer counts.
+    done(&mut seg, 1, 100);
+    assert_eq!(seg.slots()[1].acked, 100);
+
+    // The same for a close: a late "closed" from the lost replica is not the replacement's.
+    seg.seal(100);
+    let _ = seg.next_actions(4);
+    seg.closed_ok(1, old_backup, old_key);
+    assert_ne!(seg.slots()[1].state, SlotState::Closed);
 }
