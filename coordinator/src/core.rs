@@ -40,6 +40,30 @@ pub struct State {
 }
 
 impl State {
+    /// `server` registered (a new broker, or a new incarnation of one back at its address).
+    /// What was last heard of an incarnation it replaces is kept while that one is listed as
+    /// crashed: its lease ran from that last heartbeat, and recovery must wait it out before
+    /// handing its streamlets over (forgetting it made the lease look over at once).
+    pub fn broker_registered(&mut self, server: ServerId, now: Instant) {
+        self.liveness.heard(server, now);
+        let crashed = self.metadata.crashed();
+        let metadata = &self.metadata;
+        self.liveness
+            .retain(|id| crashed.contains(&id) || metadata.check_server(id).is_ok());
+    }
+
+    /// When every crashed generation's lease has surely run out, given leases of `lease`:
+    /// each was renewed at the latest by the last heartbeat this coordinator answered (or,
+    /// for one never heard since this coordinator started, at the start).
+    pub fn leases_end(&self, lease: Duration) -> Option<Instant> {
+        self.metadata
+            .crashed()
+            .into_iter()
+            .map(|server| self.liveness.last_heard(server))
+            .max()
+            .map(|heard| heard + lease)
+    }
+
     /// The membership as this coordinator sees it now (heartbeat answers and assignments
     /// carry it).
     pub fn broker_infos(&self) -> Vec<BrokerInfo> {
@@ -233,6 +257,43 @@ impl Coordinator {
 
     pub fn store_description(&self) -> String {
         self.inner.store.describe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 21, finding 3: a broker back at its address made the coordinator forget when it
+    /// last heard the old incarnation, so recovery waited out no lease at all for it.
+    #[test]
+    fn a_broker_back_at_its_address_leaves_its_old_lease_to_be_waited_out() {
+        let mut state = State {
+            metadata: Metadata::default(),
+            liveness: Liveness::new(Duration::from_secs(3)),
+            heads: HashMap::new(),
+            memory_free_bytes: HashMap::new(),
+            log_ends: HashMap::new(),
+            replication: HashMap::new(),
+        };
+        let lease = Duration::from_secs(5);
+        let start = Instant::now();
+        let old = state
+            .metadata
+            .register_broker("x:1", "peer-x:1", "a", "")
+            .unwrap()
+            .server_id;
+        state.broker_registered(old, start);
+        // Its last heartbeat, well after this coordinator started.
+        let last_heartbeat = start + Duration::from_secs(10);
+        state.liveness.heard(old, last_heartbeat);
+        let back = state
+            .metadata
+            .register_broker("x:1", "peer-x:1", "a", "")
+            .unwrap();
+        assert_eq!(back.declared, Some(old));
+        state.broker_registered(back.server_id, last_heartbeat + Duration::from_secs(1));
+        assert_eq!(state.leases_end(lease), Some(last_heartbeat + lease));
     }
 }
 

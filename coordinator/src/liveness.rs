@@ -43,6 +43,11 @@ impl Liveness {
         self.last_heard.remove(&server);
     }
 
+    /// Keeps only what is known of the servers `keep` says to.
+    pub fn retain(&mut self, keep: impl Fn(ServerId) -> bool) {
+        self.last_heard.retain(|server, _| keep(*server));
+    }
+
     /// Heard from within the timeout. A restarted coordinator counts every broker as heard at
     /// its start, so members are not taken for dead before they had a chance to heartbeat.
     pub fn is_alive(&self, server: ServerId, now: Instant) -> bool {

@@ -135,11 +135,6 @@ impl CoordinatorService {
             let now_ms = unix_ms();
             let changed = core
                 .change(move |m| {
-                    let old = m
-                        .brokers
-                        .iter()
-                        .find(|b| b.rpc_addr == request.rpc_addr)
-                        .map(|b| b.server_id);
                     let registered = m.register_broker(
                         &request.rpc_addr,
                         &request.peer_addr,
@@ -151,10 +146,10 @@ impl CoordinatorService {
                     if let Some(crashed) = registered.declared {
                         m.open_recovery(crashed, registered.to_recover.clone(), now_ms, 0);
                     }
-                    Ok((old, registered, request.rpc_addr))
+                    Ok((registered, request.rpc_addr))
                 })
                 .await;
-            let (old, registered, rpc_addr) = match changed {
+            let (registered, rpc_addr) = match changed {
                 Ok(changed) => changed,
                 Err(error) => return error.response(),
             };
@@ -170,10 +165,7 @@ impl CoordinatorService {
             // New members (and the backups they bring) can make lost streamlets whole.
             orchestrator.wake();
             let mut state = core.lock();
-            if let Some(old) = old {
-                state.liveness.forget(old);
-            }
-            state.liveness.heard(server_id, Instant::now());
+            state.broker_registered(server_id, Instant::now());
             tracing::info!(%server_id, rpc = %rpc_addr, "broker registered");
             let assignments = state.assignments_for(server_id);
             Response::ok(&RegisterBrokerResponse {

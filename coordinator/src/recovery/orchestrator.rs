@@ -529,19 +529,13 @@ impl Orchestrator {
         }
     }
 
-    /// Until every crashed, unrecovered generation's lease has surely run out: it was renewed
-    /// at the latest by the last heartbeat this coordinator answered (or, for one never heard
-    /// since this coordinator started, at the start).
+    /// Until every crashed generation's lease has surely run out (`State::leases_end`).
     async fn wait_for_leases(&self) {
         let deadline = {
             let state = self.core.lock();
             state
-                .metadata
-                .crashed()
-                .into_iter()
-                .map(|server| state.liveness.last_heard(server))
-                .max()
-                .map(|heard| heard + self.config.lease + Duration::from_millis(20))
+                .leases_end(self.config.lease)
+                .map(|end| end + Duration::from_millis(20))
         };
         if let Some(deadline) = deadline {
             tokio::time::sleep_until(deadline.into()).await;
