@@ -260,6 +260,13 @@ impl Coordinator {
     }
 }
 
+/// Wall-clock milliseconds since the Unix epoch (for recovery records shown to people).
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,11 +302,4 @@ mod tests {
         state.broker_registered(back.server_id, last_heartbeat + Duration::from_secs(1));
         assert_eq!(state.leases_end(lease), Some(last_heartbeat + lease));
     }
-}
-
-/// Wall-clock milliseconds since the Unix epoch (for recovery records shown to people).
-pub fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
