@@ -54,6 +54,14 @@ struct Membership {
     dropped_streams: std::collections::HashSet<StreamId>,
 }
 
+impl Membership {
+    fn forget_reported(&mut self) {
+        self.reported_heads.clear();
+        self.reported_ends.clear();
+        self.reported_replication.clear();
+    }
+}
+
 #[derive(Debug)]
 pub struct ClusterState {
     store: Arc<Store>,
@@ -210,9 +218,12 @@ impl ClusterState {
         membership.server_id = Some(server_id);
         // A new incarnation starts from the coordinator's full assignment.
         membership.version = 0;
-        membership.reported_heads.clear();
-        membership.reported_ends.clear();
-        membership.reported_replication.clear();
+        membership.forget_reported();
+    }
+
+    /// The next heartbeat reports every head, end and replica set again, changed or not.
+    fn report_everything_again(&self) {
+        self.lock().forget_reported();
     }
 
     /// Segment memory this broker has left, for the coordinator's placement of rebuilds.
@@ -227,9 +238,7 @@ impl ClusterState {
         let dropped = self.store.clear();
         let mut membership = self.lock();
         let old = membership.server_id.take();
-        membership.reported_heads.clear();
-        membership.reported_ends.clear();
-        membership.reported_replication.clear();
+        membership.forget_reported();
         tracing::warn!(
             server = ?old,
             dropped,
@@ -439,6 +448,10 @@ async fn membership_session(
         Ok(client) => client,
         Err(error) => return error.to_string(),
     };
+    // A new connection may be to a coordinator that restarted and knows none of what was
+    // reported (heads are memory only there): without this, an idle log's head would stay
+    // unknown to it, and a recovery could not tell that log's newest segment missing.
+    cluster.report_everything_again();
     if cluster.server_id().is_none() {
         let request = RegisterBrokerRequest {
             rpc_addr: advertised.rpc_addr.clone(),

@@ -391,3 +391,73 @@ async fn broker_kill_takes_server_ids_and_a_closed_pipe_ends_a_command_quietly()
     .await
     .unwrap();
 }
+
+/// Issue 21, finding 2 (in part): the coordinator keeps log heads in memory only, and a broker
+/// reported a head only when it changed, so after a coordinator restart an idle log's head was
+/// unknown there until the log next rolled, and a recovery in that window could not tell its
+/// newest segment was missing. A broker now reports everything again on each new connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_log_s_head_is_known_again_after_a_coordinator_restart() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let mut test = TestCluster::start(2, "").await;
+        let cluster = test.client();
+        let mut config = test.stream_config();
+        config.replicas = 1;
+        config.logs_per_streamlet = 1;
+        cluster.create_stream("idle", 1, config).await.unwrap();
+        let producer = cluster
+            .producer("idle")
+            .config(test.config.producer.clone())
+            .build()
+            .await
+            .unwrap();
+        producer.send(None, b"one").await.unwrap().await.unwrap();
+        let head_known = |json: &str| {
+            let streams: serde_json::Value = serde_json::from_str(json).unwrap();
+            streams["streams"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|s| s["name"] == "idle")
+                .flat_map(|s| s["streamlets"].as_array().cloned().unwrap_or_default())
+                .flat_map(|p| p["logs"].as_array().cloned().unwrap_or_default())
+                .any(|log| log["head_segment"].is_u64())
+        };
+        let mut known = false;
+        for _ in 0..100 {
+            let body = TestCluster::http_get(test.cluster.coordinator.admin_addr, "/streams").await;
+            known = head_known(http_body(&body));
+            if known {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(known, "the head is reported while the log is written");
+        test.cluster.restart_coordinator().await.unwrap();
+        test.wait_for_brokers(2).await;
+        // Nothing more is written: the head must come back by itself.
+        let mut known_again = false;
+        for _ in 0..100 {
+            let body = TestCluster::http_get(test.cluster.coordinator.admin_addr, "/streams").await;
+            known_again = head_known(http_body(&body));
+            if known_again {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            known_again,
+            "an idle log's head is known again after the coordinator restarted"
+        );
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}
+
+/// The body of an HTTP/1.0 response.
+fn http_body(response: &str) -> &str {
+    response
+        .split_once("\r\n\r\n")
+        .map_or(response, |(_, body)| body)
+}
