@@ -412,39 +412,12 @@ async fn an_idle_log_s_head_is_known_again_after_a_coordinator_restart() {
             .await
             .unwrap();
         producer.send(None, b"one").await.unwrap().await.unwrap();
-        let head_known = |json: &str| {
-            let streams: serde_json::Value = serde_json::from_str(json).unwrap();
-            streams["streams"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|s| s["name"] == "idle")
-                .flat_map(|s| s["streamlets"].as_array().cloned().unwrap_or_default())
-                .flat_map(|p| p["logs"].as_array().cloned().unwrap_or_default())
-                .any(|log| log["head_segment"].is_u64())
-        };
-        let mut known = false;
-        for _ in 0..100 {
-            let body = TestCluster::http_get(test.cluster.coordinator.admin_addr, "/streams").await;
-            known = head_known(http_body(&body));
-            if known {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let known = idle_head_known(&test).await;
         assert!(known, "the head is reported while the log is written");
         test.cluster.restart_coordinator().await.unwrap();
         test.wait_for_brokers(2).await;
         // Nothing more is written: the head must come back by itself.
-        let mut known_again = false;
-        for _ in 0..100 {
-            let body = TestCluster::http_get(test.cluster.coordinator.admin_addr, "/streams").await;
-            known_again = head_known(http_body(&body));
-            if known_again {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let known_again = idle_head_known(&test).await;
         assert!(
             known_again,
             "an idle log's head is known again after the coordinator restarted"
@@ -453,6 +426,28 @@ async fn an_idle_log_s_head_is_known_again_after_a_coordinator_restart() {
     })
     .await
     .unwrap();
+}
+
+/// Whether the coordinator's admin view shows a head segment for a log of stream "idle",
+/// polled for up to 5 s.
+async fn idle_head_known(test: &TestCluster) -> bool {
+    for _ in 0..100 {
+        let body = TestCluster::http_get(test.cluster.coordinator.admin_addr, "/streams").await;
+        let streams: serde_json::Value = serde_json::from_str(http_body(&body)).unwrap();
+        let known = streams["streams"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s["name"] == "idle")
+            .flat_map(|s| s["streamlets"].as_array().cloned().unwrap_or_default())
+            .flat_map(|p| p["logs"].as_array().cloned().unwrap_or_default())
+            .any(|log| log["head_segment"].is_u64());
+        if known {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
 }
 
 /// The body of an HTTP/1.0 response.
