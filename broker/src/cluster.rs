@@ -22,6 +22,7 @@
 
 use crate::backup::BackupStore;
 use crate::lease::{BootInstant, Lease};
+use crate::log_bounds::LogBoundsBook;
 use crate::replication::placements::{LogKey, ReplicaPlacements};
 use crate::storage::{Store, Streamlet};
 use std::collections::HashMap;
@@ -31,6 +32,7 @@ use tailstream_net::{RpcClient, RpcClientConfig, RpcError};
 use tailstream_wire::messages::{
     AssignStreamletsRequest, BrokerHeartbeatRequest, BrokerHeartbeatResponse, BrokerInfo, LogEnd,
     LogHead, LogReplicaSet, LogReplication, RegisterBrokerRequest, RegisterBrokerResponse,
+    ReportLogBoundsRequest, ReportLogBoundsResponse,
 };
 use tailstream_wire::{
     LogId, Opcode, RecordOffset, SegmentId, ServerId, Status, StreamId, StreamletId,
@@ -75,6 +77,9 @@ pub struct ClusterState {
     created: mpsc::UnboundedSender<Arc<Streamlet>>,
     /// Renewed by answered heartbeats; checked by the data plane on admission and on ack.
     lease: Arc<Lease>,
+    /// Logs' heads and oldest kept segments: what replicators need saved at the coordinator
+    /// before they commit into a new head or free old replicas.
+    log_bounds: Arc<LogBoundsBook>,
 }
 
 impl ClusterState {
@@ -94,6 +99,7 @@ impl ClusterState {
             brokers: watch::Sender::new(Vec::new()),
             created,
             lease: Arc::new(Lease::new(lease)),
+            log_bounds: Arc::default(),
         };
         (state, created_rx)
     }
@@ -101,6 +107,11 @@ impl ClusterState {
     /// The lease, for whoever must check it when an answer leaves.
     pub fn lease(&self) -> &Arc<Lease> {
         &self.lease
+    }
+
+    /// What the coordinator durably knows of each replicated log's kept segments.
+    pub fn log_bounds(&self) -> &Arc<LogBoundsBook> {
+        &self.log_bounds
     }
 
     /// Whether this broker may serve now.
@@ -138,6 +149,7 @@ impl ClusterState {
         if fresh.is_empty() {
             return;
         }
+        self.log_bounds.forget_streams(&fresh);
         // Dropping replicas removes files and waits for buffer locks: off the async workers.
         let backup = self.backup.clone();
         tokio::task::spawn_blocking(move || {
@@ -394,6 +406,37 @@ impl ClusterState {
     }
 }
 
+/// Sends the log bounds replicators wait on (if any) and records what the coordinator saved.
+/// `Err` ends the session.
+async fn report_log_bounds(
+    cluster: &ClusterState,
+    client: &RpcClient,
+    server_id: ServerId,
+) -> Result<(), String> {
+    let bounds = cluster.log_bounds.pending();
+    if bounds.is_empty() {
+        return Ok(());
+    }
+    let request = ReportLogBoundsRequest { server_id, bounds };
+    match client
+        .call::<_, ReportLogBoundsResponse>(Opcode::ReportLogBounds, &request)
+        .await
+    {
+        Ok(response) => {
+            cluster.log_bounds.made_durable(&response.durable);
+            Ok(())
+        }
+        Err(RpcError::Status {
+            status: status @ (Status::UnknownServer | Status::StaleGeneration),
+            ..
+        }) => {
+            cluster.declared_crashed(&format!("the coordinator answered {status}"));
+            Err(format!("coordinator answered {status}: registering again"))
+        }
+        Err(error) => Err(format!("reporting log bounds: {error}")),
+    }
+}
+
 /// Where this broker can be reached, as it tells the coordinator.
 #[derive(Clone, Debug)]
 pub struct Advertised {
@@ -483,10 +526,20 @@ async fn membership_session(
     let mut tick = tokio::time::interval(heartbeat_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
+        // Bounds a replicator waits on go out at once; each heartbeat also retries any left.
+        let heartbeat = tokio::select! {
+            _ = tick.tick() => true,
+            _ = cluster.log_bounds.something_wanted() => false,
+        };
         let Some(server_id) = cluster.server_id() else {
             return "lost registration".into();
         };
+        if let Err(reason) = report_log_bounds(cluster, &client, server_id).await {
+            return reason;
+        }
+        if !heartbeat {
+            continue;
+        }
         let heads = cluster.changed_heads();
         let request = BrokerHeartbeatRequest {
             server_id,

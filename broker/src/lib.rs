@@ -18,6 +18,9 @@
 //!   of the tcp backend.
 //! - [`cluster`]: the broker's side of membership: register with the coordinator, heartbeat,
 //!   apply streamlet assignments.
+//! - [`log_bounds`]: what the coordinator durably knows of each replicated log's head and
+//!   oldest kept segment (a record commits only in a head it knows; a replica is freed only
+//!   past the oldest it knows).
 //! - [`lease`]: the lease answered heartbeats renew, on the boot-time clock (a suspended host
 //!   does not wake holding it); checked on admission and again when an ack leaves.
 //! - [`pinger`]: failure detection: ping a few random peers every interval, report the silent
@@ -36,6 +39,7 @@ pub use tailstream_backup as backup;
 pub mod cluster;
 pub mod data_plane;
 pub mod lease;
+pub mod log_bounds;
 pub mod metrics;
 pub mod peer_service;
 pub mod pinger;

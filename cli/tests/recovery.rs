@@ -358,3 +358,115 @@ async fn a_crash_with_no_broker_to_spare_stalls_nothing() {
     .await
     .unwrap();
 }
+
+/// Issue 21, finding 2: a log's head is saved at the coordinator before any record in it is
+/// acknowledged. Here the only copy of a log (one open segment, R = 1) is on a backup killed
+/// with its owner, and the coordinator restarts in between, so it has no head in memory: it
+/// used to find no segment on the live backups, take the log as empty, and serve it with no
+/// word. Now the streamlet is lost (saying what is missing) until that backup returns, and
+/// then it serves every acknowledged record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_whose_only_copy_is_away_is_lost_until_it_returns_never_served_empty() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let mut test = TestCluster::start(4, "").await;
+        let cluster = test.client();
+        let mut config = test.stream_config();
+        config.replicas = 1;
+        config.logs_per_streamlet = 1;
+        cluster.create_stream("only", 1, config).await.unwrap();
+        let producer = cluster
+            .producer("only")
+            .config(test.config.producer.clone())
+            .build()
+            .await
+            .unwrap();
+        let records = 200;
+        let mut acks = Vec::new();
+        for i in 0..records {
+            let value = format!("only-{i}");
+            acks.push(producer.send(None, value.as_bytes()).await.unwrap());
+        }
+        producer.flush().await.unwrap();
+        for ack in acks {
+            ack.await.unwrap();
+        }
+        drop(producer);
+        let owner = test.owner_of("only", 0).await;
+        // The one segment with records (the next one is reserved, and empty, elsewhere).
+        let mut holders = Vec::new();
+        for i in (0..4).filter(|i| *i != owner) {
+            let peer = test.cluster.broker(i).unwrap().peer_addr.to_string();
+            let replicas = common::list_replicas(&peer).await;
+            if replicas.iter().any(|r| r.valid_bytes > 0) {
+                holders.push(i);
+            }
+        }
+        assert_eq!(holders.len(), 1, "one segment, one copy: {holders:?}");
+        let holder = holders[0];
+        test.cluster.kill_broker(owner).await;
+        test.cluster.kill_broker(holder).await;
+        test.cluster.restart_coordinator().await.unwrap();
+        // Recovery runs once both are declared crashed; the live backups hold nothing of it.
+        let started = Instant::now();
+        let placement = loop {
+            let metadata = cluster.describe_stream("only").await;
+            if let Ok(metadata) = metadata {
+                let placement = metadata.streamlets[0].clone();
+                let moved = index_of(placement.owner) != owner;
+                if placement.state == PlacementState::Lost
+                    || (placement.state == PlacementState::Serving && moved)
+                {
+                    break placement;
+                }
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "no recovery decision after 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(
+            placement.state,
+            PlacementState::Lost,
+            "served while its only copy is away: {placement:?}"
+        );
+        assert!(
+            placement.detail.contains("no segment"),
+            "{}",
+            placement.detail
+        );
+        // The backup returns (a new incarnation with the same files): the log is whole again.
+        test.cluster.restart_broker(holder).await.unwrap();
+        wait_until_serving(&test, "only").await;
+        let mut consumer = cluster
+            .consumer("only")
+            .config(test.config.consumer.clone())
+            .from_beginning()
+            .build()
+            .await
+            .unwrap();
+        let mut values = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while values.len() < records {
+            assert!(
+                Instant::now() < deadline,
+                "read {} of {records}",
+                values.len()
+            );
+            for record in consumer.poll(Duration::from_millis(200)).await.unwrap() {
+                values.push(
+                    String::from_utf8_lossy(record.value.as_deref().unwrap_or_default())
+                        .into_owned(),
+                );
+            }
+        }
+        let expected: Vec<String> = (0..records).map(|i| format!("only-{i}")).collect();
+        assert_eq!(
+            values, expected,
+            "every acknowledged record, once, in order"
+        );
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}

@@ -23,7 +23,8 @@ use tailstream_wire::messages::{
     BrokerHeartbeatResponse, ConsumerGroupSummary, CreateStreamRequest, DeleteStreamRequest,
     DescribeConsumerGroupsResponse, DescribeStreamRequest, ListBrokersResponse,
     ListRecoveriesResponse, ListStreamsResponse, PartitionLagInfo, RecoverySummary,
-    RegisterBrokerRequest, RegisterBrokerResponse, ReportSuspectRequest,
+    RegisterBrokerRequest, RegisterBrokerResponse, ReportLogBoundsRequest, ReportLogBoundsResponse,
+    ReportSuspectRequest,
 };
 use tailstream_wire::{Decode, Opcode, ProducerEpoch, ServerId, Status};
 
@@ -211,6 +212,39 @@ impl CoordinatorService {
             retired: state.metadata.retired(),
             deleted_streams: state.metadata.deleted_streams.clone(),
         }))
+    }
+
+    /// An owner makes logs' kept segments durable before it acknowledges a record in a new
+    /// head (or frees older replicas); answered once saved. Bounds already covered cost no
+    /// disk write, so reports repeated after a reconnect are cheap.
+    fn report_log_bounds(&self, body: Bytes) -> Reply {
+        let request: ReportLogBoundsRequest = match decode(body) {
+            Ok(request) => request,
+            Err(response) => return Reply::Ready(response),
+        };
+        {
+            let state = self.core.lock();
+            if let Err(error) = state.metadata.check_server(request.server_id) {
+                return Reply::Ready(Response::error(error.status(), error.to_string()));
+            }
+            if state.metadata.log_bounds_covered(&request.bounds) {
+                return Reply::Ready(Response::ok(&ReportLogBoundsResponse {
+                    durable: request.bounds,
+                }));
+            }
+        }
+        let core = self.core.clone();
+        later(async move {
+            let server = request.server_id;
+            let bounds = request.bounds;
+            match core
+                .change(move |metadata| metadata.record_log_bounds(server, &bounds))
+                .await
+            {
+                Ok(durable) => Response::ok(&ReportLogBoundsResponse { durable }),
+                Err(error) => error.response(),
+            }
+        })
     }
 
     /// A producer session: the next epoch of `previous` when it names an id this
@@ -412,6 +446,7 @@ impl CoordinatorService {
             (Facing::Peers, Opcode::RegisterBroker) => self.register(request.body),
             (Facing::Peers, Opcode::BrokerHeartbeat) => ready(self.heartbeat(request.body)),
             (Facing::Peers, Opcode::ReportSuspect) => ready(self.report_suspect(request.body)),
+            (Facing::Peers, Opcode::ReportLogBounds) => self.report_log_bounds(request.body),
             (_, Opcode::AllocateProducerId) => self.allocate_producer_id(request.body),
             (_, Opcode::CreateStream) => self.create_stream(request.body),
             (_, Opcode::DescribeStream) => ready(self.describe_stream(request.body)),
@@ -428,15 +463,16 @@ impl CoordinatorService {
             (_, Opcode::DescribeConsumerGroups) => {
                 Reply::Ready(Response::ok(&self.describe_consumer_groups()))
             }
-            (Facing::Clients, Opcode::RegisterBroker | Opcode::BrokerHeartbeat) => {
-                Reply::Ready(Response::error(
-                    Status::UnknownOpcode,
-                    format!(
-                        "{:?} is served on the coordinator's peer listener (coordinator.peer_addr), not its client listener",
-                        request.opcode
-                    ),
-                ))
-            }
+            (
+                Facing::Clients,
+                Opcode::RegisterBroker | Opcode::BrokerHeartbeat | Opcode::ReportLogBounds,
+            ) => Reply::Ready(Response::error(
+                Status::UnknownOpcode,
+                format!(
+                    "{:?} is served on the coordinator's peer listener (coordinator.peer_addr), not its client listener",
+                    request.opcode
+                ),
+            )),
             (_, other) => Reply::Ready(Response::error(
                 Status::UnknownOpcode,
                 format!("{other:?} is not a coordinator operation on this listener"),

@@ -229,6 +229,13 @@ impl Log {
         self.find_segment(segment, |s| s.slice(from as usize, to as usize))
     }
 
+    /// The oldest live segment (retention frees from the front), if the log has any.
+    pub fn oldest_segment(&self) -> Option<SegmentId> {
+        let state = self.lock();
+        let group = state.groups.front()?;
+        group.segments().first().map(|s| s.id())
+    }
+
     /// Whether `segment` is still live (not freed by retention).
     pub fn contains_segment(&self, segment: SegmentId) -> bool {
         self.find_segment(segment, |_| ()).is_some()

@@ -87,6 +87,9 @@ opcodes! {
     /// Broker → coordinator: a peer did not answer its pings (the coordinator checks it
     /// itself before declaring it crashed).
     ReportSuspect = 13,
+    /// Broker → coordinator: make logs' heads and oldest kept segments durable (a record in a
+    /// new head is acknowledged only after).
+    ReportLogBounds = 14,
     /// Client → broker: append one record batch to a streamlet.
     Produce = 30,
     /// Client → broker: read committed entries of one segment of a group.

@@ -20,6 +20,7 @@ use super::segment::{ReplicatedSegment, SlotState};
 use super::selector::BackupSelector;
 use super::transport::{ReplicaWriter, TransportError};
 use crate::cluster::ClusterState;
+use crate::log_bounds::Kept;
 use crate::metrics as m;
 use crate::storage::{CommitPoint, Log, Store, Streamlet};
 use futures::future::BoxFuture;
@@ -132,6 +133,9 @@ pub(super) struct Replicator {
     pub(super) published: Vec<SegmentReplicas>,
     /// What `publish_health` last published.
     pub(super) health: Option<LogReplicaSet>,
+    /// The log's kept segments as the coordinator last said it saved them (cached from the
+    /// cluster's `LogBoundsBook`, asked again when a segment needs more).
+    pub(super) durable: Option<Kept>,
 }
 
 /// Replicates one log of `streamlet` until the streamlet is no longer owned here.
@@ -180,6 +184,7 @@ pub fn spawn_recovered(
         in_sync,
         published: Vec::new(),
         health: None,
+        durable: None,
     };
     tokio::spawn(replicator.run());
     in_sync_rx
@@ -219,6 +224,7 @@ impl Replicator {
 
     async fn run_rounds(mut self) {
         let wake = self.log().replication_wake();
+        let mut durable = self.ctx.cluster.log_bounds().subscribe();
         let mut ownership = tokio::time::interval(OWNERSHIP_CHECK);
         loop {
             if self.streamlet.is_retired() {
@@ -252,6 +258,7 @@ impl Replicator {
                     self.check_membership();
                 }
                 _ = tokio::time::sleep(NO_BACKUP_RETRY), if retry => {}
+                _ = durable.changed() => {}
                 _ = ownership.tick() => {
                     if !self.ctx.store.owns(&self.streamlet) {
                         return;
@@ -527,14 +534,17 @@ impl Replicator {
         }
     }
 
-    /// Commits the log through the furthest point every replica holds, in log order.
+    /// Commits the log through the furthest point every replica holds, in log order, and
+    /// never into a segment the coordinator does not durably know as the log's head (it is
+    /// asked to, and the commit follows once it answers).
     fn commit(&mut self) {
         let mut point: Option<CommitPoint> = None;
-        for tracked in &self.active {
-            let seg = &tracked.seg;
-            if seg.written() == 0 {
+        for index in 0..self.active.len() {
+            let segment = self.active[index].seg.id.segment;
+            if self.active[index].seg.written() == 0 || !self.head_durable(segment) {
                 break;
             }
+            let seg = &self.active[index].seg;
             if seg.committed() > 0 {
                 point = Some(CommitPoint {
                     segment: seg.id.segment,
@@ -548,6 +558,53 @@ impl Replicator {
         if let Some(point) = point {
             self.log().commit_through(point);
         }
+    }
+}
+
+impl Replicator {
+    /// Whether the coordinator durably knows `segment` (or a newer one) as this log's head;
+    /// if not, asks for it.
+    fn head_durable(&mut self, segment: SegmentId) -> bool {
+        if self.durable.is_some_and(|d| d.head >= segment) {
+            return true;
+        }
+        let (book, key) = (self.ctx.cluster.log_bounds().clone(), self.log_key());
+        self.durable = book.durable(key);
+        if self.durable.is_some_and(|d| d.head >= segment) {
+            return true;
+        }
+        let oldest = self.log().oldest_segment().unwrap_or(segment).min(segment);
+        let oldest = self
+            .durable
+            .map_or(oldest, |d| d.oldest.max(oldest).min(segment));
+        book.want(
+            key,
+            Kept {
+                oldest,
+                head: segment,
+            },
+        );
+        false
+    }
+
+    /// Whether the coordinator durably knows this log keeps nothing older than `oldest`, so
+    /// replicas of older segments may go; if not, asks for it (with a head it may hold: the
+    /// newest committed segment, which has its copies, a rebuilt log's included).
+    pub(super) fn oldest_durable(&mut self, oldest: SegmentId) -> bool {
+        if self.durable.is_some_and(|d| d.oldest >= oldest) {
+            return true;
+        }
+        let (book, key) = (self.ctx.cluster.log_bounds().clone(), self.log_key());
+        self.durable = book.durable(key);
+        if self.durable.is_some_and(|d| d.oldest >= oldest) {
+            return true;
+        }
+        let committed = self.log().committed_segment();
+        let head = committed.max(self.durable.map(|d| d.head));
+        if let Some(head) = head.filter(|head| oldest <= *head) {
+            book.want(key, Kept { oldest, head });
+        }
+        false
     }
 }
 

@@ -6,8 +6,8 @@
 use super::replicator::{ClosedRecord, Done, Replicator, Tracked, peer_addr, record_of};
 use super::segment::ReplicatedSegment;
 use std::time::Instant;
-use tailstream_wire::ServerId;
 use tailstream_wire::messages::ReplicaFreeRequest;
+use tailstream_wire::{SegmentId, ServerId};
 
 impl Replicator {
     pub(super) fn quarantine(&self, backup: ServerId) {
@@ -105,6 +105,15 @@ impl Replicator {
         }
         while let Some(front) = self.closed.front() {
             if self.log().contains_segment(front.id.segment) {
+                break;
+            }
+            // Recovery must not look for a freed segment: the coordinator learns the log's
+            // new oldest segment before any replica older than it goes.
+            let freed_below = self
+                .log()
+                .oldest_segment()
+                .unwrap_or(SegmentId(front.id.segment.0 + 1));
+            if !self.oldest_durable(freed_below) {
                 break;
             }
             if let Some(record) = self.closed.pop_front() {

@@ -6,16 +6,19 @@
 //! - this file: the types, loading checks, producer ids;
 //! - [`brokers`]: registration (new generations), crash declarations, liveness views;
 //! - [`streams`]: creation, placement, descriptions and assignments;
+//! - [`log_bounds`]: each log's head and oldest kept segment, durable before acknowledgements;
 //! - [`recovery`]: moving a crashed broker's streamlets through recovery (owner, epoch, state)
 //!   and the record of each recovery and its phases.
 
 mod brokers;
+mod log_bounds;
 pub mod producer_ids;
 mod recovery;
 mod streams;
 #[cfg(test)]
 mod tests;
 
+pub use log_bounds::KeptSegments;
 pub use producer_ids::ProducerIds;
 pub use recovery::{RecoveryPhase, RecoveryRecord};
 
@@ -100,6 +103,10 @@ pub struct Placement {
     pub state: PlacementState,
     /// For `Lost`: what is missing; for `Recovering`: from which broker.
     pub detail: String,
+    /// Per log id: the segments recovery must find, as its owners made them durable here
+    /// (see [`log_bounds`]). A log with no entry never acknowledged a record.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub log_bounds: BTreeMap<u32, KeptSegments>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

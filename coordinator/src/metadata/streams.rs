@@ -6,6 +6,7 @@ use super::{Metadata, MetadataError, Placement, STREAM_NAME_BYTES_MAX, StreamRec
 /// Deleted stream ids the metadata remembers for backups that have yet to drop their replicas
 /// (a backup away for more deletions than this keeps the oldest ones' files).
 pub const DELETED_STREAMS_KEPT: usize = 256;
+use std::collections::BTreeMap;
 use tailstream_config::{STREAMLETS_MAX, validate_stream_config};
 use tailstream_wire::messages::{
     AssignStreamletsRequest, BrokerInfo, PlacementState, StreamConfig, StreamMetadata,
@@ -78,6 +79,7 @@ impl Metadata {
                 epoch: 1,
                 state: PlacementState::Serving,
                 detail: String::new(),
+                log_bounds: BTreeMap::new(),
             })
             .collect();
         let record = StreamRecord {

@@ -315,3 +315,60 @@ fn a_stream_being_recovered_cannot_be_deleted() {
     assert_eq!(moved.len(), 1);
     assert!(m.delete_stream("s").is_ok());
 }
+
+/// Issue 21, finding 2: kept segments are saved with the metadata, only grow, and only the
+/// streamlet's current owner moves them.
+#[test]
+fn log_bounds_grow_only_from_the_owner_and_survive_a_reload() {
+    use tailstream_wire::messages::LogBounds;
+    use tailstream_wire::{LogId, SegmentId};
+    let mut m = Metadata::default();
+    let a = broker(&mut m, "x:1");
+    let b = broker(&mut m, "x:2");
+    let id = m.create_stream("s", 2, config(), &[a, b]).unwrap().id;
+    let owner = m.stream_by_id(id).unwrap().placements[0].owner;
+    let other = if owner == a { b } else { a };
+    let bounds = |oldest, head| LogBounds {
+        stream: id,
+        streamlet: StreamletId(0),
+        log: LogId(0),
+        oldest: SegmentId(oldest),
+        head: SegmentId(head),
+    };
+    assert!(!m.log_bounds_covered(&[bounds(0, 0)]));
+    assert_eq!(
+        m.record_log_bounds(owner, &[bounds(0, 3)]).unwrap().len(),
+        1
+    );
+    assert!(m.log_bounds_covered(&[bounds(0, 3), bounds(0, 1)]));
+    // Not the owner: refused, nothing moves (a fenced owner cannot make segments look freed).
+    assert!(
+        m.record_log_bounds(other, &[bounds(2, 9)])
+            .unwrap()
+            .is_empty()
+    );
+    // Malformed (oldest after head) and unknown logs are refused too.
+    assert!(
+        m.record_log_bounds(owner, &[bounds(5, 4)])
+            .unwrap()
+            .is_empty()
+    );
+    let mut no_such_log = bounds(0, 1);
+    no_such_log.log = LogId(config().logs_per_streamlet);
+    assert!(
+        m.record_log_bounds(owner, &[no_such_log])
+            .unwrap()
+            .is_empty()
+    );
+    // Only grows.
+    m.record_log_bounds(owner, &[bounds(1, 2)]).unwrap();
+    let kept = m.kept_segments(id, StreamletId(0))[&LogId(0)];
+    assert_eq!((kept.oldest, kept.head), (SegmentId(1), SegmentId(3)));
+    // Saved and loaded as JSON, as the metadata file does.
+    let reloaded: Metadata = serde_json::from_slice(&serde_json::to_vec(&m).unwrap()).unwrap();
+    assert_eq!(
+        reloaded.kept_segments(id, StreamletId(0)),
+        m.kept_segments(id, StreamletId(0))
+    );
+    assert!(reloaded.kept_segments(id, StreamletId(1)).is_empty());
+}

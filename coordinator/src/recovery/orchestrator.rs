@@ -213,11 +213,13 @@ impl Orchestrator {
                     continue;
                 };
                 let heads = state.heads_of(key.0, key.1);
+                let kept = state.metadata.kept_segments(key.0, key.1);
                 let target = Target {
                     stream: key.0,
                     streamlet: key.1,
                     config: &stream.config,
                     reported_heads: &heads,
+                    kept: &kept,
                 };
                 plans.push((*key, plan(&target, &listings)));
             }

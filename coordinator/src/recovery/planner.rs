@@ -8,11 +8,15 @@
 //! closed copy gives the closed length; open copies give the longest valid prefix Algorithm 1
 //! found (bytes past the acknowledged point may be in it; they were never acknowledged, and
 //! the rebuilt producer tables make any retry land once). A segment no backup can supply makes
-//! the streamlet lost, unless the stream has retention and the missing segments are the oldest
-//! ones (freed). A log whose owner reported a newer head than any digest found is lost too:
-//! its newest segments are on no live backup. An unreplicated streamlet (R = 0) is always lost
-//! with its owner: no backup can say whether it held anything.
+//! the streamlet lost, unless it is older than the log's oldest kept segment (retention freed
+//! it). A log whose head (as its owner made it durable before acknowledging a record in it, or
+//! reported since) is newer than any digest found is lost too: its newest segments are on no
+//! live backup. A plan never serves a log shorter than its head. (Logs saved before kept
+//! segments existed fall back to taking missing oldest segments of a stream with retention as
+//! freed.) An unreplicated streamlet (R = 0) is always lost with its owner: no backup can say
+//! whether it held anything.
 
+use crate::metadata::KeptSegments;
 use std::collections::BTreeMap;
 use tailstream_wire::codec::Decode;
 use tailstream_wire::entry::LogDigest;
@@ -39,8 +43,10 @@ pub struct Target<'a> {
     pub stream: StreamId,
     pub streamlet: StreamletId,
     pub config: &'a StreamConfig,
-    /// The newest segment its owner reported per log, when known.
+    /// The newest segment its owner reported per log, when known (memory only).
     pub reported_heads: &'a BTreeMap<LogId, SegmentId>,
+    /// Per log, the segments its owners made durable as kept before acknowledging records.
+    pub kept: &'a BTreeMap<LogId, KeptSegments>,
 }
 
 /// What to rebuild a streamlet from.
@@ -98,8 +104,10 @@ pub fn plan(target: &Target, listings: &[Listing]) -> Result<Plan, String> {
     let mut segments_planned = 0u64;
     for log in (0..target.config.logs_per_streamlet).map(LogId) {
         let segments = by_log.remove(&log).unwrap_or_default();
+        let kept = target.kept.get(&log).copied();
         let reported = target.reported_heads.get(&log).copied();
-        let Some(recovery) = plan_log(target, log, &segments, reported)? else {
+        let head = reported.max(kept.map(|k| k.head));
+        let Some(recovery) = plan_log(target, log, &segments, head, kept)? else {
             continue;
         };
         for source in &recovery.segments {
@@ -125,6 +133,7 @@ fn plan_log(
     log: LogId,
     segments: &BTreeMap<SegmentId, Vec<Copy>>,
     reported_head: Option<SegmentId>,
+    kept: Option<KeptSegments>,
 ) -> Result<Option<LogRecovery>, String> {
     // The newest segment with a readable digest: its digest names the whole log.
     let newest = segments.iter().rev().find_map(|(segment, copies)| {
@@ -150,6 +159,10 @@ fn plan_log(
     let mut sources = Vec::new();
     let mut missing = Vec::new();
     for named in &digest.segments {
+        if kept.is_some_and(|k| named.segment < k.oldest) {
+            // Freed by retention (its owner said so before freeing any replica of it).
+            continue;
+        }
         let copies = segments
             .get(&named.segment)
             .map(Vec::as_slice)
@@ -173,7 +186,8 @@ fn plan_log(
     }
     if let Some(first) = missing.first() {
         let has_retention = target.config.retention_bytes > 0 || target.config.retention_ms > 0;
-        if !has_retention || sources.is_empty() {
+        // With kept segments known, every missing segment is one the log must have.
+        if kept.is_some() || !has_retention || sources.is_empty() {
             return Err(format!(
                 "{log}: {} ({}) is on no live backup",
                 first.segment, first.group

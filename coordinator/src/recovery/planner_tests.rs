@@ -1,6 +1,7 @@
 //! The recovery planner: listings in, a plan or a precise "lost" out.
 
 use super::planner::{Listing, Target, plan};
+use crate::metadata::KeptSegments;
 use std::collections::BTreeMap;
 use tailstream_wire::codec::Encode;
 use tailstream_wire::entry::{DigestSegment, LogDigest};
@@ -70,13 +71,43 @@ fn listing(backup: u32, replicas: Vec<ReplicaInfo>) -> Listing {
     }
 }
 
+/// No log has kept segments saved (a coordinator from before they existed).
+static NOTHING_KEPT: BTreeMap<LogId, KeptSegments> = BTreeMap::new();
+
 fn target<'a>(config: &'a StreamConfig, heads: &'a BTreeMap<LogId, SegmentId>) -> Target<'a> {
     Target {
         stream: STREAM,
         streamlet: STREAMLET,
         config,
         reported_heads: heads,
+        kept: &NOTHING_KEPT,
     }
+}
+
+/// A target whose log 0 keeps `oldest..=head`, as saved by the coordinator (no head in
+/// memory: the coordinator restarted since).
+fn target_keeping<'a>(
+    config: &'a StreamConfig,
+    kept: &'a BTreeMap<LogId, KeptSegments>,
+) -> Target<'a> {
+    static NO_HEADS: BTreeMap<LogId, SegmentId> = BTreeMap::new();
+    Target {
+        stream: STREAM,
+        streamlet: STREAMLET,
+        config,
+        reported_heads: &NO_HEADS,
+        kept,
+    }
+}
+
+fn kept(oldest: u64, head: u64) -> BTreeMap<LogId, KeptSegments> {
+    BTreeMap::from([(
+        LogId(0),
+        KeptSegments {
+            oldest: SegmentId(oldest),
+            head: SegmentId(head),
+        },
+    )])
 }
 
 use ReplicaState::{Closed, Open};
@@ -264,4 +295,71 @@ fn an_unreplicated_streamlet_is_lost_with_its_owner_even_if_nothing_was_reported
     let heads = BTreeMap::new();
     let error = plan(&target(&config, &heads), &[listing(1, vec![])]).unwrap_err();
     assert!(error.contains("replicas=0"), "{error}");
+}
+
+/// Issue 21, finding 2: the head a log's owner made durable before acknowledging records in it
+/// survives a coordinator restart (no head in memory); a plan whose newest segment is older
+/// is refused, never served shorter.
+#[test]
+fn a_durable_head_newer_than_every_listed_segment_is_lost_not_served_short() {
+    let config = config(1, false);
+    let named = [(0, 0), (0, 1)];
+    // Segment 2 (the head, with acknowledged records) was only on backups that are gone.
+    let listings = vec![listing(
+        1,
+        vec![
+            replica(0, 0, 0, &named[..1], 1, Closed, 5000),
+            replica(0, 0, 1, &named, 1, Closed, 5000),
+        ],
+    )];
+    let kept = kept(0, 2);
+    let lost = plan(&target_keeping(&config, &kept), &listings).unwrap_err();
+    assert!(lost.contains("seg2") || lost.contains('2'), "{lost}");
+    // With nothing saved (the old coordinator), the same listings were planned short.
+    assert!(plan(&target(&config, &BTreeMap::new()), &listings).is_ok());
+    // And a log with a durable head but no segment on any live backup is lost, not empty.
+    let lost = plan(&target_keeping(&config, &kept), &[listing(1, vec![])]).unwrap_err();
+    assert!(lost.contains("no segment"), "{lost}");
+}
+
+/// Issue 21, finding 2: with retention, a missing oldest segment used to be taken as freed.
+/// Now only segments older than the durable oldest kept one are; any other missing segment
+/// makes the log lost.
+#[test]
+fn only_segments_older_than_the_durable_oldest_are_taken_as_freed() {
+    let config = config(1, true);
+    let named = [(0, 0), (0, 1), (0, 2), (0, 3)];
+    let listings = vec![listing(
+        1,
+        vec![
+            // Segment 0 is still on a backup (its free was late), 1 is gone, 2 and 3 are here.
+            replica(0, 0, 0, &named[..1], 1, Closed, 5000),
+            replica(0, 0, 2, &named[..3], 1, Closed, 5000),
+            replica(0, 0, 3, &named, 1, Open, 300),
+        ],
+    )];
+    // The owner made oldest = 2 durable before freeing 0 and 1: the plan is 2 and 3.
+    let kept_from_2 = kept(2, 3);
+    let planned = plan(&target_keeping(&config, &kept_from_2), &listings).unwrap();
+    let segments: Vec<u64> = planned.logs[0]
+        .segments
+        .iter()
+        .map(|s| s.segment.0)
+        .collect();
+    assert_eq!(segments, vec![2, 3]);
+    // Oldest = 1: segment 1 must be there, and it is not.
+    let kept_from_1 = kept(1, 3);
+    let lost = plan(&target_keeping(&config, &kept_from_1), &listings).unwrap_err();
+    assert!(lost.contains("on no live backup"), "{lost}");
+    // Only 2 and 3 listed, oldest 0 saved: lost (the old rule took 0 and 1 as freed).
+    let newest_only = vec![listing(
+        1,
+        vec![
+            replica(0, 0, 2, &named[..3], 1, Closed, 5000),
+            replica(0, 0, 3, &named, 1, Open, 300),
+        ],
+    )];
+    let kept_from_0 = kept(0, 3);
+    assert!(plan(&target_keeping(&config, &kept_from_0), &newest_only).is_err());
+    assert!(plan(&target(&config, &BTreeMap::new()), &newest_only).is_ok());
 }

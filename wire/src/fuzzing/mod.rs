@@ -81,6 +81,8 @@ pub fn messages(data: &[u8]) {
         RdmaConnectResponse,
         ReplicaAdoptRequest,
         ReportSuspectRequest,
+        ReportLogBoundsRequest,
+        ReportLogBoundsResponse,
         RecoverStreamletRequest,
         LogDigest
     );

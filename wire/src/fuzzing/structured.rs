@@ -73,6 +73,8 @@ fn decode_body(opcode: Option<Opcode>, is_response: bool, body: Bytes) {
         (Opcode::RdmaConnect, false) => decode!(RdmaConnectRequest),
         (Opcode::RdmaConnect, true) => decode!(RdmaConnectResponse),
         (Opcode::ReportSuspect, _) => decode!(ReportSuspectRequest),
+        (Opcode::ReportLogBounds, false) => decode!(ReportLogBoundsRequest),
+        (Opcode::ReportLogBounds, true) => decode!(ReportLogBoundsResponse),
         (Opcode::RecoverStreamlet, _) => decode!(RecoverStreamletRequest),
         (Opcode::ReplicaAdopt, _) => decode!(ReplicaAdoptRequest),
         (Opcode::GroupJoin, false) => decode!(GroupJoinRequest),

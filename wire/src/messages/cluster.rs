@@ -212,6 +212,37 @@ wire_message! {
 }
 
 wire_message! {
+    /// The range of segments one log must keep, as its owner makes it durable at the
+    /// coordinator: `head` before any record in it is acknowledged, `oldest` before the
+    /// replicas of older segments are freed. Recovery must find every segment in between.
+    pub struct LogBounds {
+        pub stream: StreamId,
+        pub streamlet: StreamletId,
+        pub log: LogId,
+        pub oldest: SegmentId,
+        pub head: SegmentId,
+    }
+}
+
+wire_message! {
+    /// Owner → coordinator: make these bounds durable (answered once saved).
+    pub struct ReportLogBoundsRequest {
+        pub server_id: ServerId,
+        #[cfg_attr(test, proptest(strategy = "small_vec::<LogBounds>()"))]
+        pub bounds: Vec<LogBounds>,
+    }
+}
+
+wire_message! {
+    /// The bounds now durable (each covered by what the coordinator saved); the others were
+    /// refused (the reporter does not own that streamlet).
+    pub struct ReportLogBoundsResponse {
+        #[cfg_attr(test, proptest(strategy = "small_vec::<LogBounds>()"))]
+        pub durable: Vec<LogBounds>,
+    }
+}
+
+wire_message! {
     /// How far one log a broker owns is committed (the coordinator turns it into consumer
     /// group lag).
     pub struct LogEnd {

@@ -117,6 +117,8 @@ mod tests {
         rdma_connect_response: RdmaConnectResponse,
         replica_adopt: ReplicaAdoptRequest,
         report_suspect: ReportSuspectRequest,
+        report_log_bounds: ReportLogBoundsRequest,
+        report_log_bounds_response: ReportLogBoundsResponse,
         recover_streamlet: RecoverStreamletRequest,
         group_join_request: GroupJoinRequest,
         group_join_response: GroupJoinResponse,

@@ -1,0 +1,196 @@
+//! What the coordinator durably knows of each owned replicated log: its head (the newest
+//! segment that may hold an acknowledged record) and its oldest kept segment.
+//!
+//! A replicated log commits (acknowledges, shows consumers) a record only once the coordinator
+//! has saved a head at least as new as the record's segment, and frees a retired segment's
+//! replicas only once it has saved an oldest kept segment past it. So whatever crashes (the
+//! owner, its backups, the coordinator), recovery knows exactly which segments it must find,
+//! and a log missing one is declared lost, never served shorter.
+//!
+//! Replicators say what they need ([`LogBoundsBook::want`]); the membership session sends it
+//! at once (not at the next heartbeat) and records what the coordinator saved
+//! ([`LogBoundsBook::made_durable`]), which wakes the replicators waiting on it. The cost is
+//! one coordinator save per segment roll, overlapped with the segment's first replication.
+
+use crate::replication::placements::LogKey;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use tailstream_wire::SegmentId;
+use tailstream_wire::messages::LogBounds;
+use tokio::sync::{Notify, watch};
+
+/// A log's head and oldest kept segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kept {
+    pub oldest: SegmentId,
+    pub head: SegmentId,
+}
+
+impl Kept {
+    fn raise(&mut self, to: Kept) {
+        self.oldest = self.oldest.max(to.oldest);
+        self.head = self.head.max(to.head);
+    }
+
+    fn covers(&self, other: &Kept) -> bool {
+        self.oldest >= other.oldest && self.head >= other.head
+    }
+}
+
+#[derive(Debug, Default)]
+struct Book {
+    /// What replicators asked for and the coordinator did not save yet.
+    wanted: HashMap<LogKey, Kept>,
+    /// What the coordinator answered it saved (it only grows there too).
+    durable: HashMap<LogKey, Kept>,
+}
+
+#[derive(Debug)]
+pub struct LogBoundsBook {
+    book: Mutex<Book>,
+    /// Signalled when something new is wanted (a permit is kept if nobody waits).
+    wanted: Notify,
+    /// Bumped whenever something became durable.
+    durable: watch::Sender<u64>,
+}
+
+impl Default for LogBoundsBook {
+    fn default() -> Self {
+        Self {
+            book: Mutex::default(),
+            wanted: Notify::new(),
+            durable: watch::Sender::new(0),
+        }
+    }
+}
+
+impl LogBoundsBook {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Book> {
+        self.book.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What the coordinator saved for `key`, if anything.
+    pub fn durable(&self, key: LogKey) -> Option<Kept> {
+        self.lock().durable.get(&key).copied()
+    }
+
+    /// Asks for `kept` to be made durable for `key` (no-op when it already is or was asked).
+    pub fn want(&self, key: LogKey, kept: Kept) {
+        let mut book = self.lock();
+        if book.durable.get(&key).is_some_and(|d| d.covers(&kept)) {
+            return;
+        }
+        let wanted = book.wanted.entry(key).or_insert(kept);
+        if *wanted == kept || !wanted.covers(&kept) {
+            wanted.raise(kept);
+            drop(book);
+            self.wanted.notify_one();
+        }
+    }
+
+    /// Waits until something new is wanted.
+    pub async fn something_wanted(&self) {
+        self.wanted.notified().await;
+    }
+
+    /// Everything wanted and not yet durable, to send.
+    pub fn pending(&self) -> Vec<LogBounds> {
+        self.lock()
+            .wanted
+            .iter()
+            .map(|(key, kept)| LogBounds {
+                stream: key.0,
+                streamlet: key.1,
+                log: key.2,
+                oldest: kept.oldest,
+                head: kept.head,
+            })
+            .collect()
+    }
+
+    /// The coordinator saved `saved`: wakes whoever waits for it.
+    pub fn made_durable(&self, saved: &[LogBounds]) {
+        if saved.is_empty() {
+            return;
+        }
+        {
+            let mut book = self.lock();
+            for bounds in saved {
+                let key = (bounds.stream, bounds.streamlet, bounds.log);
+                let kept = Kept {
+                    oldest: bounds.oldest,
+                    head: bounds.head,
+                };
+                let durable = *book
+                    .durable
+                    .entry(key)
+                    .and_modify(|d| d.raise(kept))
+                    .or_insert(kept);
+                if book.wanted.get(&key).is_some_and(|w| durable.covers(w)) {
+                    book.wanted.remove(&key);
+                }
+            }
+        }
+        self.durable.send_modify(|version| *version += 1);
+    }
+
+    /// Changes whenever something became durable.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.durable.subscribe()
+    }
+
+    /// Forgets the logs of deleted streams.
+    pub fn forget_streams(&self, deleted: &[tailstream_wire::StreamId]) {
+        let mut book = self.lock();
+        book.wanted.retain(|key, _| !deleted.contains(&key.0));
+        book.durable.retain(|key, _| !deleted.contains(&key.0));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tailstream_wire::{LogId, StreamId, StreamletId};
+
+    const KEY: LogKey = (StreamId(1), StreamletId(0), LogId(0));
+
+    fn kept(oldest: u64, head: u64) -> Kept {
+        Kept {
+            oldest: SegmentId(oldest),
+            head: SegmentId(head),
+        }
+    }
+
+    fn saved(oldest: u64, head: u64) -> LogBounds {
+        LogBounds {
+            stream: KEY.0,
+            streamlet: KEY.1,
+            log: KEY.2,
+            oldest: SegmentId(oldest),
+            head: SegmentId(head),
+        }
+    }
+
+    #[test]
+    fn wanted_bounds_are_pending_until_saved_and_only_grow() {
+        let book = LogBoundsBook::default();
+        let mut changes = book.subscribe();
+        assert_eq!(book.durable(KEY), None);
+        book.want(KEY, kept(0, 2));
+        book.want(KEY, kept(1, 1));
+        assert_eq!(book.pending(), vec![saved(1, 2)]);
+        // Saved for less than wanted: still pending.
+        book.made_durable(&[saved(0, 2)]);
+        assert!(changes.has_changed().unwrap());
+        changes.mark_unchanged();
+        assert_eq!(book.durable(KEY), Some(kept(0, 2)));
+        assert_eq!(book.pending(), vec![saved(1, 2)]);
+        book.made_durable(&[saved(1, 2)]);
+        assert!(book.pending().is_empty());
+        // Already durable: nothing to send.
+        book.want(KEY, kept(0, 1));
+        assert!(book.pending().is_empty());
+        book.forget_streams(&[KEY.0]);
+        assert_eq!(book.durable(KEY), None);
+    }
+}
