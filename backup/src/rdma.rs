@@ -11,7 +11,7 @@ use async_rdma::{
 use bytes::Bytes;
 use std::alloc::Layout;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tailstream_wire::ServerId;
 
@@ -27,11 +27,31 @@ pub fn builder() -> RdmaBuilder {
         .set_mr_strategy(MRManageStrategy::Raw)
 }
 
-/// A replica buffer registered with the device.
+/// A replica buffer registered with the device, until its primary's generation is fenced:
+/// then its bytes are copied out and the region deregistered, so the NIC refuses any further
+/// write into it (recovery still reads the copy).
 #[derive(Debug)]
 pub struct RegisteredBuffer {
-    region: LocalMr,
+    primary: ServerId,
+    cell: Arc<Mutex<Region>>,
     capacity: u32,
+}
+
+#[derive(Debug)]
+enum Region {
+    Live(LocalMr),
+    /// Deregistered at a fence; what the region held.
+    Fenced(Box<[u8]>),
+}
+
+impl Region {
+    /// Copies the bytes out and drops the registration (the NIC refuses the key from now on).
+    fn fence(&mut self, capacity: u32) {
+        if let Region::Live(region) = self {
+            let copy: Box<[u8]> = region.as_slice()[..capacity as usize].into();
+            *self = Region::Fenced(copy);
+        }
+    }
 }
 
 impl RegisteredBuffer {
@@ -39,49 +59,90 @@ impl RegisteredBuffer {
         self.capacity
     }
 
+    pub fn primary(&self) -> ServerId {
+        self.primary
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Region> {
+        self.cell.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub fn with_bytes<T>(&self, f: impl FnOnce(&[u8]) -> T) -> T {
-        let bytes = self.region.as_slice();
-        f(&bytes[..self.capacity as usize])
+        match &*self.lock() {
+            Region::Live(region) => f(&region.as_slice()[..self.capacity as usize]),
+            Region::Fenced(copy) => f(copy),
+        }
     }
 
     pub fn write_at(&mut self, offset: usize, data: &[u8]) {
-        let mut bytes = self.region.as_mut_slice();
-        bytes[offset..offset + data.len()].copy_from_slice(data);
+        let range = offset..offset + data.len();
+        match &mut *self.lock() {
+            Region::Live(region) => region.as_mut_slice()[range].copy_from_slice(data),
+            Region::Fenced(copy) => copy[range].copy_from_slice(data),
+        }
     }
 
     /// What the primary needs to write here: address, length and remote key, serialized.
     pub fn token(&self) -> Result<Bytes, String> {
-        let token = self
-            .region
-            .token_with_timeout(TOKEN_LIFETIME)
-            .ok_or("registered region has no token")?;
+        let token = match &*self.lock() {
+            Region::Live(region) => region
+                .token_with_timeout(TOKEN_LIFETIME)
+                .ok_or("registered region has no token")?,
+            Region::Fenced(_) => return Err(format!("{} is fenced", self.primary)),
+        };
         serde_json::to_vec(&token)
             .map(Bytes::from)
             .map_err(|e| e.to_string())
     }
 }
 
+#[derive(Debug, Default)]
+struct Registry {
+    connections: HashMap<ServerId, Arc<Rdma>>,
+    /// Every region registered for a replica (dead ones are pruned as new ones come).
+    regions: Vec<(ServerId, u32, Weak<Mutex<Region>>)>,
+    /// Per server slot, the first generation not fenced.
+    fenced_below: HashMap<u32, u32>,
+}
+
+impl Registry {
+    fn is_fenced(&self, primary: ServerId) -> bool {
+        self.fenced_below
+            .get(&primary.index)
+            .is_some_and(|below| primary.generation < *below)
+    }
+}
+
 /// One queue pair per primary, and the regions registered for its replicas.
 #[derive(Debug, Default)]
 pub struct RdmaBackup {
-    connections: Mutex<HashMap<ServerId, Arc<Rdma>>>,
+    registry: Mutex<Registry>,
 }
 
 impl RdmaBackup {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Connects a queue pair to `primary`'s endpoint and returns ours. A primary that connects
-    /// again (it lost its connection) replaces its previous queue pair.
+    /// again (it lost its connection) replaces its previous queue pair. A fenced one is
+    /// refused, even if the fence came while its queue pair was being connected.
     pub async fn accept(&self, primary: ServerId, endpoint: &[u8]) -> Result<Bytes, String> {
         let remote: QueuePairEndpoint = serde_json::from_slice(endpoint)
             .map_err(|e| format!("bad queue pair endpoint: {e}"))?;
+        if self.lock().is_fenced(primary) {
+            return Err(format!("{primary} is fenced"));
+        }
         let rdma = builder()
             .ibv_connect(remote)
             .await
             .map_err(|e| format!("connecting the queue pair: {e}"))?;
         let ours = serde_json::to_vec(&rdma.get_qp_endpoint()).map_err(|e| e.to_string())?;
-        self.connections
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(primary, Arc::new(rdma));
+        let mut registry = self.lock();
+        if registry.is_fenced(primary) {
+            return Err(format!("{primary} is fenced"));
+        }
+        registry.connections.insert(primary, Arc::new(rdma));
         Ok(Bytes::from(ours))
     }
 
@@ -92,12 +153,12 @@ impl RdmaBackup {
         primary: ServerId,
         capacity: u32,
     ) -> Option<Result<RegisteredBuffer, String>> {
-        let rdma = self
-            .connections
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&primary)
-            .cloned()?;
+        // Registered under the registry's lock, so a fence cannot miss it.
+        let mut registry = self.lock();
+        let rdma = registry.connections.get(&primary).cloned()?;
+        if registry.is_fenced(primary) {
+            return Some(Err(format!("{primary} is fenced")));
+        }
         Some((|| {
             let layout =
                 Layout::from_size_align(capacity as usize, 4096).map_err(|e| e.to_string())?;
@@ -106,7 +167,55 @@ impl RdmaBackup {
                 .map_err(|e| format!("registering a buffer: {e}"))?;
             // Registered memory is not necessarily zero; the trailer scheme needs it to be.
             region.as_mut_slice().fill(0);
-            Ok(RegisteredBuffer { region, capacity })
+            let cell = Arc::new(Mutex::new(Region::Live(region)));
+            registry
+                .regions
+                .retain(|(_, _, region)| region.strong_count() > 0);
+            registry
+                .regions
+                .push((primary, capacity, Arc::downgrade(&cell)));
+            Ok(RegisteredBuffer {
+                primary,
+                cell,
+                capacity,
+            })
         })())
+    }
+
+    /// Fences every generation of `newest`'s slot older than it, before anything is answered
+    /// about their replicas: their queue pairs are dropped and every region registered for
+    /// them is deregistered (its bytes kept for recovery), so a write already on its way from
+    /// a fenced primary fails at the NIC instead of landing.
+    pub fn fence_older_than(&self, newest: ServerId) {
+        let fenced = |primary: &ServerId| {
+            primary.index == newest.index && primary.generation < newest.generation
+        };
+        let (regions, connections) = {
+            let mut registry = self.lock();
+            let below = registry.fenced_below.entry(newest.index).or_insert(0);
+            if *below >= newest.generation {
+                return;
+            }
+            *below = newest.generation;
+            let regions: Vec<_> = registry
+                .regions
+                .iter()
+                .filter(|(primary, _, _)| fenced(primary))
+                .filter_map(|(_, capacity, region)| Some((*capacity, region.upgrade()?)))
+                .collect();
+            registry.regions.retain(|(primary, _, _)| !fenced(primary));
+            let connections: Vec<_> = registry
+                .connections
+                .extract_if(|primary, _| fenced(primary))
+                .collect();
+            (regions, connections)
+        };
+        for (capacity, region) in regions {
+            region
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .fence(capacity);
+        }
+        drop(connections);
     }
 }

@@ -21,9 +21,6 @@ pub struct BackupService {
     store: Arc<BackupStore>,
     /// Advertised in every buffer descriptor (tcp backend).
     nic_addr: String,
-    /// Queue pairs of primaries that write with RDMA.
-    #[cfg(feature = "rdma")]
-    rdma: Arc<crate::rdma::RdmaBackup>,
 }
 
 fn refuse(error: BackupError) -> Response {
@@ -45,12 +42,7 @@ fn blocking<T: Encode + Send + 'static>(
 
 impl BackupService {
     pub fn new(store: Arc<BackupStore>, nic_addr: String) -> Self {
-        Self {
-            store,
-            nic_addr,
-            #[cfg(feature = "rdma")]
-            rdma: Arc::new(crate::rdma::RdmaBackup::default()),
-        }
+        Self { store, nic_addr }
     }
 
     /// Opens a replica: in a registered region if its primary writes with RDMA, else in a
@@ -58,7 +50,8 @@ impl BackupService {
     fn open(&self, request: &ReplicaOpenRequest) -> Result<BufferDescriptor, BackupError> {
         #[cfg(feature = "rdma")]
         if let Some(region) = self
-            .rdma
+            .store
+            .rdma()
             .buffer_for(request.primary, request.capacity_bytes)
         {
             let region = region.map_err(BackupError::Io)?;
@@ -90,7 +83,7 @@ impl BackupService {
         }
         #[cfg(feature = "rdma")]
         {
-            let rdma = self.rdma.clone();
+            let rdma = self.store.rdma().clone();
             Reply::Later(Box::pin(async move {
                 match rdma.accept(request.primary, &request.endpoint).await {
                     Ok(endpoint) => Response::ok(&RdmaConnectResponse { endpoint }),
@@ -113,8 +106,6 @@ impl BackupService {
         Self {
             store: self.store.clone(),
             nic_addr: self.nic_addr.clone(),
-            #[cfg(feature = "rdma")]
-            rdma: self.rdma.clone(),
         }
     }
 

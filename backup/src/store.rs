@@ -103,6 +103,10 @@ pub struct BackupStore {
     pool: BufferPool,
     next_key: AtomicU64,
     index: Mutex<Index>,
+    /// Queue pairs and registered regions of primaries that write with RDMA: fenced with the
+    /// index, so a fenced generation's writes fail at the NIC too.
+    #[cfg(feature = "rdma")]
+    rdma: Arc<crate::rdma::RdmaBackup>,
 }
 
 impl BackupStore {
@@ -124,6 +128,8 @@ impl BackupStore {
             pool,
             next_key: AtomicU64::new(rand::random::<u64>() >> 1),
             index: Mutex::new(Index::default()),
+            #[cfg(feature = "rdma")]
+            rdma: Arc::default(),
         };
         for dir in std::fs::read_dir(root).map_err(io)? {
             let dir = dir.map_err(io)?.path();
@@ -196,7 +202,9 @@ impl BackupStore {
         let replica = Arc::new(replica);
         let epoch = replica.meta().epoch;
         let mut index = self.lock();
-        Self::note_generation_locked(&mut index, replica.primary);
+        // A replica found at load, or one whose open already checked its primary: nothing
+        // registered with rdma can be of an older generation here.
+        let _ = Self::note_generation_locked(&mut index, replica.primary);
         index.by_key.insert(replica.key, replica.clone());
         index
             .by_id
@@ -208,18 +216,36 @@ impl BackupStore {
         self.index.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn note_generation_locked(index: &mut Index, server: ServerId) {
-        let newest = index
-            .newest_generation
-            .entry(server.index)
-            .or_insert(server.generation);
+    /// Returns whether `server` fences generations not fenced before (the caller then fences
+    /// them on the rdma backend too, once the index lock is released).
+    #[must_use]
+    fn note_generation_locked(index: &mut Index, server: ServerId) -> bool {
+        let newest = index.newest_generation.entry(server.index).or_insert(0);
+        let advanced = server.generation > *newest;
         *newest = (*newest).max(server.generation);
+        advanced
+    }
+
+    /// Generations of `newest`'s slot older than it write nothing more by any transport.
+    fn fenced_older_than(&self, newest: ServerId) {
+        #[cfg(feature = "rdma")]
+        self.rdma.fence_older_than(newest);
+        #[cfg(not(feature = "rdma"))]
+        let _ = newest;
+    }
+
+    /// The rdma backend's queue pairs and regions.
+    #[cfg(feature = "rdma")]
+    pub fn rdma(&self) -> &Arc<crate::rdma::RdmaBackup> {
+        &self.rdma
     }
 
     /// Records that `server` exists (from membership or a request): older generations of its
     /// slot are fenced from now on.
     pub fn note_generation(&self, server: ServerId) {
-        Self::note_generation_locked(&mut self.lock(), server);
+        if Self::note_generation_locked(&mut self.lock(), server) {
+            self.fenced_older_than(server);
+        }
     }
 
     /// Whether a newer generation of `primary`'s slot is known.
@@ -238,7 +264,11 @@ impl BackupStore {
         if Self::fenced_locked(&index, primary) {
             return Err(BackupError::Stale(primary));
         }
-        Self::note_generation_locked(&mut index, primary);
+        let advanced = Self::note_generation_locked(&mut index, primary);
+        drop(index);
+        if advanced {
+            self.fenced_older_than(primary);
+        }
         Ok(())
     }
 
@@ -360,7 +390,9 @@ impl BackupStore {
     /// generation is accepted, whether or not its slot has a newer incarnation yet.
     pub fn fence(&self, crashed: ServerId) {
         let next = ServerId::new(crashed.index, crashed.generation.saturating_add(1));
-        Self::note_generation_locked(&mut self.lock(), next);
+        if Self::note_generation_locked(&mut self.lock(), next) {
+            self.fenced_older_than(next);
+        }
     }
 
     /// Recovery adopts a closed replica: `from`'s replica of `id` at `epoch` becomes

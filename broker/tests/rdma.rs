@@ -219,3 +219,92 @@ async fn rdma_writes_land_in_the_registered_buffer_and_a_wrong_key_is_refused() 
     assert!(refused.is_err(), "a write with a wrong key was accepted");
     assert!(writer.is_broken());
 }
+
+/// Issue 21, finding 1: fencing a generation used to update only the backup's index; its queue
+/// pair and registered regions stayed writable, so a fenced primary's one-sided writes still
+/// landed. Now the fence deregisters its regions (keeping their bytes for recovery) and drops
+/// its queue pairs before anything is answered about its replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_primary_s_rdma_writes_fail_at_the_nic_and_what_it_wrote_stays_readable() {
+    if !rdma_here() {
+        return;
+    }
+    let limits = BackupLimits {
+        open_buffers_max: 8,
+        open_buffer_bytes_max: 1 << 26,
+    };
+    let (addr, _stop, _dir) = start_backup(limits).await;
+    let primary = ServerId::new(5, 1);
+    let client = RpcClient::connect(&addr, RpcClientConfig::default())
+        .await
+        .unwrap();
+    let writer = RdmaWriter::connect(&client, primary).await.unwrap();
+    let open = ReplicaOpenRequest {
+        primary,
+        replica: replica(),
+        epoch: 1,
+        capacity_bytes: 1 << 16,
+        filling: false,
+    };
+    let descriptor: BufferDescriptor = client.call(Opcode::ReplicaOpen, &open).await.unwrap();
+    writer.register(descriptor.key, &descriptor).unwrap();
+    let target = WriteTarget {
+        replica: replica(),
+        key: descriptor.key,
+    };
+    let mut image = SegmentImage::new(1 << 16);
+    image.append(EntryType::LogDigest, b"digest").unwrap();
+    image.append(EntryType::Batch, b"before the fence").unwrap();
+    let written = image.written();
+    writer
+        .write(
+            target,
+            0,
+            vec![Bytes::copy_from_slice(&image.bytes[..written])],
+        )
+        .await
+        .unwrap();
+    assert_eq!(valid_bytes(&client).await as usize, written);
+
+    // The coordinator's recovery fences the generation with its listing.
+    let listed: ListReplicasResponse = client
+        .call(
+            Opcode::ListReplicas,
+            &ListReplicasRequest {
+                primary: None,
+                fence: vec![primary],
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(listed.replicas[0].valid_bytes as usize, written);
+
+    // A write the fenced primary still sends fails at the NIC, and lands nowhere.
+    image.append(EntryType::Batch, b"after the fence").unwrap();
+    let late = writer
+        .write(
+            target,
+            written as u32,
+            vec![Bytes::copy_from_slice(
+                &image.bytes[written..image.written()],
+            )],
+        )
+        .await;
+    assert!(late.is_err(), "a fenced primary's RDMA write was accepted");
+    assert_eq!(valid_bytes(&client).await as usize, written);
+    // Nor can it open a replica or connect a queue pair again.
+    let reopen = ReplicaOpenRequest {
+        replica: ReplicaId {
+            segment: SegmentId(9),
+            ..replica()
+        },
+        ..open
+    };
+    assert!(
+        client
+            .call::<_, BufferDescriptor>(Opcode::ReplicaOpen, &reopen)
+            .await
+            .is_err()
+    );
+    assert!(RdmaWriter::connect(&client, primary).await.is_err());
+}
