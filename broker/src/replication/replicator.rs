@@ -35,6 +35,10 @@ use tokio::sync::watch;
 
 /// How often a round runs while some replica still needs a backup and none was available.
 const NO_BACKUP_RETRY: Duration = Duration::from_millis(100);
+/// The wait before opening replicas again after an open failed, doubling up to the max while
+/// opens keep failing.
+const OPEN_RETRY_FIRST: Duration = Duration::from_millis(50);
+const OPEN_RETRY_MAX: Duration = Duration::from_secs(2);
 /// How often the task checks that its streamlet is still owned here.
 const OWNERSHIP_CHECK: Duration = Duration::from_secs(2);
 
@@ -136,6 +140,9 @@ pub(super) struct Replicator {
     /// The log's kept segments as the coordinator last said it saved them (cached from the
     /// cluster's `LogBoundsBook`, asked again when a segment needs more).
     pub(super) durable: Option<Kept>,
+    /// After a failed open, no replica is opened before this (doubling while opens keep
+    /// failing): a backup whose pool is full is not asked again in a tight loop.
+    pub(super) open_backoff: Option<(Instant, Duration)>,
 }
 
 /// Replicates one log of `streamlet` until the streamlet is no longer owned here.
@@ -185,6 +192,7 @@ pub fn spawn_recovered(
         published: Vec::new(),
         health: None,
         durable: None,
+        open_backoff: None,
     };
     tokio::spawn(replicator.run());
     in_sync_rx
@@ -435,6 +443,7 @@ impl Replicator {
                 result,
             } => match result {
                 Ok((key, writer)) => {
+                    self.open_backoff = None;
                     if let Some(tracked) = self.tracked_mut(segment)
                         && tracked.seg.slots().get(slot).is_some_and(|s| {
                             s.state == SlotState::Opening && s.backup == Some(backup)
@@ -445,7 +454,11 @@ impl Replicator {
                     }
                 }
                 Err(error) => {
-                    tracing::warn!(%backup, %error, "opening a replica failed; choosing another backup");
+                    let wait = self
+                        .open_backoff
+                        .map_or(OPEN_RETRY_FIRST, |(_, wait)| (wait * 2).min(OPEN_RETRY_MAX));
+                    self.open_backoff = Some((Instant::now() + wait, wait));
+                    tracing::warn!(%backup, %error, retry_in_ms = wait.as_millis() as u64, "opening a replica failed; choosing another backup");
                     self.quarantine(backup);
                     if let Some(tracked) = self.tracked_mut(segment)
                         && tracked.seg.slots().get(slot).is_some_and(|s| {

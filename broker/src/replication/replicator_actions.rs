@@ -155,6 +155,14 @@ impl Replicator {
         membership: &[BrokerInfo],
         me: ServerId,
     ) {
+        if self
+            .open_backoff
+            .is_some_and(|(until, _)| Instant::now() < until)
+        {
+            // An open failed just now: ask again after the backoff (the retry tick wakes us).
+            self.waiting_for_backup = true;
+            return;
+        }
         let selector = self.ctx.clone();
         let Some(tracked) = self.tracked_mut(segment) else {
             return;
