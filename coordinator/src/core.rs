@@ -197,8 +197,13 @@ impl Coordinator {
         change: impl FnOnce(&mut Metadata) -> Result<T, MetadataError>,
     ) -> Result<T, ChangeError> {
         let _one_at_a_time = self.inner.changes.lock().await;
-        let mut next = self.lock().metadata.clone();
+        let previous = self.lock().metadata.clone();
+        let mut next = previous.clone();
         let value = change(&mut next).map_err(ChangeError::Refused)?;
+        if let Err(what) = crate::metadata::invariants::check_transition(&previous, &next) {
+            return Err(ChangeError::Persist(crate::invariant::broken(&what)));
+        }
+        drop(previous);
         let store = self.inner.store.clone();
         let started = std::time::Instant::now();
         let saved = tokio::task::spawn_blocking(move || store.save(&next).map(|()| next))

@@ -27,6 +27,7 @@ pub mod admin;
 pub mod core;
 pub mod detector;
 pub mod groups;
+pub mod invariant;
 pub mod liveness;
 pub mod metadata;
 pub mod metrics;

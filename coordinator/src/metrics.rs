@@ -20,6 +20,7 @@ pub const PERSIST_LATENCY: &str = "tailstream_coordinator_persist_latency_second
 pub const RPCS: &str = "tailstream_coordinator_rpcs_total";
 pub const GROUP_LAG: &str = "tailstream_coordinator_group_lag_records";
 pub const GROUP_MEMBERS: &str = "tailstream_coordinator_group_members";
+pub const INVARIANT_VIOLATIONS: &str = "tailstream_coordinator_invariant_violations_total";
 
 /// Registers every coordinator metric with its help text.
 pub fn describe() {
@@ -27,6 +28,10 @@ pub fn describe() {
         (
             SUSPICIONS,
             "Brokers reported silent by a peer or by missing heartbeats.",
+        ),
+        (
+            INVARIANT_VIOLATIONS,
+            "Broken invariants (a bug): each refused the operation that would have broken it.",
         ),
         (
             CRASHES_DECLARED,

@@ -421,6 +421,14 @@ impl ReplicatedSegment {
             .map(|s| s.acked)
             .min()
             .unwrap_or(self.written);
+        if lowest > self.written {
+            // No replica can hold bytes this primary never wrote: counting such an answer
+            // would commit (acknowledge) what is in no log. Refused, counted, logged.
+            let _ = tailstream_storage::StorageError::invariant(
+                "a replica acknowledged more of a segment than its primary wrote",
+            );
+            return;
+        }
         self.committed = self.committed.max(lowest);
     }
 

@@ -7,10 +7,12 @@
 //! - [`brokers`]: registration (new generations), crash declarations, liveness views;
 //! - [`streams`]: creation, placement, descriptions and assignments;
 //! - [`log_bounds`]: each log's head and oldest kept segment, durable before acknowledgements;
+//! - [`invariants`]: what every change must keep true (checked before it is saved);
 //! - [`recovery`]: moving a crashed broker's streamlets through recovery (owner, epoch, state)
 //!   and the record of each recovery and its phases.
 
 mod brokers;
+pub mod invariants;
 mod log_bounds;
 pub mod producer_ids;
 mod recovery;

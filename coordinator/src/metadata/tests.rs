@@ -372,3 +372,62 @@ fn log_bounds_grow_only_from_the_owner_and_survive_a_reload() {
     );
     assert!(reloaded.kept_segments(id, StreamletId(1)).is_empty());
 }
+
+/// Issue 21, item 5: each change's result is checked against what it replaced.
+#[test]
+fn transitions_that_move_epochs_back_or_give_one_epoch_two_owners_are_refused() {
+    use super::invariants::check_transition;
+    use tailstream_wire::messages::LogBounds;
+    use tailstream_wire::{LogId, SegmentId};
+    let mut m = Metadata::default();
+    let a = broker(&mut m, "x:1");
+    let b = broker(&mut m, "x:2");
+    let id = m.create_stream("s", 1, config(), &[a, b]).unwrap().id;
+    let owner = m.stream_by_id(id).unwrap().placements[0].owner;
+    let other = if owner == a { b } else { a };
+    m.record_log_bounds(
+        owner,
+        &[LogBounds {
+            stream: id,
+            streamlet: StreamletId(0),
+            log: LogId(0),
+            oldest: SegmentId(1),
+            head: SegmentId(4),
+        }],
+    )
+    .unwrap();
+    assert_eq!(check_transition(&m, &m.clone()), Ok(()));
+    fn placement(m: &mut Metadata) -> &mut Placement {
+        &mut m.streams.get_mut("s").unwrap().placements[0]
+    }
+    let mut moved = m.clone();
+    placement(&mut moved).owner = other;
+    assert!(
+        check_transition(&m, &moved)
+            .unwrap_err()
+            .contains("two owners")
+    );
+    placement(&mut moved).epoch += 1;
+    assert_eq!(check_transition(&m, &moved), Ok(()));
+    let mut back = m.clone();
+    placement(&mut back).epoch -= 1;
+    assert!(
+        check_transition(&m, &back)
+            .unwrap_err()
+            .contains("went back")
+    );
+    let mut shrunk = m.clone();
+    placement(&mut shrunk).log_bounds.get_mut(&0).unwrap().head = SegmentId(3);
+    assert!(
+        check_transition(&m, &shrunk)
+            .unwrap_err()
+            .contains("kept segments")
+    );
+    let mut crashed_owner = m.clone();
+    crashed_owner.brokers[owner.index as usize].crashed = true;
+    assert!(
+        check_transition(&m, &crashed_owner)
+            .unwrap_err()
+            .contains("not a member")
+    );
+}

@@ -118,13 +118,50 @@ pub fn plan(target: &Target, listings: &[Listing]) -> Result<Plan, String> {
         }
         logs.push(recovery);
     }
-    Ok(Plan {
+    let plan = Plan {
         logs,
         next_group: GroupId(next_group),
         next_segment: SegmentId(next_segment),
         bytes,
         memory_bytes: segments_planned.saturating_mul(u64::from(target.config.segment_size_bytes)),
-    })
+    };
+    check(target, &plan).map_err(|what| crate::invariant::broken(&what))?;
+    Ok(plan)
+}
+
+/// What every plan must be: per log, segments in increasing order, each with bytes and a
+/// holder, the newest at least the log's known head (never a shorter log), and new ids above
+/// every planned one.
+pub(super) fn check(target: &Target, plan: &Plan) -> Result<(), String> {
+    for log in &plan.logs {
+        let ordered = log.segments.windows(2).all(|w| w[0].segment < w[1].segment);
+        if !ordered {
+            return Err(format!("{}: a plan's segments are out of order", log.log));
+        }
+        if let Some(empty) = log
+            .segments
+            .iter()
+            .find(|s| s.length == 0 || s.holders.is_empty())
+        {
+            return Err(format!(
+                "{}: {} is planned with nothing to read",
+                log.log, empty.segment
+            ));
+        }
+        let newest = log.segments.last().map(|s| s.segment);
+        let head = target
+            .reported_heads
+            .get(&log.log)
+            .copied()
+            .max(target.kept.get(&log.log).map(|k| k.head));
+        if head.is_some_and(|head| newest.is_none_or(|newest| newest < head)) {
+            return Err(format!("{}: a plan ends before the log's head", log.log));
+        }
+        if newest.is_some_and(|newest| newest >= plan.next_segment) {
+            return Err(format!("{}: next segment id not above the plan", log.log));
+        }
+    }
+    Ok(())
 }
 
 /// One log: `None` for a log that never had a segment.

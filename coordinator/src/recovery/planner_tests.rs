@@ -1,6 +1,6 @@
 //! The recovery planner: listings in, a plan or a precise "lost" out.
 
-use super::planner::{Listing, Target, plan};
+use super::planner::{Listing, Target, check, plan};
 use crate::metadata::KeptSegments;
 use std::collections::BTreeMap;
 use tailstream_wire::codec::Encode;
@@ -362,4 +362,44 @@ fn only_segments_older_than_the_durable_oldest_are_taken_as_freed() {
     let kept_from_0 = kept(0, 3);
     assert!(plan(&target_keeping(&config, &kept_from_0), &newest_only).is_err());
     assert!(plan(&target(&config, &BTreeMap::new()), &newest_only).is_ok());
+}
+
+/// Issue 21, item 5: every plan is checked before it is used; one that would serve a log
+/// shorter than its known head (or reuse an id) is refused as a broken invariant.
+#[test]
+fn a_plan_ending_before_the_head_or_reusing_ids_breaks_the_check() {
+    let config = config(1, false);
+    let named = [(0, 0), (0, 1)];
+    let listings = vec![listing(
+        1,
+        vec![
+            replica(0, 0, 0, &named[..1], 1, Closed, 5000),
+            replica(0, 0, 1, &named, 1, Open, 700),
+        ],
+    )];
+    let kept = kept(0, 1);
+    let target = target_keeping(&config, &kept);
+    let good = plan(&target, &listings).unwrap();
+    assert_eq!(check(&target, &good), Ok(()));
+    let mut short = good.clone();
+    short.logs[0].segments.pop();
+    assert!(
+        check(&target, &short)
+            .unwrap_err()
+            .contains("before the log's head")
+    );
+    let mut reused = good.clone();
+    reused.next_segment = SegmentId(1);
+    assert!(
+        check(&target, &reused)
+            .unwrap_err()
+            .contains("next segment id")
+    );
+    let mut unordered = good;
+    unordered.logs[0].segments.reverse();
+    assert!(
+        check(&target, &unordered)
+            .unwrap_err()
+            .contains("out of order")
+    );
 }

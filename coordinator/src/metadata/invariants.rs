@@ -1,0 +1,61 @@
+//! What every metadata transition must keep true, checked on the result of each change before
+//! it is saved (`Coordinator::change`): a change that would break one is refused as a bug
+//! (`crate::invariant::broken`), never saved.
+//!
+//! - ownership epochs only grow, and a streamlet that changed owner has a newer epoch (one
+//!   owner per epoch);
+//! - a serving streamlet's owner is a current member (a crashed generation serves nothing);
+//! - a log's kept segments only grow, and its oldest is never past its head;
+//! - the metadata version never goes back.
+
+use super::Metadata;
+
+/// Checks `next` (the result of one change) against `previous`.
+pub fn check_transition(previous: &Metadata, next: &Metadata) -> Result<(), String> {
+    if next.version < previous.version {
+        return Err("the metadata version went back".into());
+    }
+    for (name, stream) in &next.streams {
+        let before = previous
+            .streams
+            .get(name)
+            .filter(|s| s.id == stream.id)
+            .map(|s| s.placements.as_slice())
+            .unwrap_or_default();
+        for (index, placement) in stream.placements.iter().enumerate() {
+            let streamlet = format!("{name:?}/{index}");
+            if placement.state == tailstream_wire::messages::PlacementState::Serving
+                && next.check_server(placement.owner).is_err()
+            {
+                return Err(format!(
+                    "{streamlet} serves on {}, not a member",
+                    placement.owner
+                ));
+            }
+            for (log, kept) in &placement.log_bounds {
+                if kept.oldest > kept.head {
+                    return Err(format!("{streamlet} log {log}: oldest kept past its head"));
+                }
+            }
+            let Some(old) = before.get(index) else {
+                continue;
+            };
+            if placement.epoch < old.epoch {
+                return Err(format!("{streamlet}: ownership epoch went back"));
+            }
+            if placement.owner != old.owner && placement.epoch == old.epoch {
+                return Err(format!("{streamlet}: two owners at epoch {}", old.epoch));
+            }
+            for (log, old_kept) in &old.log_bounds {
+                let shrunk = placement
+                    .log_bounds
+                    .get(log)
+                    .is_none_or(|kept| kept.head < old_kept.head || kept.oldest < old_kept.oldest);
+                if shrunk {
+                    return Err(format!("{streamlet} log {log}: kept segments went back"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
