@@ -418,11 +418,14 @@ async fn report_log_bounds(
         return Ok(());
     }
     let request = ReportLogBoundsRequest { server_id, bounds };
-    match client
+    let started = std::time::Instant::now();
+    let answer = client
         .call::<_, ReportLogBoundsResponse>(Opcode::ReportLogBounds, &request)
-        .await
-    {
+        .await;
+    match answer {
         Ok(response) => {
+            metrics::histogram!(crate::metrics::LOG_BOUNDS_REPORT_LATENCY)
+                .record(started.elapsed().as_secs_f64());
             cluster.log_bounds.made_durable(&response.durable);
             Ok(())
         }

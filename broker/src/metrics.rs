@@ -26,6 +26,7 @@ pub const SEGMENT_MEMORY_MAX: &str = "tailstream_segment_memory_max_bytes";
 pub const REPLICATED_BYTES: &str = "tailstream_replicated_bytes_total";
 pub const REPLICATION_WRITE_LATENCY: &str = "tailstream_replication_write_latency_seconds";
 pub const REPLICATION_WRITES_IN_FLIGHT: &str = "tailstream_replication_writes_in_flight";
+pub const LOG_BOUNDS_REPORT_LATENCY: &str = "tailstream_log_bounds_report_seconds";
 pub const REPLICA_RECREATIONS: &str = "tailstream_replica_recreations_total";
 pub const LOGS_UNDER_REPLICATED: &str = "tailstream_logs_under_replicated";
 pub const LOGS_BELOW_MIN_INSYNC: &str = "tailstream_logs_below_min_insync";
@@ -152,6 +153,12 @@ pub fn describe(segment_memory_bytes_max: u64) {
         "Time from issuing a replica write to its completion."
     );
     let _ = metrics::histogram!(REPLICATION_WRITE_LATENCY);
+    describe_histogram!(
+        LOG_BOUNDS_REPORT_LATENCY,
+        Unit::Seconds,
+        "Time for the coordinator to save new log heads (commits into a new segment wait for it)."
+    );
+    let _ = metrics::histogram!(LOG_BOUNDS_REPORT_LATENCY);
     describe_histogram!(
         APPEND_LOCK_WAIT,
         Unit::Seconds,
