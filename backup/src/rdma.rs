@@ -190,32 +190,23 @@ impl RdmaBackup {
         let fenced = |primary: &ServerId| {
             primary.index == newest.index && primary.generation < newest.generation
         };
-        let (regions, connections) = {
-            let mut registry = self.lock();
-            let below = registry.fenced_below.entry(newest.index).or_insert(0);
-            if *below >= newest.generation {
-                return;
-            }
-            *below = newest.generation;
-            let regions: Vec<_> = registry
-                .regions
-                .iter()
-                .filter(|(primary, _, _)| fenced(primary))
-                .filter_map(|(_, capacity, region)| Some((*capacity, region.upgrade()?)))
-                .collect();
-            registry.regions.retain(|(primary, _, _)| !fenced(primary));
-            let connections: Vec<_> = registry
-                .connections
-                .extract_if(|primary, _| fenced(primary))
-                .collect();
-            (regions, connections)
-        };
-        for (capacity, region) in regions {
-            region
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .fence(capacity);
+        // All under the registry's lock: a second fencer waits until the regions are
+        // deregistered, so neither answers about the generation while a region is live.
+        let mut registry = self.lock();
+        let below = registry.fenced_below.entry(newest.index).or_insert(0);
+        if *below >= newest.generation {
+            return;
         }
-        drop(connections);
+        *below = newest.generation;
+        for (_, capacity, region) in registry.regions.iter().filter(|(p, _, _)| fenced(p)) {
+            if let Some(region) = region.upgrade() {
+                region
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .fence(*capacity);
+            }
+        }
+        registry.regions.retain(|(primary, _, _)| !fenced(primary));
+        registry.connections.retain(|primary, _| !fenced(primary));
     }
 }

@@ -243,9 +243,10 @@ impl BackupStore {
     /// Records that `server` exists (from membership or a request): older generations of its
     /// slot are fenced from now on.
     pub fn note_generation(&self, server: ServerId) {
-        if Self::note_generation_locked(&mut self.lock(), server) {
-            self.fenced_older_than(server);
-        }
+        // Fenced on rdma even when the index already knew it: another caller may be between
+        // its index update and its rdma fence (the rdma fence itself is idempotent).
+        let _ = Self::note_generation_locked(&mut self.lock(), server);
+        self.fenced_older_than(server);
     }
 
     /// Whether a newer generation of `primary`'s slot is known.
@@ -390,9 +391,8 @@ impl BackupStore {
     /// generation is accepted, whether or not its slot has a newer incarnation yet.
     pub fn fence(&self, crashed: ServerId) {
         let next = ServerId::new(crashed.index, crashed.generation.saturating_add(1));
-        if Self::note_generation_locked(&mut self.lock(), next) {
-            self.fenced_older_than(next);
-        }
+        let _ = Self::note_generation_locked(&mut self.lock(), next);
+        self.fenced_older_than(next);
     }
 
     /// Recovery adopts a closed replica: `from`'s replica of `id` at `epoch` becomes
