@@ -24,8 +24,15 @@ pub fn check_transition(previous: &Metadata, next: &Metadata) -> Result<(), Stri
             .unwrap_or_default();
         for (index, placement) in stream.placements.iter().enumerate() {
             let streamlet = format!("{name:?}/{index}");
-            if placement.state == tailstream_wire::messages::PlacementState::Serving
-                && next.check_server(placement.owner).is_err()
+            let old = before.get(index);
+            let serving_elsewhere = |m: &Metadata, p: &super::Placement| {
+                p.state == tailstream_wire::messages::PlacementState::Serving
+                    && m.check_server(p.owner).is_err()
+            };
+            // Only what this change broke: a state saved by an older version is not held
+            // against every later change.
+            if serving_elsewhere(next, placement)
+                && !old.is_some_and(|old| serving_elsewhere(previous, old))
             {
                 return Err(format!(
                     "{streamlet} serves on {}, not a member",
@@ -37,7 +44,7 @@ pub fn check_transition(previous: &Metadata, next: &Metadata) -> Result<(), Stri
                     return Err(format!("{streamlet} log {log}: oldest kept past its head"));
                 }
             }
-            let Some(old) = before.get(index) else {
+            let Some(old) = old else {
                 continue;
             };
             if placement.epoch < old.epoch {

@@ -431,3 +431,21 @@ fn transitions_that_move_epochs_back_or_give_one_epoch_two_owners_are_refused() 
             .contains("not a member")
     );
 }
+
+/// A state saved by an older version that already breaks an invariant is not held against a
+/// change that does not touch it (else every later change would be refused).
+#[test]
+fn a_violation_already_saved_does_not_block_unrelated_changes() {
+    use super::invariants::check_transition;
+    let mut m = Metadata::default();
+    let a = broker(&mut m, "x:1");
+    let b = broker(&mut m, "x:2");
+    m.create_stream("s", 1, config(), &[a, b]).unwrap();
+    let owner = m.streams["s"].placements[0].owner;
+    // Saved that way: serving on a crashed generation.
+    m.brokers[owner.index as usize].crashed = true;
+    let mut next = m.clone();
+    next.create_stream("t", 1, config(), &[a, b]).ok();
+    next.version += 1;
+    assert_eq!(check_transition(&m, &next), Ok(()));
+}
