@@ -248,6 +248,7 @@ impl ClusterState {
     fn declared_crashed(&self, why: &str) {
         self.lease.revoke();
         let dropped = self.store.clear();
+        self.log_bounds.retain_wanted(|_| false);
         let mut membership = self.lock();
         let old = membership.server_id.take();
         membership.forget_reported();
@@ -406,13 +407,59 @@ impl ClusterState {
     }
 }
 
+/// Sends the log bounds replicators wait on, at once when one is wanted and at least every
+/// `retry_every` while any is pending, on a connection of its own: a slow save at the
+/// coordinator delays no heartbeat, and a failed report costs no lease. Runs until `shutdown`.
+async fn run_log_bounds_reporter(
+    cluster: Arc<ClusterState>,
+    coordinator_addr: String,
+    retry_every: Duration,
+    client_config: RpcClientConfig,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut client: Option<RpcClient> = None;
+    loop {
+        tokio::select! {
+            _ = cluster.log_bounds.something_wanted() => {}
+            _ = tokio::time::sleep(retry_every) => {}
+            _ = tailstream_net::server::shutdown_signalled(&mut shutdown) => return,
+        }
+        let Some(server_id) = cluster.server_id() else {
+            continue;
+        };
+        if client.is_none() {
+            match RpcClient::connect(&coordinator_addr, client_config).await {
+                Ok(connected) => client = Some(connected),
+                Err(error) => {
+                    tracing::debug!(%error, "log bounds: connecting to the coordinator failed");
+                    continue;
+                }
+            }
+        }
+        let Some(connected) = &client else { continue };
+        if let Err(error) = report_log_bounds(&cluster, connected, server_id).await {
+            // The membership session handles registration; this only retries.
+            tracing::warn!(%error, "reporting log bounds failed; retrying");
+            client = None;
+        }
+    }
+}
+
 /// Sends the log bounds replicators wait on (if any) and records what the coordinator saved.
-/// `Err` ends the session.
 async fn report_log_bounds(
     cluster: &ClusterState,
     client: &RpcClient,
     server_id: ServerId,
 ) -> Result<(), String> {
+    let owned: std::collections::HashSet<(StreamId, StreamletId)> = cluster
+        .store
+        .streamlets()
+        .iter()
+        .map(|s| (s.stream(), s.id()))
+        .collect();
+    cluster
+        .log_bounds
+        .retain_wanted(|key| owned.contains(&(key.0, key.1)));
     let bounds = cluster.log_bounds.pending();
     if bounds.is_empty() {
         return Ok(());
@@ -429,14 +476,7 @@ async fn report_log_bounds(
             cluster.log_bounds.made_durable(&response.durable);
             Ok(())
         }
-        Err(RpcError::Status {
-            status: status @ (Status::UnknownServer | Status::StaleGeneration),
-            ..
-        }) => {
-            cluster.declared_crashed(&format!("the coordinator answered {status}"));
-            Err(format!("coordinator answered {status}: registering again"))
-        }
-        Err(error) => Err(format!("reporting log bounds: {error}")),
+        Err(error) => Err(error.to_string()),
     }
 }
 
@@ -459,6 +499,13 @@ pub async fn run_membership(
     client_config: RpcClientConfig,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    tokio::spawn(run_log_bounds_reporter(
+        cluster.clone(),
+        coordinator_addr.clone(),
+        heartbeat_interval,
+        client_config,
+        shutdown.clone(),
+    ));
     let backoff = Duration::from_millis(100);
     loop {
         let session = membership_session(
@@ -529,20 +576,10 @@ async fn membership_session(
     let mut tick = tokio::time::interval(heartbeat_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        // Bounds a replicator waits on go out at once; each heartbeat also retries any left.
-        let heartbeat = tokio::select! {
-            _ = tick.tick() => true,
-            _ = cluster.log_bounds.something_wanted() => false,
-        };
+        tick.tick().await;
         let Some(server_id) = cluster.server_id() else {
             return "lost registration".into();
         };
-        if let Err(reason) = report_log_bounds(cluster, &client, server_id).await {
-            return reason;
-        }
-        if !heartbeat {
-            continue;
-        }
         let heads = cluster.changed_heads();
         let request = BrokerHeartbeatRequest {
             server_id,

@@ -7,10 +7,13 @@
 //! owner, its backups, the coordinator), recovery knows exactly which segments it must find,
 //! and a log missing one is declared lost, never served shorter.
 //!
-//! Replicators say what they need ([`LogBoundsBook::want`]); the membership session sends it
-//! at once (not at the next heartbeat) and records what the coordinator saved
-//! ([`LogBoundsBook::made_durable`]), which wakes the replicators waiting on it. The cost is
-//! one coordinator save per segment roll, overlapped with the segment's first replication.
+//! Replicators say what they need ([`LogBoundsBook::want`]) once a new segment's first bytes
+//! are on its replicas (a head saved before any backup holds it would make a recovery wait for
+//! a segment no backup will ever have); a reporter task of the membership, on a connection of
+//! its own, sends it at once and records what the coordinator saved
+//! ([`LogBoundsBook::made_durable`]), which wakes the replicators waiting on it. Logs no longer
+//! owned here are no longer asked for. The cost is one coordinator save per segment roll, which
+//! the segment's first acknowledgements wait for.
 
 use crate::replication::placements::LogKey;
 use std::collections::HashMap;
@@ -80,12 +83,28 @@ impl LogBoundsBook {
         if book.durable.get(&key).is_some_and(|d| d.covers(&kept)) {
             return;
         }
-        let wanted = book.wanted.entry(key).or_insert(kept);
-        if *wanted == kept || !wanted.covers(&kept) {
-            wanted.raise(kept);
-            drop(book);
+        let raised = match book.wanted.get_mut(&key) {
+            None => {
+                book.wanted.insert(key, kept);
+                true
+            }
+            Some(wanted) if !wanted.covers(&kept) => {
+                wanted.raise(kept);
+                true
+            }
+            Some(_) => false,
+        };
+        drop(book);
+        if raised {
             self.wanted.notify_one();
         }
+    }
+
+    /// Stops asking for the logs `keep` rejects (streamlets no longer owned here: the
+    /// coordinator would refuse them, and a stale head must never be saved if the streamlet
+    /// comes back). What was saved stays known: saved bounds only grow.
+    pub fn retain_wanted(&self, keep: impl Fn(&LogKey) -> bool) {
+        self.lock().wanted.retain(|key, _| keep(key));
     }
 
     /// Waits until something new is wanted.
@@ -186,6 +205,10 @@ mod tests {
         assert_eq!(book.durable(KEY), Some(kept(0, 2)));
         assert_eq!(book.pending(), vec![saved(1, 2)]);
         book.made_durable(&[saved(1, 2)]);
+        assert!(book.pending().is_empty());
+        // A streamlet no longer owned here is no longer asked for.
+        book.want(KEY, kept(1, 5));
+        book.retain_wanted(|key| *key != KEY);
         assert!(book.pending().is_empty());
         // Already durable: nothing to send.
         book.want(KEY, kept(0, 1));

@@ -200,6 +200,11 @@ impl Coordinator {
         let previous = self.lock().metadata.clone();
         let mut next = previous.clone();
         let value = change(&mut next).map_err(ChangeError::Refused)?;
+        if next == previous {
+            // Nothing changed (a report already covered, a request refused per item): no
+            // disk write.
+            return Ok(value);
+        }
         if let Err(what) = crate::metadata::invariants::check_transition(&previous, &next) {
             return Err(ChangeError::Persist(crate::invariant::broken(&what)));
         }

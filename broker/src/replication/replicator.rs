@@ -140,9 +140,11 @@ pub(super) struct Replicator {
     /// The log's kept segments as the coordinator last said it saved them (cached from the
     /// cluster's `LogBoundsBook`, asked again when a segment needs more).
     pub(super) durable: Option<Kept>,
-    /// After a failed open, no replica is opened before this (doubling while opens keep
-    /// failing): a backup whose pool is full is not asked again in a tight loop.
-    pub(super) open_backoff: Option<(Instant, Duration)>,
+    /// Per backup whose last open failed: not asked to open again before this (the wait
+    /// doubling while its opens keep failing), so a backup whose pool is full is not asked
+    /// in a tight loop when the selector has no other to choose. Other backups are not held
+    /// up.
+    pub(super) open_backoff: std::collections::HashMap<ServerId, (Instant, Duration)>,
 }
 
 /// Replicates one log of `streamlet` until the streamlet is no longer owned here.
@@ -192,7 +194,7 @@ pub fn spawn_recovered(
         published: Vec::new(),
         health: None,
         durable: None,
-        open_backoff: None,
+        open_backoff: std::collections::HashMap::new(),
     };
     tokio::spawn(replicator.run());
     in_sync_rx
@@ -443,7 +445,7 @@ impl Replicator {
                 result,
             } => match result {
                 Ok((key, writer)) => {
-                    self.open_backoff = None;
+                    self.open_backoff.remove(&backup);
                     if let Some(tracked) = self.tracked_mut(segment)
                         && tracked.seg.slots().get(slot).is_some_and(|s| {
                             s.state == SlotState::Opening && s.backup == Some(backup)
@@ -456,8 +458,12 @@ impl Replicator {
                 Err(error) => {
                     let wait = self
                         .open_backoff
-                        .map_or(OPEN_RETRY_FIRST, |(_, wait)| (wait * 2).min(OPEN_RETRY_MAX));
-                    self.open_backoff = Some((Instant::now() + wait, wait));
+                        .get(&backup)
+                        .map_or(OPEN_RETRY_FIRST, |(_, wait)| {
+                            (*wait * 2).min(OPEN_RETRY_MAX)
+                        });
+                    self.open_backoff
+                        .insert(backup, (Instant::now() + wait, wait));
                     tracing::warn!(%backup, %error, retry_in_ms = wait.as_millis() as u64, "opening a replica failed; choosing another backup");
                     self.quarantine(backup);
                     if let Some(tracked) = self.tracked_mut(segment)
@@ -554,7 +560,15 @@ impl Replicator {
         let mut point: Option<CommitPoint> = None;
         for index in 0..self.active.len() {
             let segment = self.active[index].seg.id.segment;
-            if self.active[index].seg.written() == 0 || !self.head_durable(segment) {
+            let seg = &self.active[index].seg;
+            if seg.written() == 0 {
+                break;
+            }
+            // Asked for only once the segment's first bytes are on its replicas: a head
+            // saved before any backup holds it would make a recovery wait for a segment no
+            // backup will ever have.
+            let on_replicas = seg.committed() > 0;
+            if !self.head_durable(segment, on_replicas) {
                 break;
             }
             let seg = &self.active[index].seg;
@@ -576,8 +590,8 @@ impl Replicator {
 
 impl Replicator {
     /// Whether the coordinator durably knows `segment` (or a newer one) as this log's head;
-    /// if not, asks for it.
-    fn head_durable(&mut self, segment: SegmentId) -> bool {
+    /// if not, asks for it when `ask`.
+    fn head_durable(&mut self, segment: SegmentId, ask: bool) -> bool {
         if self.durable.is_some_and(|d| d.head >= segment) {
             return true;
         }
@@ -585,6 +599,9 @@ impl Replicator {
         self.durable = book.durable(key);
         if self.durable.is_some_and(|d| d.head >= segment) {
             return true;
+        }
+        if !ask {
+            return false;
         }
         let oldest = self.log().oldest_segment().unwrap_or(segment).min(segment);
         let oldest = self

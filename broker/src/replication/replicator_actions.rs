@@ -155,14 +155,6 @@ impl Replicator {
         membership: &[BrokerInfo],
         me: ServerId,
     ) {
-        if self
-            .open_backoff
-            .is_some_and(|(until, _)| Instant::now() < until)
-        {
-            // An open failed just now: ask again after the backoff (the retry tick wakes us).
-            self.waiting_for_backup = true;
-            return;
-        }
         let selector = self.ctx.clone();
         let Some(tracked) = self.tracked_mut(segment) else {
             return;
@@ -172,6 +164,21 @@ impl Replicator {
         let chosen = {
             let mut selector = selector.selector.lock().unwrap_or_else(|p| p.into_inner());
             selector.choose(membership, me, &exclude, Instant::now())
+        };
+        // The selector avoids a backup that failed recently while another qualifies; when
+        // none does, it is asked again only after its backoff (the retry tick wakes us).
+        let now = Instant::now();
+        let backing_off = chosen.as_ref().is_some_and(|broker| {
+            self.open_backoff
+                .get(&broker.server_id)
+                .is_some_and(|(until, _)| now < *until)
+        });
+        if backing_off {
+            self.waiting_for_backup = true;
+            return;
+        }
+        let Some(tracked) = self.tracked_mut(segment) else {
+            return;
         };
         let none_to_be_had = chosen.is_none();
         let opened =

@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tailstream_net::{RpcClientConfig, RpcPool};
 use tailstream_wire::messages::{
-    ListReplicasRequest, ListReplicasResponse, RecoverStreamletRequest, RecoverStreamletResponse,
-    StreamletAssignment,
+    ListReplicasRequest, ListReplicasResponse, LogBounds, RecoverStreamletRequest,
+    RecoverStreamletResponse, StreamletAssignment,
 };
 use tailstream_wire::{GroupId, LogId, Opcode, SegmentId, ServerId, StreamId, StreamletId};
 use tokio::sync::{Notify, watch};
@@ -362,6 +362,10 @@ impl Orchestrator {
                     match decision {
                         Ok((target, target_addr, plan)) => {
                             let assignment = metadata.begin_rebuild(key.0, key.1, target)?;
+                            // The rebuilt logs serve every planned segment (bytes past the
+                            // old head that were never acknowledged among them): saved as
+                            // their heads now, so no later recovery plans them shorter.
+                            metadata.record_log_bounds(target, &planned_bounds(key, &plan))?;
                             if let Some(record) = metadata.recovery_of(key.0, key.1) {
                                 record.locate_ms =
                                     Some(record.locate_ms.unwrap_or(0).max(locate_ms));
@@ -559,6 +563,23 @@ fn request_for(
         next_group: GroupId(plan.next_group.0),
         next_segment: SegmentId(plan.next_segment.0),
     }
+}
+
+/// Per planned log, its first and newest planned segments as kept segments.
+fn planned_bounds(key: Key, plan: &super::planner::Plan) -> Vec<LogBounds> {
+    plan.logs
+        .iter()
+        .filter_map(|log| {
+            let (first, newest) = (log.segments.first()?, log.segments.last()?);
+            Some(LogBounds {
+                stream: key.0,
+                streamlet: key.1,
+                log: log.log,
+                oldest: first.segment,
+                head: newest.segment,
+            })
+        })
+        .collect()
 }
 
 /// Log heads per streamlet, as the coordinator state keeps them.
