@@ -1,42 +1,69 @@
-//! What the coordinator durably knows of each owned replicated log: its head (the newest
-//! segment that may hold an acknowledged record) and its oldest kept segment.
+//! What the coordinator durably knows of each owned replicated log: its head (a segment whose
+//! log digest is on its replicas), its open segment (the one acknowledgements may go into past
+//! the head, at replica epochs up to a bound) and its oldest kept segment.
 //!
-//! A replicated log commits (acknowledges, shows consumers) a record only once the coordinator
-//! has saved a head at least as new as the record's segment, and frees a retired segment's
-//! replicas only once it has saved an oldest kept segment past it. So whatever crashes (the
-//! owner, its backups, the coordinator), recovery knows exactly which segments it must find,
-//! and a log missing one is declared lost, never served shorter.
+//! A replicated log commits (acknowledges, shows consumers) a record only in a segment the
+//! coordinator has saved as at most its head, or as its open segment at the segment's current
+//! replica epoch; it frees a retired segment's replicas only once the coordinator has saved an
+//! oldest kept segment past it. So whatever crashes (the owner, its backups, the coordinator),
+//! recovery knows exactly which segments it must find (the open one may instead be proven
+//! empty by a current copy), and a log missing one is declared lost, never served shorter.
 //!
-//! Replicators say what they need ([`LogBoundsBook::want`]) once a new segment's first bytes
-//! are on its replicas (a head saved before any backup holds it would make a recovery wait for
-//! a segment no backup will ever have); a reporter task of the membership, on a connection of
-//! its own, sends it at once and records what the coordinator saved
-//! ([`LogBoundsBook::made_durable`]), which wakes the replicators waiting on it. Logs no longer
-//! owned here are no longer asked for. The cost is one coordinator save per segment roll, which
-//! the segment's first acknowledgements wait for.
+//! The next segment's replicas are opened while the head fills, and saved as the open segment
+//! as soon as they are (with the head moved up to the segment before it, once that one's digest
+//! is on its replicas), so a roll normally finds its new segment already saved and waits for
+//! nothing. Replicators say what they need ([`LogBoundsBook::want`]); a reporter task of the
+//! membership, on a connection of its own, sends it at once and records what the coordinator
+//! saved ([`LogBoundsBook::made_durable`]), which wakes the replicators waiting on it. Logs no
+//! longer owned here are no longer asked for.
 
 use crate::replication::placements::LogKey;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use tailstream_wire::SegmentId;
-use tailstream_wire::messages::LogBounds;
+use tailstream_wire::messages::{LogBounds, OpenSegment};
 use tokio::sync::{Notify, watch};
 
-/// A log's head and oldest kept segment.
+/// A log's oldest kept segment, head and open segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Kept {
     pub oldest: SegmentId,
     pub head: SegmentId,
+    pub open: Option<OpenSegment>,
 }
 
 impl Kept {
     fn raise(&mut self, to: Kept) {
         self.oldest = self.oldest.max(to.oldest);
         self.head = self.head.max(to.head);
+        self.open = self.open.max(to.open);
     }
 
-    fn covers(&self, other: &Kept) -> bool {
-        self.oldest >= other.oldest && self.head >= other.head
+    /// Whether having saved `self` allows all that saving `other` would.
+    pub fn covers(&self, other: &Kept) -> bool {
+        self.oldest >= other.oldest
+            && self.head >= other.head
+            && other
+                .open
+                .is_none_or(|o| o.segment < self.head || self.open >= Some(o))
+    }
+
+    /// Whether a record may be acknowledged in `segment` at replica epoch `epoch`: the
+    /// segment is older than the head (sealed; recovery must find it), or the head itself when
+    /// it is not the open segment, or the open segment at an epoch it was saved with.
+    pub fn allows_commit(&self, segment: SegmentId, epoch: u32) -> bool {
+        match self.open {
+            Some(open) if open.segment == segment && segment >= self.head => open.epoch >= epoch,
+            _ => segment <= self.head,
+        }
+    }
+
+    fn from_wire(bounds: &LogBounds) -> Self {
+        Self {
+            oldest: bounds.oldest,
+            head: bounds.head,
+            open: bounds.open,
+        }
     }
 }
 
@@ -123,6 +150,7 @@ impl LogBoundsBook {
                 log: key.2,
                 oldest: kept.oldest,
                 head: kept.head,
+                open: kept.open,
             })
             .collect()
     }
@@ -136,10 +164,7 @@ impl LogBoundsBook {
             let mut book = self.lock();
             for bounds in saved {
                 let key = (bounds.stream, bounds.streamlet, bounds.log);
-                let kept = Kept {
-                    oldest: bounds.oldest,
-                    head: bounds.head,
-                };
+                let kept = Kept::from_wire(bounds);
                 let durable = *book
                     .durable
                     .entry(key)
@@ -177,7 +202,15 @@ mod tests {
         Kept {
             oldest: SegmentId(oldest),
             head: SegmentId(head),
+            open: None,
         }
+    }
+
+    fn open(segment: u64, epoch: u32) -> Option<OpenSegment> {
+        Some(OpenSegment {
+            segment: SegmentId(segment),
+            epoch,
+        })
     }
 
     fn saved(oldest: u64, head: u64) -> LogBounds {
@@ -187,7 +220,54 @@ mod tests {
             log: KEY.2,
             oldest: SegmentId(oldest),
             head: SegmentId(head),
+            open: None,
         }
+    }
+
+    #[test]
+    fn commits_go_up_to_the_head_and_into_the_open_segment_at_its_saved_epoch() {
+        let saved = Kept {
+            open: open(5, 1),
+            ..kept(0, 3)
+        };
+        assert!(saved.allows_commit(SegmentId(2), 9));
+        assert!(saved.allows_commit(SegmentId(3), 9));
+        assert!(!saved.allows_commit(SegmentId(4), 0));
+        assert!(saved.allows_commit(SegmentId(5), 0));
+        assert!(saved.allows_commit(SegmentId(5), 1));
+        // A replacement raised the segment's epoch: its copies at epoch 1 may be stale.
+        assert!(!saved.allows_commit(SegmentId(5), 2));
+        assert!(!saved.allows_commit(SegmentId(6), 0));
+        // The head as the open segment keeps its epoch bound; an open segment the head
+        // passed binds nothing.
+        let head_open = Kept {
+            open: open(3, 0),
+            ..kept(0, 3)
+        };
+        assert!(!head_open.allows_commit(SegmentId(3), 1));
+        let passed = Kept {
+            open: open(2, 0),
+            ..kept(0, 3)
+        };
+        assert!(passed.allows_commit(SegmentId(2), 4));
+        // Covering: a higher open segment, or a higher epoch of it, is new; one below the
+        // head is not.
+        assert!(!saved.covers(&Kept {
+            open: open(5, 2),
+            ..kept(0, 3)
+        }));
+        assert!(saved.covers(&Kept {
+            open: open(5, 0),
+            ..kept(0, 3)
+        }));
+        assert!(saved.covers(&Kept {
+            open: open(2, 7),
+            ..kept(0, 3)
+        }));
+        assert!(!saved.covers(&Kept {
+            open: open(6, 0),
+            ..kept(0, 3)
+        }));
     }
 
     #[test]

@@ -29,7 +29,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tailstream_config::ReplicationConfig;
-use tailstream_wire::messages::{BrokerInfo, LogReplicaSet, ReplicaId};
+use tailstream_wire::messages::{BrokerInfo, LogReplicaSet, OpenSegment, ReplicaId};
 use tailstream_wire::{LogId, SegmentId, ServerId};
 use tokio::sync::watch;
 
@@ -554,21 +554,21 @@ impl Replicator {
     }
 
     /// Commits the log through the furthest point every replica holds, in log order, and
-    /// never into a segment the coordinator does not durably know as the log's head (it is
-    /// asked to, and the commit follows once it answers).
+    /// never into a segment the coordinator's saved bounds do not allow (see
+    /// [`Kept::allows_commit`]): what would allow it is asked for, and the commit follows once
+    /// the coordinator answers. The next segment's replicas are saved as the log's open
+    /// segment as soon as they are open, so a roll normally waits for nothing.
     fn commit(&mut self) {
         let mut point: Option<CommitPoint> = None;
+        let mut blocked = None;
         for index in 0..self.active.len() {
-            let segment = self.active[index].seg.id.segment;
             let seg = &self.active[index].seg;
             if seg.written() == 0 {
                 break;
             }
-            // Asked for only once the segment's first bytes are on its replicas: a head
-            // saved before any backup holds it would make a recovery wait for a segment no
-            // backup will ever have.
-            let on_replicas = seg.committed() > 0;
-            if !self.head_durable(segment, on_replicas) {
+            let (segment, epoch) = (seg.id.segment, seg.epoch());
+            if !self.commit_allowed(segment, epoch) {
+                blocked = Some(OpenSegment { segment, epoch });
                 break;
             }
             let seg = &self.active[index].seg;
@@ -585,36 +585,63 @@ impl Replicator {
         if let Some(point) = point {
             self.log().commit_through(point);
         }
+        self.ask_bounds(blocked);
     }
 }
 
 impl Replicator {
-    /// Whether the coordinator durably knows `segment` (or a newer one) as this log's head;
-    /// if not, asks for it when `ask`.
-    fn head_durable(&mut self, segment: SegmentId, ask: bool) -> bool {
-        if self.durable.is_some_and(|d| d.head >= segment) {
+    /// Whether the saved bounds allow acknowledging a record in `segment` at `epoch`.
+    fn commit_allowed(&mut self, segment: SegmentId, epoch: u32) -> bool {
+        if self
+            .durable
+            .is_some_and(|d| d.allows_commit(segment, epoch))
+        {
             return true;
         }
-        let (book, key) = (self.ctx.cluster.log_bounds().clone(), self.log_key());
-        self.durable = book.durable(key);
-        if self.durable.is_some_and(|d| d.head >= segment) {
-            return true;
-        }
-        if !ask {
-            return false;
-        }
-        let oldest = self.log().oldest_segment().unwrap_or(segment).min(segment);
+        self.durable = self.ctx.cluster.log_bounds().durable(self.log_key());
+        self.durable
+            .is_some_and(|d| d.allows_commit(segment, epoch))
+    }
+
+    /// Asks the coordinator to save the bounds the log needs next: the segment after its head
+    /// as the open segment once that segment's replicas are open (with the head raised to the
+    /// newest segment whose digest is on its replicas), or, when a commit is `blocked`, the
+    /// blocked segment at its current epoch.
+    fn ask_bounds(&mut self, blocked: Option<OpenSegment>) {
+        let durable_head = self.durable.map(|d| d.head);
+        let digest_on_replicas = self
+            .active
+            .iter()
+            .rev()
+            .find(|t| t.seg.committed() > 0)
+            .map(|t| t.seg.id.segment);
+        let head = digest_on_replicas.max(durable_head);
+        let next = self
+            .active
+            .iter()
+            .find(|t| head.is_none_or(|head| t.seg.id.segment > head));
+        let next_open = next.filter(|t| replicas_open(&t.seg)).map(|t| OpenSegment {
+            segment: t.seg.id.segment,
+            epoch: t.seg.epoch(),
+        });
+        // A log with no head yet asks once its first segment's digest is on its replicas
+        // (its first acknowledgements wait for that one save).
+        let (Some(head), Some(open)) = (head, next_open.or(blocked)) else {
+            return;
+        };
+        let log_oldest = self.log().oldest_segment().unwrap_or(head).min(head);
         let oldest = self
             .durable
-            .map_or(oldest, |d| d.oldest.max(oldest).min(segment));
-        book.want(
-            key,
-            Kept {
-                oldest,
-                head: segment,
-            },
-        );
-        false
+            .map_or(log_oldest, |d| d.oldest.max(log_oldest).min(head));
+        let wanted = Kept {
+            oldest,
+            head,
+            open: Some(open),
+        };
+        if self.durable.is_some_and(|d| d.covers(&wanted)) {
+            return;
+        }
+        self.ctx.cluster.log_bounds().want(self.log_key(), wanted);
     }
 
     /// Whether the coordinator durably knows this log keeps nothing older than `oldest`, so
@@ -632,10 +659,27 @@ impl Replicator {
         let committed = self.log().committed_segment();
         let head = committed.max(self.durable.map(|d| d.head));
         if let Some(head) = head.filter(|head| oldest <= *head) {
-            book.want(key, Kept { oldest, head });
+            book.want(
+                key,
+                Kept {
+                    oldest,
+                    head,
+                    open: None,
+                },
+            );
         }
         false
     }
+}
+
+/// Whether every replica `seg` has a backup for is open on it (an empty copy is on each
+/// backup, which is what lets recovery prove the segment empty).
+fn replicas_open(seg: &ReplicatedSegment) -> bool {
+    let slots = seg.slots();
+    slots.iter().any(|s| s.state == SlotState::Open)
+        && slots.iter().all(|s| {
+            s.is_excused() || s.state != SlotState::NeedsBackup && s.state != SlotState::Opening
+        })
 }
 
 pub(super) fn record_of(seg: &ReplicatedSegment) -> ClosedRecord {

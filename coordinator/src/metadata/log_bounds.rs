@@ -1,17 +1,18 @@
-//! Each log's kept segments: its head (the newest segment that may hold an acknowledged
-//! record) and its oldest kept segment (older ones retention freed). An owner makes its head
-//! durable here before acknowledging any record in it, and its oldest before freeing the
-//! replicas of older segments, so after any crash (of owners, backups or this coordinator)
-//! recovery knows exactly which segments it must find: a log missing one is lost, never
-//! served shorter.
+//! Each log's kept segments: its head (a segment whose log digest is on its replicas), its
+//! open segment (the one past the head that records may be acknowledged in, with the highest
+//! replica epoch they may be acknowledged at) and its oldest kept segment (older ones retention
+//! freed). An owner makes head and open segment durable here before acknowledging any record
+//! in a segment they do not cover, and its oldest before freeing the replicas of older
+//! segments, so after any crash (of owners, backups or this coordinator) recovery knows exactly
+//! which segments it must find: a log missing one is lost, never served shorter.
 //!
-//! Both only grow. Only a streamlet's current owner moves them: a fenced owner cannot make
+//! All three only grow. Only a streamlet's current owner moves them: a fenced owner cannot make
 //! recovery take segments as freed.
 
 use super::{Metadata, MetadataError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use tailstream_wire::messages::LogBounds;
+use tailstream_wire::messages::{LogBounds, OpenSegment};
 use tailstream_wire::{LogId, SegmentId, ServerId, StreamId, StreamletId};
 
 /// One log's durable bounds.
@@ -19,11 +20,23 @@ use tailstream_wire::{LogId, SegmentId, ServerId, StreamId, StreamletId};
 pub struct KeptSegments {
     pub oldest: SegmentId,
     pub head: SegmentId,
+    /// Absent in metadata saved before open segments existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open: Option<OpenSegment>,
 }
 
 impl KeptSegments {
     fn covers(&self, bounds: &LogBounds) -> bool {
-        self.head >= bounds.head && self.oldest >= bounds.oldest
+        self.head >= bounds.head
+            && self.oldest >= bounds.oldest
+            && bounds
+                .open
+                .is_none_or(|o| o.segment < self.head || self.open >= Some(o))
+    }
+
+    /// The open segment, when it still binds (the head has not passed it).
+    pub fn open_past_head(&self) -> Option<OpenSegment> {
+        self.open.filter(|o| o.segment >= self.head)
     }
 }
 
@@ -76,12 +89,38 @@ impl Metadata {
                 .or_insert(KeptSegments {
                     oldest: reported.oldest,
                     head: reported.head,
+                    open: reported.open,
                 });
             kept.oldest = kept.oldest.max(reported.oldest);
             kept.head = kept.head.max(reported.head);
+            kept.open = kept.open.max(reported.open);
             covered.push(reported.clone());
         }
         Ok(covered)
+    }
+
+    /// Forgets the open segments of `logs` a rebuild proved empty: their owner is fenced, so
+    /// they stay empty, and a later recovery need not prove it again (their empty copies may
+    /// be gone by then).
+    pub fn forget_open_segments(
+        &mut self,
+        stream: StreamId,
+        streamlet: StreamletId,
+        logs: &[LogId],
+    ) {
+        let Some(placement) = self
+            .streams
+            .values_mut()
+            .find(|s| s.id == stream)
+            .and_then(|s| s.placements.get_mut(streamlet.0 as usize))
+        else {
+            return;
+        };
+        for log in logs {
+            if let Some(kept) = placement.log_bounds.get_mut(&log.0) {
+                kept.open = kept.open.filter(|o| o.segment < kept.head);
+            }
+        }
     }
 
     /// The saved bounds of one streamlet's logs.

@@ -334,6 +334,7 @@ fn log_bounds_grow_only_from_the_owner_and_survive_a_reload() {
         log: LogId(0),
         oldest: SegmentId(oldest),
         head: SegmentId(head),
+        open: None,
     };
     assert!(!m.log_bounds_covered(&[bounds(0, 0)]));
     assert_eq!(
@@ -393,6 +394,7 @@ fn transitions_that_move_epochs_back_or_give_one_epoch_two_owners_are_refused() 
             log: LogId(0),
             oldest: SegmentId(1),
             head: SegmentId(4),
+            open: None,
         }],
     )
     .unwrap();

@@ -366,6 +366,7 @@ impl Orchestrator {
                             // old head that were never acknowledged among them): saved as
                             // their heads now, so no later recovery plans them shorter.
                             metadata.record_log_bounds(target, &planned_bounds(key, &plan))?;
+                            metadata.forget_open_segments(key.0, key.1, &plan.empty_open);
                             if let Some(record) = metadata.recovery_of(key.0, key.1) {
                                 record.locate_ms =
                                     Some(record.locate_ms.unwrap_or(0).max(locate_ms));
@@ -577,6 +578,7 @@ fn planned_bounds(key: Key, plan: &super::planner::Plan) -> Vec<LogBounds> {
                 log: log.log,
                 oldest: first.segment,
                 head: newest.segment,
+                open: None,
             })
         })
         .collect()

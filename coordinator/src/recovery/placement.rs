@@ -94,6 +94,7 @@ mod tests {
             next_group: GroupId(1),
             next_segment: SegmentId(1),
             bytes,
+            empty_open: Vec::new(),
             memory_bytes: bytes,
         }
     }

@@ -9,9 +9,12 @@
 //! found (bytes past the acknowledged point may be in it; they were never acknowledged, and
 //! the rebuilt producer tables make any retry land once). A segment no backup can supply makes
 //! the streamlet lost, unless it is older than the log's oldest kept segment (retention freed
-//! it). A log whose head (as its owner made it durable before acknowledging a record in it, or
-//! reported since) is newer than any digest found is lost too: its newest segments are on no
-//! live backup. A plan never serves a log shorter than its head. (Logs saved before kept
+//! it). A log whose head (as its owner made it durable, or reported since) is newer than any
+//! digest found is lost too: its newest segments are on no live backup. So is one whose saved
+//! open segment (the one past the head records may be acknowledged in, up to a replica epoch)
+//! is newer than every digest found, unless a current copy of it (at that epoch or above; an
+//! older one may be a stale prefix and is never used) proves it empty. A plan never serves a
+//! log shorter than its head. (Logs saved before kept
 //! segments existed fall back to taking missing oldest segments of a stream with retention as
 //! freed.) An unreplicated streamlet (R = 0) is always lost with its owner: no backup can say
 //! whether it held anything.
@@ -57,6 +60,9 @@ pub struct Plan {
     pub next_segment: SegmentId,
     /// Bytes the rebuild reads.
     pub bytes: u64,
+    /// Logs whose saved open segment a current, empty copy proved empty (no longer needed once
+    /// the rebuild is saved: its owner is fenced, so it stays empty).
+    pub empty_open: Vec<LogId>,
     /// Segment memory the rebuilt streamlet takes on its new owner (a whole segment each).
     pub memory_bytes: u64,
 }
@@ -69,6 +75,17 @@ struct Copy<'a> {
 
 fn is_usable(info: &ReplicaInfo) -> bool {
     !info.filling && info.state != ReplicaState::Corrupt && info.valid_bytes > 0
+}
+
+/// Whether `info` proves its segment empty, given records were acknowledged in it only at
+/// replica epochs up to `epoch`: every copy at `epoch` or above that is not still filling
+/// held every acknowledged byte of it (a copy that stopped counting stopped the commit until
+/// a higher epoch was saved), so an empty one means nothing was.
+fn proves_empty(info: &ReplicaInfo, epoch: u32) -> bool {
+    !info.filling
+        && info.state != ReplicaState::Corrupt
+        && info.valid_bytes == 0
+        && info.epoch >= epoch
 }
 
 /// Plans `target` from `listings`; `Err` says exactly what is missing.
@@ -102,12 +119,36 @@ pub fn plan(target: &Target, listings: &[Listing]) -> Result<Plan, String> {
     let mut logs = Vec::new();
     let mut bytes = 0u64;
     let mut segments_planned = 0u64;
+    let mut empty_open = Vec::new();
     for log in (0..target.config.logs_per_streamlet).map(LogId) {
-        let segments = by_log.remove(&log).unwrap_or_default();
+        let mut segments = by_log.remove(&log).unwrap_or_default();
         let kept = target.kept.get(&log).copied();
+        let open = kept.and_then(|k| k.open_past_head());
+        let open_empty = match open {
+            Some(open) => {
+                if let Some(copies) = segments.get_mut(&open.segment) {
+                    copies.retain(|c| c.info.epoch >= open.epoch);
+                    if copies.is_empty() {
+                        segments.remove(&open.segment);
+                    }
+                }
+                !segments.contains_key(&open.segment)
+                    && listings.iter().flat_map(|l| &l.replicas).any(|info| {
+                        ours(info)
+                            && info.replica.log == log
+                            && info.replica.segment == open.segment
+                            && proves_empty(info, open.epoch)
+                    })
+            }
+            None => false,
+        };
+        if open_empty {
+            empty_open.push(log);
+        }
+        let open = open.filter(|_| !open_empty);
         let reported = target.reported_heads.get(&log).copied();
         let head = reported.max(kept.map(|k| k.head));
-        let Some(recovery) = plan_log(target, log, &segments, head, kept)? else {
+        let Some(recovery) = plan_log(target, log, &segments, head, open, kept)? else {
             continue;
         };
         for source in &recovery.segments {
@@ -123,6 +164,7 @@ pub fn plan(target: &Target, listings: &[Listing]) -> Result<Plan, String> {
         next_group: GroupId(next_group),
         next_segment: SegmentId(next_segment),
         bytes,
+        empty_open,
         memory_bytes: segments_planned.saturating_mul(u64::from(target.config.segment_size_bytes)),
     };
     check(target, &plan).map_err(|what| crate::invariant::broken(&what))?;
@@ -157,6 +199,15 @@ pub(super) fn check(target: &Target, plan: &Plan) -> Result<(), String> {
         if head.is_some_and(|head| newest.is_none_or(|newest| newest < head)) {
             return Err(format!("{}: a plan ends before the log's head", log.log));
         }
+        let open = target.kept.get(&log.log).and_then(|k| k.open_past_head());
+        if open.is_some_and(|open| {
+            !plan.empty_open.contains(&log.log) && newest.is_none_or(|n| n < open.segment)
+        }) {
+            return Err(format!(
+                "{}: a plan ends before the log's open segment, not proven empty",
+                log.log
+            ));
+        }
         if newest.is_some_and(|newest| newest >= plan.next_segment) {
             return Err(format!("{}: next segment id not above the plan", log.log));
         }
@@ -170,6 +221,7 @@ fn plan_log(
     log: LogId,
     segments: &BTreeMap<SegmentId, Vec<Copy>>,
     reported_head: Option<SegmentId>,
+    open: Option<tailstream_wire::messages::OpenSegment>,
     kept: Option<KeptSegments>,
 ) -> Result<Option<LogRecovery>, String> {
     // The newest segment with a readable digest: its digest names the whole log.
@@ -191,6 +243,13 @@ fn plan_log(
         return Err(format!(
             "{log}: its owner reported {head}, the newest segment on a live backup is {}",
             digest.segment
+        ));
+    }
+    if let Some(open) = open.filter(|open| open.segment > digest.segment) {
+        return Err(format!(
+            "{log}: {} may hold acknowledged records (at replica epoch {} or below) and no \
+             copy of it at that epoch is on a live backup (the newest segment there is {})",
+            open.segment, open.epoch, digest.segment
         ));
     }
     let mut sources = Vec::new();

@@ -106,6 +106,7 @@ fn kept(oldest: u64, head: u64) -> BTreeMap<LogId, KeptSegments> {
         KeptSegments {
             oldest: SegmentId(oldest),
             head: SegmentId(head),
+            open: None,
         },
     )])
 }
@@ -402,4 +403,103 @@ fn a_plan_ending_before_the_head_or_reusing_ids_breaks_the_check() {
             .unwrap_err()
             .contains("out of order")
     );
+}
+
+/// Log 0 keeps `0..=head` and may hold acknowledged records in `open` up to replica `epoch`.
+fn kept_open(head: u64, open: u64, epoch: u32) -> BTreeMap<LogId, KeptSegments> {
+    BTreeMap::from([(
+        LogId(0),
+        KeptSegments {
+            oldest: SegmentId(0),
+            head: SegmentId(head),
+            open: Some(tailstream_wire::messages::OpenSegment {
+                segment: SegmentId(open),
+                epoch,
+            }),
+        },
+    )])
+}
+
+/// An empty replica of `segment` (opened ahead of the log's roll into it: no digest yet).
+fn empty(segment: u64, epoch: u32) -> ReplicaInfo {
+    ReplicaInfo {
+        valid_bytes: 0,
+        digest: bytes::Bytes::new(),
+        ..replica(0, 0, segment, &[], epoch, Open, 0)
+    }
+}
+
+#[test]
+fn an_open_segment_a_current_empty_copy_proves_empty_ends_the_log_at_its_head() {
+    let config = config(1, false);
+    let kept = kept_open(1, 2, 0);
+    let named = [(0, 0), (0, 1)];
+    let listings = vec![listing(
+        1,
+        vec![
+            replica(0, 0, 0, &named[..1], 0, Closed, 5000),
+            replica(0, 0, 1, &named, 0, Open, 700),
+            empty(2, 0),
+        ],
+    )];
+    let plan = plan(&target_keeping(&config, &kept), &listings).unwrap();
+    let segments: Vec<u64> = plan.logs[0].segments.iter().map(|s| s.segment.0).collect();
+    assert_eq!(segments, [0, 1]);
+    assert_eq!(plan.empty_open, [LogId(0)]);
+    // Its id stays used.
+    assert_eq!(plan.next_segment, SegmentId(3));
+}
+
+#[test]
+fn an_open_segment_no_current_copy_answers_for_is_lost_never_cut_off() {
+    let config = config(1, false);
+    let named = [(0, 0), (0, 1)];
+    let head_only = vec![listing(
+        1,
+        vec![
+            replica(0, 0, 0, &named[..1], 0, Closed, 5000),
+            replica(0, 0, 1, &named, 0, Open, 700),
+        ],
+    )];
+    // No copy of segment 2 answered: it may hold acknowledged records.
+    let error = plan(&target_keeping(&config, &kept_open(1, 2, 0)), &head_only).unwrap_err();
+    assert!(
+        error.contains("SegmentId(2)") || error.contains("2 may hold"),
+        "{error}"
+    );
+    // An empty copy older than the saved epoch is no proof: the segment lost a replica after
+    // it was opened, and the copies at the higher epoch (that may hold records) are away.
+    let mut stale = head_only.clone();
+    stale[0].replicas.push(empty(2, 0));
+    let error = plan(&target_keeping(&config, &kept_open(1, 2, 1)), &stale).unwrap_err();
+    assert!(error.contains("epoch 1"), "{error}");
+}
+
+#[test]
+fn a_stale_copy_of_the_open_segment_is_never_served_as_its_end() {
+    let config = config(1, false);
+    let named = [(0, 0), (0, 1)];
+    // The copy at epoch 0 stopped counting with 300 bytes; records went on at epoch 1 (saved),
+    // on copies that are away.
+    let listings = vec![listing(
+        1,
+        vec![
+            replica(0, 0, 0, &named[..1], 0, Closed, 5000),
+            replica(0, 0, 1, &named, 0, Open, 300),
+        ],
+    )];
+    let error = plan(&target_keeping(&config, &kept_open(0, 1, 1)), &listings).unwrap_err();
+    assert!(error.contains("epoch 1"), "{error}");
+    // Without the saved epoch (an older coordinator) the stale prefix would be served.
+    assert!(plan(&target_keeping(&config, &kept(0, 0)), &listings).is_ok());
+    // A copy at the saved epoch is used.
+    let mut current = listings.clone();
+    current.push(listing(2, vec![replica(0, 0, 1, &named, 1, Open, 900)]));
+    let plan = plan(&target_keeping(&config, &kept_open(0, 1, 1)), &current).unwrap();
+    let head = plan.logs[0].segments.last().unwrap();
+    assert_eq!(
+        (head.segment, head.epoch, head.length),
+        (SegmentId(1), 1, 900)
+    );
+    assert!(plan.empty_open.is_empty());
 }

@@ -212,15 +212,32 @@ wire_message! {
 }
 
 wire_message! {
+    /// The segment of a log that acknowledgements may go into beyond its saved head: the head
+    /// itself, or the next segment, whose replicas are opened (empty) before the head fills so
+    /// that a roll waits for no save. Records in it are acknowledged only at replica epochs up
+    /// to `epoch`, so recovery counts only its copies at `epoch` or above (an older copy may
+    /// be a stale prefix), and takes it as empty when such a copy is empty. Ordered by
+    /// segment, then epoch: it only grows.
+    #[derive(Copy, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+    pub struct OpenSegment {
+        pub segment: SegmentId,
+        pub epoch: u32,
+    }
+}
+
+wire_message! {
     /// The range of segments one log must keep, as its owner makes it durable at the
-    /// coordinator: `head` before any record in it is acknowledged, `oldest` before the
-    /// replicas of older segments are freed. Recovery must find every segment in between.
+    /// coordinator: `oldest` before the replicas of older segments are freed; `head` (a
+    /// segment whose log digest is on its replicas) and `open` before any record past `head`
+    /// is acknowledged. Recovery must find every segment from `oldest` to `head`, and `open`
+    /// too unless a current copy of it proves it empty.
     pub struct LogBounds {
         pub stream: StreamId,
         pub streamlet: StreamletId,
         pub log: LogId,
         pub oldest: SegmentId,
         pub head: SegmentId,
+        pub open: Option<OpenSegment>,
     }
 }
 
