@@ -566,9 +566,11 @@ impl Replicator {
             if seg.written() == 0 {
                 break;
             }
-            let (segment, epoch) = (seg.id.segment, seg.epoch());
+            let (segment, epoch, settled) = (seg.id.segment, seg.epoch(), seg.epoch_settled());
             if !self.commit_allowed(segment, epoch) {
-                blocked = Some(OpenSegment { segment, epoch });
+                // Asked for only once the epoch is settled (see `epoch_settled`); the commit
+                // could not move before that anyway.
+                blocked = settled.then_some(OpenSegment { segment, epoch });
                 break;
             }
             let seg = &self.active[index].seg;
@@ -620,7 +622,7 @@ impl Replicator {
             .active
             .iter()
             .find(|t| head.is_none_or(|head| t.seg.id.segment > head));
-        let next_open = next.filter(|t| replicas_open(&t.seg)).map(|t| OpenSegment {
+        let next_open = next.filter(|t| t.seg.epoch_settled()).map(|t| OpenSegment {
             segment: t.seg.id.segment,
             epoch: t.seg.epoch(),
         });
@@ -638,6 +640,11 @@ impl Replicator {
             head,
             open: Some(open),
         };
+        if self.durable.is_some_and(|d| d.covers(&wanted)) {
+            return;
+        }
+        // Saved meanwhile (by a report this log did not wait on)?
+        self.durable = self.ctx.cluster.log_bounds().durable(self.log_key());
         if self.durable.is_some_and(|d| d.covers(&wanted)) {
             return;
         }
@@ -670,16 +677,6 @@ impl Replicator {
         }
         false
     }
-}
-
-/// Whether every replica `seg` has a backup for is open on it (an empty copy is on each
-/// backup, which is what lets recovery prove the segment empty).
-fn replicas_open(seg: &ReplicatedSegment) -> bool {
-    let slots = seg.slots();
-    slots.iter().any(|s| s.state == SlotState::Open)
-        && slots.iter().all(|s| {
-            s.is_excused() || s.state != SlotState::NeedsBackup && s.state != SlotState::Opening
-        })
 }
 
 pub(super) fn record_of(seg: &ReplicatedSegment) -> ClosedRecord {

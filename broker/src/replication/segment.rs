@@ -135,6 +135,13 @@ pub struct ReplicatedSegment {
     min_insync: usize,
     /// A `SetEpoch` round in progress: how many answers are still missing.
     epoch_round: Option<usize>,
+    /// A replica that held bytes was lost: until a replacement (at a higher epoch) takes its
+    /// place, or the epoch of the copies that still count is raised, that copy is a possible
+    /// stale prefix at the current epoch.
+    stale_copy: bool,
+    /// The epoch was raised past a stale copy whose slot no backup can replace: nothing
+    /// commits until the copies that count are set to it.
+    raise_pending: bool,
 }
 
 impl ReplicatedSegment {
@@ -150,6 +157,8 @@ impl ReplicatedSegment {
             committed: 0,
             min_insync: replicas,
             epoch_round: None,
+            stale_copy: false,
+            raise_pending: false,
         }
     }
 
@@ -176,6 +185,7 @@ impl ReplicatedSegment {
     pub fn is_closed_short(&self) -> bool {
         self.sealed
             && self.epoch_round.is_none()
+            && !self.raise_pending
             && self.committed == self.written
             && self.slots.iter().any(Slot::is_excused)
             && self
@@ -212,6 +222,8 @@ impl ReplicatedSegment {
             committed: length,
             min_insync,
             epoch_round: None,
+            stale_copy: false,
+            raise_pending: false,
         }
     }
 
@@ -253,6 +265,25 @@ impl ReplicatedSegment {
         &self.slots
     }
 
+    /// Whether the segment's replica epoch is settled: every slot that is not excused has an
+    /// open (or closed) replica that counts, and no epoch change is under way. Only then is
+    /// `(segment, epoch)` worth saving as a log's open segment: a copy at that epoch holds
+    /// every committed byte, so recovery can take it (or prove the segment empty with it).
+    pub fn epoch_settled(&self) -> bool {
+        self.epoch_round.is_none()
+            && !self.raise_pending
+            && !self.stale_copy
+            && self.slots.iter().any(|s| !s.is_excused())
+            && self.slots.iter().all(|s| {
+                s.is_excused()
+                    || (s.counts
+                        && matches!(
+                            s.state,
+                            SlotState::Open | SlotState::Closing | SlotState::Closed
+                        ))
+            })
+    }
+
     /// Every byte is on every backup, every replica is closed and current.
     pub fn is_done(&self) -> bool {
         self.sealed
@@ -290,6 +321,7 @@ impl ReplicatedSegment {
         if s.replacement {
             // A replacement gets a new epoch, higher than any replica it replaces.
             self.epoch += 1;
+            self.stale_copy = false;
         }
         let filling = s.replacement;
         Some(Action::Open {
@@ -361,6 +393,14 @@ impl ReplicatedSegment {
                 unavailable: true,
                 ..Slot::fresh(true)
             };
+            if self.stale_copy {
+                // The segment goes on without the lost copy: the copies that count move to a
+                // higher epoch first, so the lost one (maybe a prefix, maybe empty) is never
+                // taken by recovery for the segment's current end.
+                self.stale_copy = false;
+                self.epoch += 1;
+                self.raise_pending = true;
+            }
         }
         self.advance_commit();
     }
@@ -368,6 +408,8 @@ impl ReplicatedSegment {
     /// The replica in `slot` is lost (write, open, close or set-epoch failure): find another.
     pub fn failed(&mut self, slot: usize) {
         if let Some(s) = self.slots.get_mut(slot) {
+            // Its replica may live on (the backup may only be out of reach).
+            self.stale_copy |= s.backup.is_some();
             *s = Slot::fresh(true);
             // A round that included the lost replica cannot complete; the replacement will
             // start a new one.
@@ -397,6 +439,7 @@ impl ReplicatedSegment {
         *waiting = waiting.saturating_sub(1);
         if *waiting == 0 {
             self.epoch_round = None;
+            self.raise_pending = false;
             // The round went to every slot with a backup; one without stays a replacement.
             for s in self.slots.iter_mut().filter(|s| !s.is_excused()) {
                 s.replacement = false;
@@ -409,7 +452,8 @@ impl ReplicatedSegment {
     /// Moves the commit to the lowest `acked` of the counting slots, when every slot counts
     /// but those with no backup to be had, and at least `min_insync` do.
     fn advance_commit(&mut self) {
-        let waiting_for_a_copy = self.slots.iter().any(|s| !s.counts && !s.is_excused());
+        let waiting_for_a_copy =
+            self.raise_pending || self.slots.iter().any(|s| !s.counts && !s.is_excused());
         let counting = self.slots.iter().filter(|s| s.counts).count();
         if waiting_for_a_copy || counting < self.min_insync.max(1) {
             return;
@@ -491,7 +535,15 @@ impl ReplicatedSegment {
                 SlotState::Opening | SlotState::Closing | SlotState::Closed => {}
             }
         }
-        if self.epoch_round.is_none() && self.replacements_caught_up() {
+        let raise = self.raise_pending
+            && self.slots.iter().all(|s| {
+                s.is_excused()
+                    || matches!(
+                        s.state,
+                        SlotState::Open | SlotState::Closing | SlotState::Closed
+                    )
+            });
+        if self.epoch_round.is_none() && (self.replacements_caught_up() || raise) {
             // Every slot that is not excused has a backup (caught up means open or closed).
             let round: Vec<Action> = self
                 .slots

@@ -345,9 +345,30 @@ fn a_lost_backup_with_none_to_replace_it_leaves_the_survivors_committing() {
     seg.unavailable(1);
     assert_eq!(
         seg.committed(),
-        200,
-        "none to be had: the survivor suffices"
+        100,
+        "the lost copy may live on at epoch 1: the survivor moves past it first"
     );
+    assert!(!seg.epoch_settled());
+    let raise = seg.next_actions(4);
+    assert!(
+        raise.iter().any(|a| matches!(
+            a,
+            Action::SetEpoch {
+                slot: 0,
+                epoch: 2,
+                ..
+            }
+        )),
+        "{raise:?}"
+    );
+    seg.epoch_set(2);
+    assert_eq!(
+        seg.committed(),
+        200,
+        "none to be had: the survivor suffices, at a higher epoch than the lost copy"
+    );
+    assert!(seg.epoch_settled());
+    assert_eq!(seg.epoch(), 2);
     seg.seal(200);
     let close = seg.next_actions(4);
     assert!(
@@ -433,4 +454,28 @@ fn a_late_answer_from_a_replaced_replica_never_counts_for_its_replacement() {
     let _ = seg.next_actions(4);
     seg.closed_ok(1, old_backup, old_key);
     assert_ne!(seg.slots()[1].state, SlotState::Closed);
+}
+
+/// The epoch a log's open segment is saved with is offered only once it is settled: every
+/// copy that is not excused open and counting, no epoch change under way.
+#[test]
+fn an_epoch_is_settled_only_once_every_copy_that_counts_is_open_at_it() {
+    let mut seg = ReplicatedSegment::new(id(), 1 << 20, 2);
+    assert!(!seg.epoch_settled(), "no replica open yet");
+    let mut seg2 = opened(2);
+    assert!(seg2.epoch_settled());
+    seg2.appended(100);
+    seg2.next_actions(4);
+    seg2.failed(1);
+    assert!(!seg2.epoch_settled(), "a copy was lost");
+    let wanted = seg2.next_actions(4);
+    assert!(matches!(wanted[..], [Action::NeedBackup { slot: 1, .. }]));
+    seg2.assign(1, server(9));
+    assert_eq!(seg2.epoch(), 2);
+    assert!(
+        !seg2.epoch_settled(),
+        "the replacement is not open and filled yet"
+    );
+    // Silence the unused warning for the fresh segment's actions.
+    let _ = seg.next_actions(4);
 }

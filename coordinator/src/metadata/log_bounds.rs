@@ -6,7 +6,8 @@
 //! segments, so after any crash (of owners, backups or this coordinator) recovery knows exactly
 //! which segments it must find: a log missing one is lost, never served shorter.
 //!
-//! All three only grow. Only a streamlet's current owner moves them: a fenced owner cannot make
+//! All three only grow, but for one case: a rebuild forgets an open segment it proved empty
+//! (its owner is fenced, so it stays empty). Only a streamlet's current owner moves them: a fenced owner cannot make
 //! recovery take segments as freed.
 
 use super::{Metadata, MetadataError};

@@ -79,8 +79,9 @@ fn is_usable(info: &ReplicaInfo) -> bool {
 
 /// Whether `info` proves its segment empty, given records were acknowledged in it only at
 /// replica epochs up to `epoch`: every copy at `epoch` or above that is not still filling
-/// held every acknowledged byte of it (a copy that stopped counting stopped the commit until
-/// a higher epoch was saved), so an empty one means nothing was.
+/// held every acknowledged byte of it (a copy that stops counting stops the commit until the
+/// copies that count are at a higher epoch, by a replacement or, with none to be had, by a
+/// raise of their epoch, and that epoch is saved), so an empty one means nothing was.
 fn proves_empty(info: &ReplicaInfo, epoch: u32) -> bool {
     !info.filling
         && info.state != ReplicaState::Corrupt
