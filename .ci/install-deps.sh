@@ -8,14 +8,16 @@
 # - to run Kafka's own clients against the Kafka listener (cli/tests/kafka_clients.rs and
 #   kafka_delivery.rs): kcat (librdkafka) from Debian, and kafka-python and confluent-kafka
 #   (pinned; its wheel carries a current librdkafka) in a virtualenv at target/kafka-venv;
-# - to load the coordinator's web console in a browser (cli/tests/console.rs): chromium.
+# - to load the coordinator's web console in a browser (cli/tests/console.rs): chromium;
+# - to cut network partitions between the processes of a test cluster (`bench chaos`'s
+#   partition faults, cli/tests/recovery.rs): nftables, iproute2 and util-linux's `unshare`.
 # Idempotent: installs only what is missing. Debian bookworm (what CI runs on).
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 
-base=(libibverbs-dev librdmacm-dev ibverbs-providers libclang1-14 libclang-common-14-dev busybox-static kcat chromium)
+base=(libibverbs-dev librdmacm-dev ibverbs-providers libclang1-14 libclang-common-14-dev busybox-static kcat chromium nftables iproute2 util-linux)
 missing=()
 for pkg in "${base[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

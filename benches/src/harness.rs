@@ -110,6 +110,19 @@ pub async fn start_cluster(
     brokers: u32,
     log_filter: &str,
 ) -> Result<LocalCluster, String> {
+    start_cluster_with(binary, config, data_dir, brokers, log_filter, false).await
+}
+
+/// [`start_cluster`]; with `own_addresses`, each process on a loopback address of its own
+/// (see `ClusterSpec::own_addresses`), so that partitions can be cut between them.
+pub async fn start_cluster_with(
+    binary: Option<&Path>,
+    config: &Config,
+    data_dir: &Path,
+    brokers: u32,
+    log_filter: &str,
+    own_addresses: bool,
+) -> Result<LocalCluster, String> {
     let text = toml::to_string(config).map_err(|e| e.to_string())?;
     let config_file = data_dir.join("bench.toml");
     std::fs::write(&config_file, text).map_err(|e| e.to_string())?;
@@ -123,6 +136,7 @@ pub async fn start_cluster(
         ports: Ports::Ephemeral,
         config_file: Some(config_file),
         log_filter: log_filter.into(),
+        own_addresses,
     };
     LocalCluster::start(spec).await
 }

@@ -28,6 +28,20 @@ pub struct ServerArgs {
     /// Shut down when stdin reaches end-of-file (set by `tailstream dev`).
     #[arg(long)]
     exit_on_stdin_eof: bool,
+    /// Make every outgoing connection from this address, and listen for one-sided writes on
+    /// it (a test cluster gives each process a loopback address of its own, so that a
+    /// firewall rule can cut the network between two processes).
+    #[arg(long)]
+    source_ip: Option<std::net::IpAddr>,
+}
+
+impl ServerArgs {
+    fn apply_source_ip(&self) -> Result<(), String> {
+        match self.source_ip {
+            Some(ip) => tailstream_net::source::bind_outgoing_to(ip),
+            None => Ok(()),
+        }
+    }
 }
 
 /// A shutdown signal that turns true on SIGINT, SIGTERM or (if asked) stdin EOF.
@@ -185,6 +199,7 @@ pub async fn run_coordinator(mut config: Config, args: ServerArgs) -> Result<(),
     coordinator.rpc_addr = args.rpc_addr.unwrap_or(coordinator.rpc_addr);
     coordinator.peer_addr = args.peer_addr.unwrap_or(coordinator.peer_addr);
     coordinator.admin_addr = args.admin_addr.unwrap_or(coordinator.admin_addr);
+    args.apply_source_ip()?;
     if let Some(dir) = args.data_dir {
         coordinator.data_dir = dir;
     }
@@ -211,8 +226,12 @@ pub async fn run_broker(
     broker.rpc_addr = args.rpc_addr.unwrap_or(broker.rpc_addr);
     broker.peer_addr = args.peer_addr.unwrap_or(broker.peer_addr);
     broker.admin_addr = args.admin_addr.unwrap_or(broker.admin_addr);
+    args.apply_source_ip()?;
     if let Some(dir) = args.data_dir {
         broker.data_dir = dir;
+    }
+    if let Some(ip) = args.source_ip {
+        config.backup.nic_addr.set_ip(ip);
     }
     let shutdown = shutdown_signal(args.exit_on_stdin_eof);
     // Bound first, so the broker registers with the address its Kafka clients will use.

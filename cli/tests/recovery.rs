@@ -312,6 +312,89 @@ async fn bench_chaos_meets_every_fault_once_and_loses_and_duplicates_nothing() {
     assert_eq!(kinds.len(), 5, "one of each: {kinds:?}");
 }
 
+/// `tailstream bench chaos` with network partitions: the owner cut off from the coordinator,
+/// from its backups, a backup cut off, and the coordinator cut off from half the brokers, each
+/// once, every cut healed after; the exactly-once ledger must be clean. The run makes its own
+/// user and network namespace (`unshare`) and cuts with nftables there: without them the test
+/// is skipped, unless `TAILSTREAM_REQUIRE_PARTITIONS` is set (as `.ci/run` does).
+#[test]
+fn bench_chaos_partitions_lose_and_duplicate_nothing() {
+    let probe = std::process::Command::new("unshare")
+        .args([
+            "--user",
+            "--map-root-user",
+            "--net",
+            "--",
+            "nft",
+            "list",
+            "ruleset",
+        ])
+        .output();
+    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
+        let why = match &probe {
+            Ok(output) => String::from_utf8_lossy(&output.stderr).trim().to_string(),
+            Err(error) => error.to_string(),
+        };
+        assert!(
+            std::env::var_os("TAILSTREAM_REQUIRE_PARTITIONS").is_none(),
+            "partitions are required (TAILSTREAM_REQUIRE_PARTITIONS) but cannot be cut here ({why}): run .ci/install-deps.sh"
+        );
+        eprintln!(
+            "skipped: cannot cut partitions here (unshare + nft: {why}); run .ci/install-deps.sh"
+        );
+        return;
+    }
+    let kinds = [
+        "owner-cut-from-coordinator",
+        "owner-cut-from-brokers",
+        "backup-cut-off",
+        "coordinator-cut-from-half",
+    ];
+    let mut child = std::process::Command::new(common::BINARY)
+        .args(["bench", "chaos", "--json", "--cycles", "4", "--seed", "3"])
+        .args(["--max-delay-ms", "300", "--recovery-timeout-ms", "30000"])
+        .args(["--records-per-second", "1000", "--faults", &kinds.join(",")])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the tailstream binary starts");
+    // Bounded: the run is killed if it outlives the test's budget.
+    let deadline = Instant::now() + TEST_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for the run") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("bench chaos with partitions did not finish in {TEST_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().expect("piped"), &mut stdout)
+        .expect("reading the report");
+    assert!(status.success(), "bench chaos failed ({status}): {stdout}");
+    let report: serde_json::Value = stdout
+        .lines()
+        .find_map(|line| serde_json::from_str(line).ok())
+        .expect("a JSON report");
+    let verdict = &report["verdict"];
+    eprintln!("{verdict}");
+    for field in ["lost", "duplicated", "out_of_order", "misplaced", "unknown"] {
+        assert_eq!(verdict[field], 0, "{field}: {verdict}");
+    }
+    assert!(verdict["acked"].as_u64().unwrap_or(0) > 1000, "{verdict}");
+    let mut met: Vec<&str> = report["cycle_reports"]
+        .as_array()
+        .expect("cycles")
+        .iter()
+        .filter_map(|c| c["fault"].as_str())
+        .collect();
+    met.sort_unstable();
+    let mut expected = kinds.to_vec();
+    expected.sort_unstable();
+    assert_eq!(met, expected, "one of each partition");
+}
+
 /// Issue 20, case 3: R = 3 on four brokers leaves no broker to spare. Killing an owner must
 /// not stall anything: its streamlet is rebuilt with the copies that can be had (serving once
 /// it has `min_insync_replicas` of them), every other streamlet that had a copy on it keeps

@@ -167,7 +167,7 @@ async fn probe(addr: &str, timeout: Duration) -> ProbeOutcome {
         keepalive_ms: 0,
     };
     let attempt = async {
-        let stream = match tokio::net::TcpStream::connect(addr).await {
+        let stream = match tailstream_net::source::connect(addr).await {
             Ok(stream) => stream,
             Err(error) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
                 return ProbeOutcome::Refused;

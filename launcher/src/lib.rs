@@ -7,7 +7,7 @@
 //! Brokers can be killed (SIGKILL) and restarted at the same address (a new generation of the
 //! same server), which is what the fault-injection tests do.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -45,7 +45,16 @@ pub struct ClusterSpec {
     pub config_file: Option<PathBuf>,
     /// `RUST_LOG` for the children.
     pub log_filter: String,
+    /// Each process listens on, and connects from, a loopback address of its own (the
+    /// coordinator 127.0.0.10, broker i 127.0.0.(11 + i)) instead of all sharing 127.0.0.1,
+    /// so a firewall rule can cut the network between processes.
+    pub own_addresses: bool,
 }
+
+/// The coordinator's address when processes have addresses of their own.
+const COORDINATOR_OWN_IP: [u8; 4] = [127, 0, 0, 10];
+/// Broker i's is this plus i.
+const FIRST_BROKER_OWN_IP: [u8; 4] = [127, 0, 0, 11];
 
 /// One running child.
 #[derive(Debug)]
@@ -238,25 +247,59 @@ impl BrokerAddrs {
     }
 }
 
-fn loopback(port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], port))
+impl ClusterSpec {
+    /// Where the coordinator listens and connects from.
+    pub fn coordinator_ip(&self) -> IpAddr {
+        if self.own_addresses {
+            IpAddr::from(COORDINATOR_OWN_IP)
+        } else {
+            IpAddr::from([127, 0, 0, 1])
+        }
+    }
+
+    /// Where broker `index` listens and connects from.
+    pub fn broker_ip(&self, index: usize) -> Result<IpAddr, String> {
+        if !self.own_addresses {
+            return Ok(IpAddr::from([127, 0, 0, 1]));
+        }
+        let [a, b, c, first] = FIRST_BROKER_OWN_IP;
+        let last = u8::try_from(index)
+            .ok()
+            .and_then(|i| first.checked_add(i))
+            .filter(|last| *last < 255)
+            .ok_or("too many brokers for addresses of their own")?;
+        Ok(IpAddr::from([a, b, c, last]))
+    }
+
+    /// `--source-ip` for a child at `ip`, when processes have addresses of their own.
+    fn source_args(&self, ip: IpAddr) -> Vec<String> {
+        if self.own_addresses {
+            vec!["--source-ip".into(), ip.to_string()]
+        } else {
+            Vec::new()
+        }
+    }
 }
 
 impl LocalCluster {
     pub async fn start(spec: ClusterSpec) -> Result<Self, String> {
+        let ip = spec.coordinator_ip();
+        let at = |port| SocketAddr::new(ip, port);
         let (coordinator_rpc, coordinator_peer, coordinator_admin) = match spec.ports {
-            Ports::Ephemeral => (loopback(0), loopback(0), loopback(0)),
+            Ports::Ephemeral => (at(0), at(0), at(0)),
             Ports::Fixed {
                 coordinator_rpc,
                 coordinator_peer,
                 coordinator_admin,
                 ..
             } => (
-                loopback(coordinator_rpc),
-                loopback(coordinator_peer),
-                loopback(coordinator_admin),
+                at(coordinator_rpc),
+                at(coordinator_peer),
+                at(coordinator_admin),
             ),
         };
+        let mut extra = vec!["--peer-addr".to_string(), coordinator_peer.to_string()];
+        extra.extend(spec.source_args(ip));
         let coordinator = spawn(
             &spec,
             "coordinator",
@@ -264,7 +307,7 @@ impl LocalCluster {
             &spec.data_dir.join("coordinator"),
             coordinator_rpc,
             coordinator_admin,
-            &["--peer-addr".to_string(), coordinator_peer.to_string()],
+            &extra,
         )
         .await?;
         let _ = std::fs::write(
@@ -278,6 +321,8 @@ impl LocalCluster {
             broker_addrs: Vec::new(),
         };
         for index in 0..cluster.spec.brokers {
+            let ip = cluster.spec.broker_ip(index as usize)?;
+            let loopback = |port| SocketAddr::new(ip, port);
             let asked = match cluster.spec.ports {
                 Ports::Ephemeral => BrokerAddrs {
                     rpc: loopback(0),
@@ -308,7 +353,7 @@ impl LocalCluster {
     }
 
     async fn spawn_broker(&self, index: usize, addrs: BrokerAddrs) -> Result<Proc, String> {
-        let coordinator = [
+        let mut coordinator = vec![
             "--coordinator-peer".to_string(),
             self.coordinator.peer_addr.to_string(),
             "--peer-addr".to_string(),
@@ -316,6 +361,7 @@ impl LocalCluster {
             "--kafka-addr".to_string(),
             addrs.kafka.to_string(),
         ];
+        coordinator.extend(self.spec.source_args(self.spec.broker_ip(index)?));
         let dir = self.spec.data_dir.join(format!("broker-{index}"));
         let proc = spawn(
             &self.spec,
@@ -392,7 +438,7 @@ impl LocalCluster {
                 if matches!(self.spec.ports, Ports::Ephemeral)
                     && error.contains("Address already in use") =>
             {
-                let any = loopback(0);
+                let any = SocketAddr::new(self.spec.broker_ip(index)?, 0);
                 let fresh = BrokerAddrs {
                     rpc: any,
                     peer: any,
@@ -413,10 +459,11 @@ impl LocalCluster {
     pub async fn restart_coordinator(&mut self) -> Result<(), String> {
         self.coordinator.kill().await;
         let (rpc, admin) = (self.coordinator.rpc_addr, self.coordinator.admin_addr);
-        let peer = [
+        let mut peer = vec![
             "--peer-addr".to_string(),
             self.coordinator.peer_addr.to_string(),
         ];
+        peer.extend(self.spec.source_args(self.spec.coordinator_ip()));
         let dir = self.spec.data_dir.join("coordinator");
         let spawned = spawn(
             &self.spec,
@@ -444,7 +491,7 @@ impl LocalCluster {
                     "coordinator".into(),
                     &dir,
                     rpc,
-                    loopback(0),
+                    SocketAddr::new(self.spec.coordinator_ip(), 0),
                     &peer,
                 )
                 .await?

@@ -163,7 +163,7 @@ impl RpcClient {
             reason,
         };
         let timeout = Duration::from_millis(config.connect_timeout_ms);
-        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+        let stream = tokio::time::timeout(timeout, crate::source::connect(addr))
             .await
             .map_err(|_| {
                 failed(format!(

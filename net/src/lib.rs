@@ -12,6 +12,8 @@
 //!   answers matched by request id, every pending call failed when the connection dies.
 //! - [`pool`]: one `RpcClient` per address, reconnecting on demand.
 //! - [`error`]: [`RpcError`], what a caller of a remote operation can get back.
+//! - [`source`]: the address outgoing connections come from (one per process in a test
+//!   cluster, so partitions can be cut between processes).
 //! - [`metrics`]: the listener metrics' names.
 
 pub mod budget;
@@ -22,6 +24,7 @@ pub mod listener;
 pub mod metrics;
 pub mod pool;
 pub mod server;
+pub mod source;
 mod write;
 
 pub use budget::BodyBudget;

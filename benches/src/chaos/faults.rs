@@ -2,6 +2,7 @@
 //! streamlet: what happens, who is gone while it lasts, and how the cluster is made whole
 //! again afterwards.
 
+use super::partition::Firewall;
 use crate::harness::{owner_of, server_at};
 use rand::RngExt;
 use rand::rngs::StdRng;
@@ -26,6 +27,33 @@ pub enum FaultKind {
     /// SIGSTOP the owner until its streamlets serve elsewhere, then SIGCONT: the zombie must
     /// stop serving and come back as a new, empty incarnation.
     Zombie,
+    /// Cut the owner off from the coordinator (not from clients or other brokers) until its
+    /// streamlets serve elsewhere, then heal: it must acknowledge nothing once its lease ran
+    /// out, and come back as a new, empty incarnation. (Partition faults need `nft`.)
+    OwnerCutFromCoordinator,
+    /// Cut the owner off from every other broker (its backups), not from the coordinator or
+    /// clients, for 2-4 s, then heal: its logs acknowledge nothing without their copies, and
+    /// carry on after.
+    OwnerCutFromBrokers,
+    /// Cut a broker that is not the owner off from every other broker for 2-4 s, then heal:
+    /// owners replace its replicas elsewhere and carry on.
+    BackupCutOff,
+    /// Cut the coordinator off from half the brokers (the owner among them) until their
+    /// streamlets serve elsewhere, then heal.
+    CoordinatorCutFromHalf,
+}
+
+impl FaultKind {
+    /// Whether the fault cuts the network (and so needs the run's firewall).
+    pub fn is_partition(self) -> bool {
+        matches!(
+            self,
+            Self::OwnerCutFromCoordinator
+                | Self::OwnerCutFromBrokers
+                | Self::BackupCutOff
+                | Self::CoordinatorCutFromHalf
+        )
+    }
 }
 
 /// A fault in progress.
@@ -41,6 +69,11 @@ pub struct Injected {
     pub first_hit_ms: u64,
     /// The first victim.
     pub victim: ServerId,
+    /// How long the fault lasts at least (a partition nothing recovers from: its logs stall
+    /// while it lasts).
+    pub hold: Option<Duration>,
+    /// The network is cut (healed by flushing the firewall).
+    pub cut: bool,
 }
 
 async fn kill(local: &LocalCluster, index: usize) -> Result<(), String> {
@@ -55,6 +88,7 @@ pub async fn inject(
     local: &mut LocalCluster,
     stream: &str,
     streamlet: usize,
+    firewall: Option<&Firewall>,
 ) -> Result<Injected, String> {
     let owner = owner_of(cluster, local, stream, streamlet).await?;
     let owner_addr = local
@@ -69,7 +103,56 @@ pub async fn inject(
         gone: vec![victim],
         first_hit_ms: crate::harness::unix_ms(),
         victim,
+        hold: None,
+        cut: false,
     };
+    if kind.is_partition() {
+        let firewall = firewall.ok_or("partition faults need the run's firewall")?;
+        injected.killed.clear();
+        injected.cut = true;
+        let spec = local.spec();
+        let ip = |index: usize| spec.broker_ip(index);
+        let others = |except: usize| -> Result<Vec<std::net::IpAddr>, String> {
+            (0..brokers).filter(|i| *i != except).map(ip).collect()
+        };
+        let coordinator = [spec.coordinator_ip()];
+        let hold = Duration::from_millis(rng.random_range(2000..=4000));
+        match kind {
+            FaultKind::OwnerCutFromCoordinator => {
+                firewall.cut(&[ip(owner)?], &coordinator).await?;
+            }
+            FaultKind::OwnerCutFromBrokers => {
+                firewall.cut(&[ip(owner)?], &others(owner)?).await?;
+                injected.gone.clear();
+                injected.hold = Some(hold);
+            }
+            FaultKind::BackupCutOff => {
+                let backup = (owner + rng.random_range(1..brokers)) % brokers;
+                firewall.cut(&[ip(backup)?], &others(backup)?).await?;
+                injected.gone.clear();
+                injected.hold = Some(hold);
+            }
+            FaultKind::CoordinatorCutFromHalf => {
+                let mut half = vec![owner];
+                while half.len() < brokers / 2 {
+                    let other = (owner + rng.random_range(1..brokers)) % brokers;
+                    if !half.contains(&other) {
+                        half.push(other);
+                    }
+                }
+                for other in &half[1..] {
+                    let id = server_at(cluster, &broker_addr(local, *other)?).await?;
+                    injected.gone.push(id);
+                }
+                let cut: Vec<std::net::IpAddr> =
+                    half.iter().map(|i| ip(*i)).collect::<Result<_, _>>()?;
+                firewall.cut(&cut, &coordinator).await?;
+            }
+            _ => unreachable!("is_partition covers exactly the kinds above"),
+        }
+        injected.first_hit_ms = crate::harness::unix_ms();
+        return Ok(injected);
+    }
     match kind {
         FaultKind::Owner => kill(local, owner).await?,
         FaultKind::OwnerAndAnother => {
@@ -104,6 +187,10 @@ pub async fn inject(
             injected.killed.clear();
             injected.paused.push(owner);
         }
+        FaultKind::OwnerCutFromCoordinator
+        | FaultKind::OwnerCutFromBrokers
+        | FaultKind::BackupCutOff
+        | FaultKind::CoordinatorCutFromHalf => {}
     }
     Ok(injected)
 }
@@ -134,9 +221,19 @@ async fn rebuilding_broker(
     })
 }
 
-/// Makes the cluster whole again after `injected`: paused brokers resume (and re-register as
-/// new incarnations by themselves), killed ones are started again.
-pub async fn heal(local: &mut LocalCluster, injected: &Injected) -> Result<(), String> {
+/// Makes the cluster whole again after `injected`: cuts are healed and paused brokers resume
+/// (both re-register as new incarnations by themselves if they were declared crashed meanwhile),
+/// killed ones are started again.
+pub async fn heal(
+    local: &mut LocalCluster,
+    injected: &Injected,
+    firewall: Option<&Firewall>,
+) -> Result<(), String> {
+    if injected.cut
+        && let Some(firewall) = firewall
+    {
+        firewall.heal().await?;
+    }
     for index in &injected.paused {
         local.signal_broker(*index, "CONT")?;
     }

@@ -13,10 +13,13 @@
 //! - [`ledger`]: the exactly-once checker.
 //! - [`load`]: producers and a consumer feeding it.
 //! - [`faults`]: the faults.
+//! - [`partition`]: network partitions between the cluster's processes (nftables rules in the
+//!   run's own network namespace; each process has a loopback address of its own).
 
 pub mod faults;
 pub mod ledger;
 pub mod load;
+pub mod partition;
 
 use crate::harness;
 use clap::Args;
@@ -109,6 +112,20 @@ pub struct ChaosReport {
 }
 
 pub async fn run(config: Config, args: ChaosBenchArgs) -> Result<(), String> {
+    if args.faults.iter().any(|f| f.is_partition()) && !partition::in_own_netns() {
+        // Partitions are firewall rules: made in a network namespace of the run's own, never
+        // on the machine's network. The re-run there prints everything.
+        let status = tokio::task::spawn_blocking(partition::rerun_in_own_netns)
+            .await
+            .map_err(|e| e.to_string())??;
+        return if status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "the run in its own network namespace ended with {status}"
+            ))
+        };
+    }
     let report = measure(config, &args).await?;
     let verdict = &report.verdict;
     if args.json {
@@ -173,16 +190,26 @@ pub async fn measure(config: Config, args: &ChaosBenchArgs) -> Result<ChaosRepor
     if args.faults.is_empty() || args.brokers < args.replicas + 3 {
         return Err("need at least one fault and --brokers >= --replicas + 3 (two brokers may be down at once, and a rebuilt streamlet needs R backups)".into());
     }
+    let partitions = args.faults.iter().any(|f| f.is_partition());
+    let firewall = if partitions {
+        Some(partition::Firewall::prepare().await?)
+    } else {
+        None
+    };
     let data_dir = harness::BenchDir::new("tailstream-chaos-")?;
-    let mut local = harness::start_cluster(
+    let mut local = harness::start_cluster_with(
         args.binary.as_deref(),
         &config,
         data_dir.path(),
         args.brokers,
         &harness::log_filter("warn"),
+        partitions,
     )
     .await?;
-    let result = cycles(&config, &mut local, args).await;
+    let result = cycles(&config, &mut local, args, firewall.as_ref()).await;
+    if let Some(firewall) = &firewall {
+        let _ = firewall.heal().await;
+    }
     local.stop().await;
     let failed = !matches!(&result, Ok(report) if report.verdict.is_clean());
     data_dir.finish(failed);
@@ -193,6 +220,7 @@ async fn cycles(
     config: &Config,
     local: &mut tailstream_launcher::LocalCluster,
     args: &ChaosBenchArgs,
+    firewall: Option<&partition::Firewall>,
 ) -> Result<ChaosReport, String> {
     let started = Instant::now();
     let client = harness::client(config, &local.coordinator_addr().to_string());
@@ -237,7 +265,7 @@ async fn cycles(
         let delay = rng.random_range(0..=args.max_delay_ms);
         tokio::time::sleep(Duration::from_millis(delay)).await;
         let report = one_cycle(
-            &cluster, local, &load, &mut rng, args, cycle, fault, streamlet,
+            &cluster, local, &load, &mut rng, args, cycle, fault, streamlet, firewall,
         )
         .await
         .map_err(|e| format!("cycle {cycle} ({fault:?} on streamlet {streamlet}): {e}"))?;
@@ -275,9 +303,19 @@ async fn one_cycle(
     cycle: u32,
     fault: FaultKind,
     streamlet: u32,
+    firewall: Option<&partition::Firewall>,
 ) -> Result<CycleReport, String> {
     let timeout = Duration::from_millis(args.recovery_timeout_ms);
-    let injected = faults::inject(fault, rng, cluster, local, "chaos", streamlet as usize).await?;
+    let injected = faults::inject(
+        fault,
+        rng,
+        cluster,
+        local,
+        "chaos",
+        streamlet as usize,
+        firewall,
+    )
+    .await?;
     harness::wait_until_serving(
         cluster,
         "chaos",
@@ -287,11 +325,19 @@ async fn one_cycle(
     )
     .await?;
     let fault_to_serving_ms = harness::unix_ms().saturating_sub(injected.first_hit_ms);
-    let detect_ms = harness::recovery_of(cluster, injected.victim, timeout)
-        .await
-        .ok()
-        .map(|r| r.declared_at_ms.saturating_sub(injected.first_hit_ms));
-    faults::heal(local, &injected).await?;
+    // A fault that declares nobody (a partition between brokers) has no recovery to time.
+    let detect_ms = if injected.gone.is_empty() {
+        None
+    } else {
+        harness::recovery_of(cluster, injected.victim, timeout)
+            .await
+            .ok()
+            .map(|r| r.declared_at_ms.saturating_sub(injected.first_hit_ms))
+    };
+    if let Some(hold) = injected.hold {
+        tokio::time::sleep(hold).await;
+    }
+    faults::heal(local, &injected, firewall).await?;
     harness::wait_for_brokers(cluster, args.brokers).await?;
     // Records flow again before the next fault.
     let acked = load.acked();

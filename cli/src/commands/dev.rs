@@ -54,6 +54,7 @@ pub async fn run(
         ports,
         config_file: config_path,
         log_filter: std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+        own_addresses: false,
     };
     let mut cluster = LocalCluster::start(spec).await?;
     let coordinator = cluster.coordinator_addr();

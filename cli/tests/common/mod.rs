@@ -57,6 +57,7 @@ impl TestCluster {
             ports: Ports::Ephemeral,
             config_file: config_file.clone(),
             log_filter: "info".into(),
+            own_addresses: false,
         };
         let cluster = LocalCluster::start(spec).await.unwrap();
         let test = TestCluster {

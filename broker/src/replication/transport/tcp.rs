@@ -10,7 +10,6 @@ use std::time::Duration;
 use tailstream_wire::ServerId;
 use tailstream_wire::nic::{COMPLETION_BYTES, Completion, Hello, WriteHeader};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -71,7 +70,7 @@ impl NicWriter {
         keepalive: Duration,
     ) -> Result<Self, TransportError> {
         let broken = |e: String| TransportError::Broken(format!("{addr}: {e}"));
-        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+        let stream = tokio::time::timeout(timeout, tailstream_net::source::connect(addr))
             .await
             .map_err(|_| broken("connect timed out".into()))?
             .map_err(|e| broken(e.to_string()))?;
