@@ -350,7 +350,13 @@ fn bench_chaos_partitions_lose_and_duplicate_nothing() {
         "backup-cut-off",
         "coordinator-cut-from-half",
     ];
+    // A backup cut off is given up on after 1.5 s (10 s by default), so the cut outlasts it.
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let config = dir.path().join("partitions.toml");
+    std::fs::write(&config, "[replication]\nwrite_timeout_ms = 1500\n").expect("config");
     let mut child = std::process::Command::new(common::BINARY)
+        .arg("--config")
+        .arg(&config)
         .args(["bench", "chaos", "--json", "--cycles", "4", "--seed", "3"])
         .args(["--max-delay-ms", "300", "--recovery-timeout-ms", "30000"])
         .args(["--records-per-second", "1000", "--faults", &kinds.join(",")])

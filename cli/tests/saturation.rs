@@ -7,7 +7,7 @@
 //! no crash, start no recovery and keep every broker at its generation; every streamlet
 //! serves at the end and the benchmark finishes.
 //!
-//! `TAILSTREAM_SATURATION_S` sets the load's length (default 120 s).
+//! `TAILSTREAM_SATURATION_S` sets the load's length (default 90 s).
 
 #![allow(clippy::unwrap_used)] // tests may unwrap freely (see clippy.toml)
 
@@ -32,7 +32,7 @@ fn saturation() -> Duration {
     let seconds = std::env::var("TAILSTREAM_SATURATION_S")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(120);
+        .unwrap_or(90);
     Duration::from_secs(seconds)
 }
 

@@ -165,6 +165,7 @@ pub struct ReplicationConfig {
     pub writes_in_flight_per_replica_max: u32,
     pub uncommitted_bytes_per_log_max: u64,
     pub ack_timeout_ms: u64,
+    pub write_timeout_ms: u64,
     pub control_timeout_ms: u64,
     pub failed_backup_quarantine_ms: u64,
 }
@@ -399,8 +400,14 @@ impl Config {
             );
         }
         let replication = &self.replication;
-        if replication.writes_in_flight_per_replica_max == 0 || replication.ack_timeout_ms == 0 {
-            return invalid("replication writes in flight and ack timeout must be positive".into());
+        if replication.writes_in_flight_per_replica_max == 0
+            || replication.ack_timeout_ms == 0
+            || replication.write_timeout_ms == 0
+        {
+            return invalid(
+                "replication writes in flight, ack timeout and write timeout must be positive"
+                    .into(),
+            );
         }
         if replication.ack_timeout_ms >= self.producer.request_timeout_ms {
             return invalid(

@@ -35,8 +35,9 @@ pub enum FaultKind {
     /// clients, for 2-4 s, then heal: its logs acknowledge nothing without their copies, and
     /// carry on after.
     OwnerCutFromBrokers,
-    /// Cut a broker that is not the owner off from every other broker for 2-4 s, then heal:
-    /// owners replace its replicas elsewhere and carry on.
+    /// Cut a broker that is not the owner off from every other broker, then heal: owners give
+    /// up on writes it does not answer (`replication.write_timeout_ms`) and replace its
+    /// replicas elsewhere. Lasts that long plus 2-4 s.
     BackupCutOff,
     /// Cut the coordinator off from half the brokers (the owner among them) until their
     /// streamlets serve elsewhere, then heal.
@@ -80,7 +81,8 @@ async fn kill(local: &LocalCluster, index: usize) -> Result<(), String> {
     local.signal_broker(index, "KILL")
 }
 
-/// Injects `kind` against the owner of `streamlet`.
+/// Injects `kind` against the owner of `streamlet` (partitions through `firewall`).
+#[allow(clippy::too_many_arguments)]
 pub async fn inject(
     kind: FaultKind,
     rng: &mut StdRng,
@@ -89,6 +91,7 @@ pub async fn inject(
     stream: &str,
     streamlet: usize,
     firewall: Option<&Firewall>,
+    write_timeout: Duration,
 ) -> Result<Injected, String> {
     let owner = owner_of(cluster, local, stream, streamlet).await?;
     let owner_addr = local
@@ -130,7 +133,7 @@ pub async fn inject(
                 let backup = (owner + rng.random_range(1..brokers)) % brokers;
                 firewall.cut(&[ip(backup)?], &others(backup)?).await?;
                 injected.gone.clear();
-                injected.hold = Some(hold);
+                injected.hold = Some(write_timeout + hold);
             }
             FaultKind::CoordinatorCutFromHalf => {
                 let mut half = vec![owner];

@@ -265,7 +265,7 @@ async fn cycles(
         let delay = rng.random_range(0..=args.max_delay_ms);
         tokio::time::sleep(Duration::from_millis(delay)).await;
         let report = one_cycle(
-            &cluster, local, &load, &mut rng, args, cycle, fault, streamlet, firewall,
+            &cluster, local, &load, &mut rng, args, cycle, fault, streamlet, firewall, config,
         )
         .await
         .map_err(|e| format!("cycle {cycle} ({fault:?} on streamlet {streamlet}): {e}"))?;
@@ -304,6 +304,7 @@ async fn one_cycle(
     fault: FaultKind,
     streamlet: u32,
     firewall: Option<&partition::Firewall>,
+    config: &Config,
 ) -> Result<CycleReport, String> {
     let timeout = Duration::from_millis(args.recovery_timeout_ms);
     let injected = faults::inject(
@@ -314,6 +315,7 @@ async fn one_cycle(
         "chaos",
         streamlet as usize,
         firewall,
+        Duration::from_millis(config.replication.write_timeout_ms),
     )
     .await?;
     harness::wait_until_serving(

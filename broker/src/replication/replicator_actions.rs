@@ -5,11 +5,11 @@
 use super::backups::Backups;
 use super::replicator::{Done, Replicator, peer_addr};
 use super::segment::Action;
-use super::transport::WriteTarget;
+use super::transport::{TransportError, WriteTarget};
 use crate::metrics as m;
 use futures::future::BoxFuture;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tailstream_wire::messages::{
     BrokerInfo, ReplicaCloseRequest, ReplicaOpenRequest, ReplicaSetEpochRequest,
 };
@@ -250,8 +250,17 @@ impl Replicator {
         };
         metrics::counter!(m::REPLICATED_BYTES).increment(u64::from(to - from));
         metrics::gauge!(m::REPLICATION_WRITES_IN_FLIGHT).increment(1.0);
+        let timeout = Duration::from_millis(self.ctx.config.write_timeout_ms);
         self.ops.push(Box::pin(async move {
-            let result = future.await;
+            // A backup that never answers (cut off by the network, not crashed) is lost like
+            // one whose write failed, so the log goes on with a replacement.
+            let result = match tokio::time::timeout(timeout, future).await {
+                Ok(result) => result,
+                Err(_) => Err(TransportError::Broken(format!(
+                    "no answer to a replica write in {} ms",
+                    timeout.as_millis()
+                ))),
+            };
             Done::Written {
                 segment,
                 slot,
