@@ -319,16 +319,10 @@ async fn bench_chaos_meets_every_fault_once_and_loses_and_duplicates_nothing() {
 /// is skipped, unless `TAILSTREAM_REQUIRE_PARTITIONS` is set (as `.ci/run` does).
 #[test]
 fn bench_chaos_partitions_lose_and_duplicate_nothing() {
+    use std::os::unix::process::CommandExt;
     let probe = std::process::Command::new("unshare")
-        .args([
-            "--user",
-            "--map-root-user",
-            "--net",
-            "--",
-            "nft",
-            "list",
-            "ruleset",
-        ])
+        .args(["--user", "--map-root-user", "--net", "--", "sh", "-c"])
+        .arg("ip link set lo up && nft list ruleset")
         .output();
     if !probe.as_ref().is_ok_and(|o| o.status.success()) {
         let why = match &probe {
@@ -340,7 +334,7 @@ fn bench_chaos_partitions_lose_and_duplicate_nothing() {
             "partitions are required (TAILSTREAM_REQUIRE_PARTITIONS) but cannot be cut here ({why}): run .ci/install-deps.sh"
         );
         eprintln!(
-            "skipped: cannot cut partitions here (unshare + nft: {why}); run .ci/install-deps.sh"
+            "skipped: cannot cut partitions here (unshare, ip, nft: {why}); run .ci/install-deps.sh"
         );
         return;
     }
@@ -350,10 +344,10 @@ fn bench_chaos_partitions_lose_and_duplicate_nothing() {
         "backup-cut-off",
         "coordinator-cut-from-half",
     ];
-    // A backup cut off is given up on after 1.5 s (10 s by default), so the cut outlasts it.
+    // A backup cut off is given up on after 3 s (10 s by default), so the cut outlasts it.
     let dir = tempfile::tempdir().expect("a scratch directory");
     let config = dir.path().join("partitions.toml");
-    std::fs::write(&config, "[replication]\nwrite_timeout_ms = 1500\n").expect("config");
+    std::fs::write(&config, "[replication]\nwrite_timeout_ms = 3000\n").expect("config");
     let mut child = std::process::Command::new(common::BINARY)
         .arg("--config")
         .arg(&config)
@@ -361,6 +355,9 @@ fn bench_chaos_partitions_lose_and_duplicate_nothing() {
         .args(["--max-delay-ms", "300", "--recovery-timeout-ms", "30000"])
         .args(["--records-per-second", "1000", "--faults", &kinds.join(",")])
         .stdout(std::process::Stdio::piped())
+        // A group of its own, so a run that overstays is killed whole (the re-run in its
+        // namespace and the cluster included).
+        .process_group(0)
         .spawn()
         .expect("the tailstream binary starts");
     // Bounded: the run is killed if it outlives the test's budget.
@@ -370,6 +367,9 @@ fn bench_chaos_partitions_lose_and_duplicate_nothing() {
             break status;
         }
         if Instant::now() > deadline {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .status();
             let _ = child.kill();
             panic!("bench chaos with partitions did not finish in {TEST_TIMEOUT:?}");
         }

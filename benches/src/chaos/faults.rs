@@ -32,8 +32,9 @@ pub enum FaultKind {
     /// out, and come back as a new, empty incarnation. (Partition faults need `nft`.)
     OwnerCutFromCoordinator,
     /// Cut the owner off from every other broker (its backups), not from the coordinator or
-    /// clients, for 2-4 s, then heal: its logs acknowledge nothing without their copies, and
-    /// carry on after.
+    /// clients, for 2-4 s, then heal: its logs acknowledge nothing without their copies (and,
+    /// past `replication.write_timeout_ms`, give up on every backup and look for others, which
+    /// are cut off too), and carry on after.
     OwnerCutFromBrokers,
     /// Cut a broker that is not the owner off from every other broker, then heal: owners give
     /// up on writes it does not answer (`replication.write_timeout_ms`) and replace its

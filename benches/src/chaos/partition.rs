@@ -26,7 +26,15 @@ pub fn in_own_netns() -> bool {
 pub fn rerun_in_own_netns() -> Result<ExitStatus, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     std::process::Command::new("unshare")
-        .args(["--user", "--map-root-user", "--net", "--"])
+        // --fork --kill-child: the re-run dies with `unshare` if that is killed.
+        .args([
+            "--user",
+            "--map-root-user",
+            "--net",
+            "--fork",
+            "--kill-child",
+            "--",
+        ])
         .arg(exe)
         .args(std::env::args_os().skip(1))
         .env(NETNS_ENV, "1")
