@@ -13,7 +13,7 @@ use serde::Serialize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tailstream_client::{Cluster, Consumer};
+use tailstream_client::{Consumer, CoordinatorClient};
 use tailstream_config::Config;
 
 #[derive(Args, Debug, Clone)]
@@ -101,7 +101,7 @@ async fn measure(
             .into_iter()
             .map(|consumer| tokio::spawn(read(consumer, consumed.clone(), stop.clone())))
             .collect();
-    let client: Arc<Cluster> = prepared.cluster.clone();
+    let client: Arc<CoordinatorClient> = prepared.cluster.clone();
     let produced = produce::drive(prepared, local, produce_args).await;
     // Whatever happened to the load, the consumers stop once they have read what was acked.
     let acked = produced.as_ref().map_or(0, |r| r.records_acked);

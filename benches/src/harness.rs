@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use std::time::{Duration, Instant};
-use tailstream_client::{Client, Cluster, RecoverySummary};
+use tailstream_client::{Client, CoordinatorClient, RecoverySummary};
 use tailstream_config::Config;
 use tailstream_launcher::{ClusterSpec, LocalCluster, Ports};
 use tailstream_wire::ServerId;
@@ -168,7 +168,7 @@ pub async fn consumers(
 }
 
 /// Waits (at most 20 s) until the coordinator counts `brokers` live brokers.
-pub async fn wait_for_brokers(cluster: &Cluster, brokers: u32) -> Result<(), String> {
+pub async fn wait_for_brokers(cluster: &CoordinatorClient, brokers: u32) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let alive = cluster
@@ -188,7 +188,7 @@ pub async fn wait_for_brokers(cluster: &Cluster, brokers: u32) -> Result<(), Str
 
 /// The index of the broker of `local` that owns `streamlet` of `stream` now.
 pub async fn owner_of(
-    cluster: &Cluster,
+    cluster: &CoordinatorClient,
     local: &LocalCluster,
     stream: &str,
     streamlet: usize,
@@ -214,7 +214,7 @@ pub async fn owner_of(
 /// Waits until every streamlet of `stream` serves on an owner other than the `gone` ones,
 /// polling every `poll`; fails after `timeout` naming the streamlets that do not.
 pub async fn wait_until_serving(
-    cluster: &Cluster,
+    cluster: &CoordinatorClient,
     stream: &str,
     gone: &[ServerId],
     poll: Duration,
@@ -247,7 +247,7 @@ pub async fn wait_until_serving(
 }
 
 /// The server id the coordinator knows for the live broker at `rpc_addr`.
-pub async fn server_at(cluster: &Cluster, rpc_addr: &str) -> Result<ServerId, String> {
+pub async fn server_at(cluster: &CoordinatorClient, rpc_addr: &str) -> Result<ServerId, String> {
     let brokers = cluster.list_brokers().await.map_err(|e| e.to_string())?;
     brokers
         .iter()
@@ -260,7 +260,7 @@ pub async fn server_at(cluster: &Cluster, rpc_addr: &str) -> Result<ServerId, St
 /// Waits (at most `timeout`) for the finished recovery of `crashed`, as the coordinator's
 /// `ListRecoveries` reports it.
 pub async fn recovery_of(
-    cluster: &Cluster,
+    cluster: &CoordinatorClient,
     crashed: ServerId,
     timeout: Duration,
 ) -> Result<RecoverySummary, String> {

@@ -197,7 +197,7 @@ async fn fill_and_kill(
     brokers: u32,
 ) -> Result<RecoveryBenchReport, String> {
     let client = harness::client(config, &local.coordinator_addr().to_string());
-    let cluster = client.cluster().clone();
+    let cluster = client.coordinator().clone();
     harness::wait_for_brokers(&cluster, brokers).await?;
     let mut stream = config.stream_defaults.clone();
     stream.replicas = args.replicas;
@@ -233,7 +233,7 @@ async fn fill_and_kill(
 
 /// Kills the streamlet's owner, waits for it to serve elsewhere, restarts the victim.
 async fn kill_owner_once(
-    cluster: &tailstream_client::Cluster,
+    cluster: &tailstream_client::CoordinatorClient,
     local: &mut tailstream_launcher::LocalCluster,
     run: u32,
     brokers: u32,

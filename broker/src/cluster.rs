@@ -28,15 +28,13 @@ use crate::storage::{Store, Streamlet};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tailstream_net::{RpcClient, RpcClientConfig, RpcError};
+use tailstream_net::RpcClientConfig;
+use tailstream_stubs::{CoordinatorPeerClient, StubError};
 use tailstream_wire::messages::{
-    AssignStreamletsRequest, BrokerHeartbeatRequest, BrokerHeartbeatResponse, BrokerInfo, LogEnd,
-    LogHead, LogReplicaSet, LogReplication, RegisterBrokerRequest, RegisterBrokerResponse,
-    ReportLogBoundsRequest, ReportLogBoundsResponse,
+    AssignStreamletsRequest, BrokerHeartbeatRequest, BrokerInfo, LogEnd, LogHead, LogReplicaSet,
+    LogReplication, RegisterBrokerRequest, ReportLogBoundsRequest,
 };
-use tailstream_wire::{
-    LogId, Opcode, RecordOffset, SegmentId, ServerId, Status, StreamId, StreamletId,
-};
+use tailstream_wire::{LogId, RecordOffset, SegmentId, ServerId, Status, StreamId, StreamletId};
 use tokio::sync::{mpsc, watch};
 
 #[derive(Debug, Default)]
@@ -417,7 +415,7 @@ async fn run_log_bounds_reporter(
     client_config: RpcClientConfig,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut client: Option<RpcClient> = None;
+    let mut client: Option<CoordinatorPeerClient> = None;
     loop {
         tokio::select! {
             _ = cluster.log_bounds.something_wanted() => {}
@@ -428,7 +426,7 @@ async fn run_log_bounds_reporter(
             continue;
         };
         if client.is_none() {
-            match RpcClient::connect(&coordinator_addr, client_config).await {
+            match CoordinatorPeerClient::connect(&coordinator_addr, client_config).await {
                 Ok(connected) => client = Some(connected),
                 Err(error) => {
                     tracing::debug!(%error, "log bounds: connecting to the coordinator failed");
@@ -448,9 +446,9 @@ async fn run_log_bounds_reporter(
 /// Sends the log bounds replicators wait on (if any) and records what the coordinator saved.
 async fn report_log_bounds(
     cluster: &ClusterState,
-    client: &RpcClient,
+    client: &CoordinatorPeerClient,
     server_id: ServerId,
-) -> Result<(), String> {
+) -> Result<(), StubError> {
     let owned: std::collections::HashSet<(StreamId, StreamletId)> = cluster
         .store
         .streamlets()
@@ -466,18 +464,11 @@ async fn report_log_bounds(
     }
     let request = ReportLogBoundsRequest { server_id, bounds };
     let started = std::time::Instant::now();
-    let answer = client
-        .call::<_, ReportLogBoundsResponse>(Opcode::ReportLogBounds, &request)
-        .await;
-    match answer {
-        Ok(response) => {
-            metrics::histogram!(crate::metrics::LOG_BOUNDS_REPORT_LATENCY)
-                .record(started.elapsed().as_secs_f64());
-            cluster.log_bounds.made_durable(&response.durable);
-            Ok(())
-        }
-        Err(error) => Err(error.to_string()),
-    }
+    let response = client.report_log_bounds(&request).await?;
+    metrics::histogram!(crate::metrics::LOG_BOUNDS_REPORT_LATENCY)
+        .record(started.elapsed().as_secs_f64());
+    cluster.log_bounds.made_durable(&response.durable);
+    Ok(())
 }
 
 /// Where this broker can be reached, as it tells the coordinator.
@@ -537,7 +528,7 @@ async fn membership_session(
     heartbeat_interval: Duration,
     client_config: RpcClientConfig,
 ) -> String {
-    let client = match RpcClient::connect(coordinator_addr, client_config).await {
+    let client = match CoordinatorPeerClient::connect(coordinator_addr, client_config).await {
         Ok(client) => client,
         Err(error) => return error.to_string(),
     };
@@ -553,19 +544,15 @@ async fn membership_session(
             kafka_addr: advertised.kafka_addr.clone(),
         };
         let sent_at = BootInstant::now();
-        let response: RegisterBrokerResponse =
-            match client.call(Opcode::RegisterBroker, &request).await {
-                Ok(response) => response,
-                Err(RpcError::Status {
-                    status: Status::UnknownOpcode,
-                    message,
-                }) => {
-                    return format!(
-                        "{coordinator_addr} is not the coordinator's peer listener ({message})"
-                    );
-                }
-                Err(error) => return format!("register: {error}"),
-            };
+        let response = match client.register(&request).await {
+            Ok(response) => response,
+            Err(StubError::Fatal(why)) => {
+                return format!(
+                    "{coordinator_addr} is not the coordinator's peer listener, or speaks another protocol ({why})"
+                );
+            }
+            Err(error) => return format!("register: {error}"),
+        };
         cluster.registered(response.server_id);
         cluster.lease.renew(sent_at);
         tracing::info!(server_id = %response.server_id, "registered with the coordinator");
@@ -590,9 +577,7 @@ async fn membership_session(
             replication: cluster.changed_replication(),
         };
         let sent_at = BootInstant::now();
-        let result: Result<BrokerHeartbeatResponse, RpcError> =
-            client.call(Opcode::BrokerHeartbeat, &request).await;
-        match result {
+        match client.heartbeat(&request).await {
             Ok(response) => {
                 cluster.lease.renew(sent_at);
                 cluster.heads_acknowledged(&request.heads);
@@ -606,7 +591,7 @@ async fn membership_session(
                     tracing::warn!(%message, "heartbeat assignment refused");
                 }
             }
-            Err(RpcError::Status {
+            Err(StubError::Refused {
                 status: status @ (Status::UnknownServer | Status::StaleGeneration),
                 ..
             }) => {

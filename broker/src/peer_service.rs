@@ -58,8 +58,8 @@ impl PeerService {
             match recovery.recover(request).await {
                 Ok(done) => Response::ok(&done),
                 Err(error) => {
-                    tracing::warn!(%stream, streamlet = streamlet.0, %error, "recovering a streamlet failed");
-                    Response::error(Status::Internal, error)
+                    tracing::warn!(%stream, streamlet = streamlet.0, %error, fault = ?error.fault(), "recovering a streamlet failed");
+                    Response::error(error.status(), error.to_string())
                 }
             }
         });

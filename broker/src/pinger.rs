@@ -9,9 +9,10 @@ use rand::seq::IndexedRandom;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tailstream_net::{RpcClient, RpcClientConfig, RpcPool};
-use tailstream_wire::messages::{Empty, ReportSuspectRequest};
-use tailstream_wire::{Opcode, ServerId};
+use tailstream_net::{RpcClientConfig, RpcPool};
+use tailstream_stubs::{BrokerPeerClient, CoordinatorPeerClient, StubError};
+use tailstream_wire::ServerId;
+use tailstream_wire::messages::ReportSuspectRequest;
 use tokio::sync::watch;
 
 #[derive(Clone, Copy, Debug)]
@@ -29,7 +30,7 @@ pub async fn run_pinger(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let timeout_ms = config.timeout.as_millis() as u64;
-    let peers = RpcPool::new(RpcClientConfig {
+    let peers = BrokerPeerClient::new(RpcClientConfig {
         requests_in_flight_max: 16,
         frame_body_bytes_max: 1 << 16,
         connect_timeout_ms: timeout_ms,
@@ -74,7 +75,7 @@ pub async fn run_pinger(
             let reported = reported.clone();
             let interval = config.interval;
             tokio::spawn(async move {
-                if ping(&peers, &addr).await {
+                if peers.ping(&addr).await {
                     return;
                 }
                 peers.forget(&addr);
@@ -97,10 +98,11 @@ pub async fn run_pinger(
                     suspect: peer,
                 };
                 let report = async {
-                    let client: RpcClient = coordinator.get(&coordinator_addr).await?;
-                    client
-                        .call::<_, Empty>(Opcode::ReportSuspect, &request)
-                        .await
+                    let client = coordinator.get(&coordinator_addr).await?;
+                    CoordinatorPeerClient::over(client)
+                        .report_suspect(&request)
+                        .await?;
+                    Ok::<(), StubError>(())
                 };
                 if let Err(error) = report.await {
                     tracing::warn!(%error, "reporting a silent peer failed");
@@ -108,13 +110,5 @@ pub async fn run_pinger(
                 }
             });
         }
-    }
-}
-
-/// Whether the peer at `addr` answered a ping in time (the pool's timeouts bound it).
-async fn ping(peers: &RpcPool, addr: &str) -> bool {
-    match peers.get(addr).await {
-        Ok(client) => client.call_parts(Opcode::Ping, Vec::new()).await.is_ok(),
-        Err(_) => false,
     }
 }

@@ -9,7 +9,6 @@
 //! until the coordinator's assignment hands it over.
 
 use crate::cluster::ClusterState;
-use crate::replication::backups::Backups;
 use crate::replication::{
     ClosedRecord, RecoveredReplicas, ReplicatedSegment, ReplicationContext, spawn_recovered,
 };
@@ -19,15 +18,55 @@ use futures::stream::{self, StreamExt};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tailstream_storage::StorageError;
+use tailstream_stubs::{BackupApi, RebuildFault};
 use tailstream_wire::messages::{
     ReadReplicaRequest, RecoverStreamletRequest, RecoverStreamletResponse, ReplicaAdoptRequest,
     ReplicaId, SegmentSource, StreamletAssignment,
 };
-use tailstream_wire::{LogId, ServerId, StreamId, StreamletId};
+use tailstream_wire::{LogId, ServerId, Status, StreamId, StreamletId};
+
+/// Why a rebuild failed, by whom it blames: the coordinator plans again on fresh listings when
+/// the replicas failed, and chooses another target when this broker did.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecoveryError {
+    /// The order is for another incarnation, or this broker is not registered.
+    #[error("{0}")]
+    WrongTarget(String),
+    /// A segment the plan named was served whole and verified by none of its holders.
+    #[error("{0}")]
+    Replicas(String),
+    /// A newer rebuild of the streamlet is here already.
+    #[error("{0}")]
+    Superseded(String),
+    /// This broker could not carry it out (its rebuilt segments got no copies in time, a task
+    /// ended).
+    #[error("{0}")]
+    Target(String),
+}
+
+impl RecoveryError {
+    /// Whom it blames, as the coordinator will read it from the answer's status.
+    pub fn fault(&self) -> RebuildFault {
+        match self {
+            RecoveryError::Replicas(_) => RebuildFault::Replicas,
+            RecoveryError::Superseded(_) => RebuildFault::Superseded,
+            RecoveryError::WrongTarget(_) | RecoveryError::Target(_) => RebuildFault::Target,
+        }
+    }
+
+    /// The status the peer listener answers with.
+    pub fn status(&self) -> Status {
+        match self {
+            RecoveryError::WrongTarget(_) => Status::StaleGeneration,
+            other => other.fault().status(),
+        }
+    }
+}
 
 /// One segment's `length` valid bytes, from the first holder that serves them whole.
 async fn read_segment(
-    backups: &Backups,
+    backups: &dyn BackupApi,
     id: ReplicaId,
     source: &SegmentSource,
 ) -> Result<Bytes, String> {
@@ -47,7 +86,7 @@ async fn read_segment(
 }
 
 async fn read_from(
-    backups: &Backups,
+    backups: &dyn BackupApi,
     id: ReplicaId,
     source: &SegmentSource,
     primary: ServerId,
@@ -63,7 +102,10 @@ async fn read_from(
             offset: bytes.len() as u32,
             max_bytes: READ_BYTES.min(length - bytes.len() as u32),
         };
-        let answer = backups.read(addr, &request).await?;
+        let answer = backups
+            .read(addr, &request)
+            .await
+            .map_err(|e| e.to_string())?;
         if answer.valid_bytes < length {
             return Err(format!(
                 "holds {} valid bytes, {length} are needed",
@@ -95,6 +137,8 @@ pub type RebuildLocks = HashMap<(StreamId, StreamletId), Arc<tokio::sync::Mutex<
 #[derive(Debug)]
 pub struct Recovery {
     pub ctx: Arc<ReplicationContext>,
+    /// Reads and adoptions go through it (scripted backups in tests).
+    pub backups: Arc<dyn BackupApi>,
     pub store: Arc<Store>,
     pub cluster: Arc<ClusterState>,
     /// How long the rebuilt streamlet may take to have every copy again.
@@ -116,13 +160,16 @@ impl Recovery {
     pub async fn recover(
         &self,
         request: RecoverStreamletRequest,
-    ) -> Result<RecoverStreamletResponse, String> {
-        let me = self.cluster.server_id().ok_or("not registered")?;
+    ) -> Result<RecoverStreamletResponse, RecoveryError> {
+        let me = self
+            .cluster
+            .server_id()
+            .ok_or_else(|| RecoveryError::WrongTarget("not registered".into()))?;
         if me != request.target {
-            return Err(format!(
+            return Err(RecoveryError::WrongTarget(format!(
                 "recovery order for {} reached {me}",
                 request.target
-            ));
+            )));
         }
         let assignment = &request.assignment;
         let serial = self
@@ -174,7 +221,9 @@ impl Recovery {
         let streamlet = self.rebuild(&request, logs).await?;
         let (streamlet, fresh) = self.store.insert_recovered(streamlet);
         if !fresh {
-            return Err("a newer rebuild of this streamlet is here already".into());
+            return Err(RecoveryError::Superseded(
+                "a newer rebuild of this streamlet is here already".into(),
+            ));
         }
         tracing::info!(
             stream = %assignment.stream_name,
@@ -200,7 +249,7 @@ impl Recovery {
     async fn read_all(
         &self,
         request: &RecoverStreamletRequest,
-    ) -> Result<Vec<(LogId, Vec<RecoveredSegment>)>, String> {
+    ) -> Result<Vec<(LogId, Vec<RecoveredSegment>)>, RecoveryError> {
         // Owned jobs: the reads run concurrently in a stream that must not borrow the request.
         let jobs: Vec<(usize, usize, ReplicaId, SegmentSource)> = request
             .logs
@@ -213,11 +262,11 @@ impl Recovery {
                 })
             })
             .collect();
-        let backups = self.ctx.backups.clone();
+        let backups = self.backups.clone();
         let results: Vec<(usize, usize, Result<Bytes, String>)> = stream::iter(jobs)
             .map(|(l, i, id, source)| {
                 let backups = backups.clone();
-                async move { (l, i, read_segment(&backups, id, &source).await) }
+                async move { (l, i, read_segment(backups.as_ref(), id, &source).await) }
             })
             .buffer_unordered(READS_IN_FLIGHT_MAX)
             .collect()
@@ -229,7 +278,7 @@ impl Recovery {
             .collect();
         for (l, i, result) in results {
             let source = &request.logs[l].segments[i];
-            let bytes = result?;
+            let bytes = result.map_err(RecoveryError::Replicas)?;
             logs[l].1[i] = Some(RecoveredSegment {
                 group: source.group,
                 segment: source.segment,
@@ -247,7 +296,7 @@ impl Recovery {
         &self,
         request: &RecoverStreamletRequest,
         logs: Vec<(LogId, Vec<RecoveredSegment>)>,
-    ) -> Result<Arc<Streamlet>, String> {
+    ) -> Result<Arc<Streamlet>, RecoveryError> {
         let assignment = request.assignment.clone();
         let (memory, producers_max, backlog_max) = self.store.rebuild_limits();
         let next_ids = (request.next_group, request.next_segment);
@@ -268,8 +317,12 @@ impl Recovery {
             )
         })
         .await
-        .map_err(|e| format!("rebuild task: {e}"))?
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| RecoveryError::Target(format!("rebuild task: {e}")))?
+        .map_err(|e| match e {
+            // The bytes read do not rebuild into a valid log.
+            StorageError::Recovery(_) => RecoveryError::Replicas(e.to_string()),
+            other => RecoveryError::Target(other.to_string()),
+        })?;
         Ok(Arc::new(rebuilt.0))
     }
 
@@ -282,7 +335,7 @@ impl Recovery {
         request: &RecoverStreamletRequest,
         streamlet: &Arc<Streamlet>,
         me: ServerId,
-    ) -> Result<(u32, u32), String> {
+    ) -> Result<(u32, u32), RecoveryError> {
         let assignment = &request.assignment;
         let replicas = assignment.config.replicas as usize;
         let min_insync = assignment.config.min_insync() as usize;
@@ -349,7 +402,7 @@ impl Recovery {
         let all_durable = async {
             for mut watch in durable {
                 if watch.wait_for(|d| *d).await.is_err() {
-                    return Err("a replicator stopped".to_string());
+                    return Err(RecoveryError::Target("a replicator stopped".into()));
                 }
             }
             Ok(())
@@ -357,7 +410,9 @@ impl Recovery {
         tokio::time::timeout(self.durable_timeout, all_durable)
             .await
             .map_err(|_| {
-                "the rebuilt segments did not get min_insync_replicas copies in time".to_string()
+                RecoveryError::Target(
+                    "the rebuilt segments did not get min_insync_replicas copies in time".into(),
+                )
             })??;
         Ok((adopted_segments, copied_segments))
     }
@@ -383,7 +438,7 @@ impl Recovery {
                     epoch: source.epoch,
                     new_epoch,
                 };
-                match self.ctx.backups.adopt(&holder.peer_addr, &request).await {
+                match self.backups.adopt(&holder.peer_addr, &request).await {
                     Ok(()) => Some(holder.backup),
                     Err(error) => {
                         tracing::warn!(backup = %holder.backup, %error, ?id, "adopting a replica failed; it will be copied instead");
@@ -398,3 +453,7 @@ impl Recovery {
             .collect()
     }
 }
+
+#[cfg(test)]
+#[path = "recovery_tests.rs"]
+mod tests;

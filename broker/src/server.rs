@@ -155,6 +155,7 @@ pub async fn run_with(
     let service = Arc::new(BrokerService::new(plane.clone(), config.clone()));
     let recovery = Arc::new(Recovery {
         ctx: context.clone(),
+        backups: context.backups.client(),
         store: store.clone(),
         cluster: cluster.clone(),
         durable_timeout: Duration::from_millis(options.config.coordinator.recovery_timeout_ms),

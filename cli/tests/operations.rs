@@ -22,7 +22,7 @@ async fn coordinator_metadata_survives_a_kill_and_restart() {
             .unwrap();
         let mut before = std::collections::HashSet::new();
         for _ in 0..8 {
-            before.insert(cluster.cluster().allocate_producer_id().await.unwrap());
+            before.insert(cluster.coordinator().allocate_producer_id().await.unwrap());
         }
         test.cluster.restart_coordinator().await.unwrap();
         test.wait_for_brokers(2).await;
@@ -30,7 +30,7 @@ async fn coordinator_metadata_survives_a_kill_and_restart() {
         let described = fresh.describe_stream("durable").await.unwrap();
         assert_eq!(*described, *created);
         for _ in 0..8 {
-            let id = fresh.cluster().allocate_producer_id().await.unwrap();
+            let id = fresh.coordinator().allocate_producer_id().await.unwrap();
             assert!(before.insert(id), "producer ids are never reused: {id}");
         }
         // The brokers still own their streamlets: producing works.

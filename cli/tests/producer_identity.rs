@@ -89,7 +89,7 @@ async fn another_client_under_the_next_or_the_same_producer_id_never_gets_a_prod
         };
 
         // Case 5's recipe: take an id, then write sequence 0 under the ids after it.
-        let taken = client.cluster().allocate_producer_id().await.unwrap();
+        let taken = client.coordinator().allocate_producer_id().await.unwrap();
         for guess in 1..=16u64 {
             let request = squat(taken.0.wrapping_add(guess) & (u64::MAX >> 1), "squatter");
             owner
@@ -99,7 +99,7 @@ async fn another_client_under_the_next_or_the_same_producer_id_never_gets_a_prod
         }
         let mut ids = HashSet::new();
         for _ in 0..32 {
-            let id = client.cluster().allocate_producer_id().await.unwrap();
+            let id = client.coordinator().allocate_producer_id().await.unwrap();
             assert!(
                 id.0.abs_diff(taken.0) > 1 << 20,
                 "{id} is not guessable from {taken}"

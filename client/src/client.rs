@@ -7,6 +7,7 @@ use crate::error::ClientError;
 use crate::producer::ProducerBuilder;
 use std::sync::Arc;
 use tailstream_config::{ClientConfig, ConsumerConfig, ProducerConfig};
+use tailstream_stubs::CoordinatorClient;
 use tailstream_wire::StreamletId;
 use tailstream_wire::messages::{
     BrokerInfo, DescribeConsumerGroupsResponse, ListGroupsResponse, RecoverySummary, StreamConfig,
@@ -91,7 +92,11 @@ impl Client {
         streamlets: u32,
         settings: StreamConfig,
     ) -> Result<Arc<StreamMetadata>, ClientError> {
-        self.cluster.create_stream(name, streamlets, settings).await
+        Ok(self
+            .cluster
+            .coordinator()
+            .create_stream(name, streamlets, settings)
+            .await?)
     }
 
     /// Stream `name`'s settings and where its streamlets are (fresh from the coordinator).
@@ -102,22 +107,22 @@ impl Client {
     /// Deletes stream `name`: its owners drop its streamlets and its backups its replicas.
     /// Producers and consumers of it fail from then on (`UnknownStream`).
     pub async fn delete_stream(&self, name: &str) -> Result<(), ClientError> {
-        self.cluster.delete_stream(name).await
+        Ok(self.cluster.coordinator().delete_stream(name).await?)
     }
 
     /// The most recent broker crashes and their recoveries, with each phase's time.
     pub async fn list_recoveries(&self) -> Result<Vec<RecoverySummary>, ClientError> {
-        self.cluster.list_recoveries().await
+        Ok(self.cluster.coordinator().list_recoveries().await?)
     }
 
     /// Every stream.
     pub async fn list_streams(&self) -> Result<Vec<StreamMetadata>, ClientError> {
-        self.cluster.list_streams().await
+        Ok(self.cluster.coordinator().list_streams().await?)
     }
 
     /// Every broker the coordinator knows, alive or not.
     pub async fn list_brokers(&self) -> Result<Vec<BrokerInfo>, ClientError> {
-        self.cluster.list_brokers().await
+        Ok(self.cluster.coordinator().list_brokers().await?)
     }
 
     /// The logs of one streamlet as its owner sees them: groups, segments, committed ends.
@@ -132,13 +137,17 @@ impl Client {
     /// Every consumer group (Kafka's and native) with its members, and how far it trails each
     /// partition it committed (`streamlet * Q + log`): consumer lag.
     pub async fn consumer_groups(&self) -> Result<DescribeConsumerGroupsResponse, ClientError> {
-        self.cluster.describe_consumer_groups().await
+        Ok(self
+            .cluster
+            .coordinator()
+            .describe_consumer_groups()
+            .await?)
     }
 
-    /// The lower-level handle underneath: one call per coordinator and broker RPC, for front
-    /// ends (the Kafka listener) and tools. Applications want the methods above.
-    pub fn cluster(&self) -> &Arc<Cluster> {
-        &self.cluster
+    /// The coordinator stub underneath, for tools: one call per coordinator RPC, with typed
+    /// errors. Applications want the methods above.
+    pub fn coordinator(&self) -> &Arc<CoordinatorClient> {
+        self.cluster.coordinator()
     }
 }
 
@@ -222,7 +231,7 @@ impl ClientBuilder {
     /// The client, connected to the coordinator now.
     pub async fn connect(self) -> Result<Client, ClientError> {
         let client = self.build();
-        client.cluster.connect_coordinator().await?;
+        client.cluster.coordinator().connect().await?;
         Ok(client)
     }
 }

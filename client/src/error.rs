@@ -1,6 +1,7 @@
 //! What a client operation can fail with.
 
 use tailstream_net::RpcError;
+use tailstream_stubs::StubError;
 use tailstream_wire::Status;
 use thiserror::Error;
 
@@ -11,6 +12,9 @@ pub enum ClientError {
     /// A request failed: the connection (retryable), or the server's answer (see `status`).
     #[error(transparent)]
     Rpc(#[from] RpcError),
+    /// A call to the coordinator failed (see `status`, and whether it is retryable).
+    #[error("coordinator: {0}")]
+    Coordinator(#[from] StubError),
     /// No stream has this name: create it first.
     #[error("no stream named {0:?}")]
     UnknownStream(String),
@@ -69,6 +73,7 @@ impl ClientError {
     pub fn status(&self) -> Option<Status> {
         match self {
             ClientError::Rpc(error) => error.status(),
+            ClientError::Coordinator(error) => error.status(),
             ClientError::Refused { status, .. } => Some(*status),
             _ => None,
         }
@@ -79,6 +84,7 @@ impl ClientError {
     pub fn is_retryable(&self) -> bool {
         match self {
             ClientError::Rpc(error) => error.is_retryable(),
+            ClientError::Coordinator(error) => error.is_retryable(),
             ClientError::Refused { status, .. } => status.is_retryable(),
             _ => false,
         }

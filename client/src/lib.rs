@@ -24,8 +24,9 @@
 //!
 //! Modules (private; their public types are re-exported at the root):
 //! - `client`: [`Client`] and [`ClientBuilder`], the entry point and its settings.
-//! - `cluster`: [`Cluster`], the lower-level handle underneath: coordinator connection,
-//!   stream metadata cache, broker connection pool.
+//! - `cluster`: the handle underneath (crate-private): the coordinator stub
+//!   ([`CoordinatorClient`], from `tailstream-stubs`, with its stream metadata cache) and the
+//!   broker connection pool.
 //! - `producer`: [`Producer`] and [`ProducerBuilder`]: batches per streamlet (size or
 //!   linger), pipelines up to `max_in_flight` requests per streamlet, routes by key hash or
 //!   round-robin, acks each record, retries idempotently (producer id + batch sequence).
@@ -45,11 +46,11 @@ mod producer;
 mod routing;
 
 pub use client::{Client, ClientBuilder};
-pub use cluster::Cluster;
 pub use consumer::{ConsumedRecord, Consumer, ConsumerBuilder, LogPosition, StartFrom};
 pub use error::ClientError;
 pub use producer::{AckFuture, Producer, ProducerBuilder, RecordAck, RecordLocation};
 pub use tailstream_config::{ClientConfig, ConsumerConfig, ProducerConfig};
+pub use tailstream_stubs::{CoordinatorClient, StubError};
 pub use tailstream_wire::messages::{
     BrokerInfo, ConsumerGroupSummary, DescribeConsumerGroupsResponse, ListGroupsResponse,
     LogGroups, LogReplicaSet, PartitionLagInfo, PlacementState, ProducerSession, RecoverySummary,

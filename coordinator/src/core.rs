@@ -12,13 +12,12 @@ use crate::persist::MetadataStore;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tailstream_net::{Response, RpcPool};
+use tailstream_net::Response;
+use tailstream_stubs::BrokerPeerApi;
 use tailstream_wire::messages::{
-    AssignStreamletsRequest, BrokerInfo, Empty, LogReplicaSet, PlacementState, StreamMetadata,
+    AssignStreamletsRequest, BrokerInfo, LogReplicaSet, PlacementState, StreamMetadata,
 };
-use tailstream_wire::{
-    LogId, Opcode, RecordOffset, SegmentId, ServerId, Status, StreamId, StreamletId,
-};
+use tailstream_wire::{LogId, RecordOffset, SegmentId, ServerId, Status, StreamId, StreamletId};
 
 /// What the coordinator holds in memory.
 #[derive(Debug)]
@@ -149,7 +148,8 @@ struct Inner {
     state: Mutex<State>,
     changes: tokio::sync::Mutex<()>,
     store: Arc<dyn MetadataStore>,
-    pool: RpcPool,
+    /// Brokers' peer listeners: assignments are pushed through it.
+    brokers: Arc<dyn BrokerPeerApi>,
     assign_timeout: Duration,
 }
 
@@ -163,7 +163,7 @@ impl Coordinator {
     pub fn new(
         metadata: Metadata,
         store: Arc<dyn MetadataStore>,
-        pool: RpcPool,
+        brokers: Arc<dyn BrokerPeerApi>,
         liveness: Liveness,
         assign_timeout: Duration,
     ) -> Self {
@@ -179,7 +179,7 @@ impl Coordinator {
                 }),
                 changes: tokio::sync::Mutex::new(()),
                 store,
-                pool,
+                brokers,
                 assign_timeout,
             }),
         }
@@ -242,13 +242,8 @@ impl Coordinator {
                 .collect()
         };
         let pushed = pushes.into_iter().map(|(addr, assignment)| {
-            let pool = &self.inner.pool;
-            async move {
-                let client = pool.get(&addr).await?;
-                client
-                    .call::<_, Empty>(Opcode::AssignStreamlets, &assignment)
-                    .await
-            }
+            let brokers = &self.inner.brokers;
+            async move { brokers.assign(&addr, &assignment).await }
         });
         let timeout = self.inner.assign_timeout;
         match tokio::time::timeout(timeout, futures::future::join_all(pushed)).await {
@@ -261,8 +256,9 @@ impl Coordinator {
         }
     }
 
-    pub fn pool(&self) -> &RpcPool {
-        &self.inner.pool
+    /// Brokers' peer listeners (the orchestrator orders rebuilds through it too).
+    pub fn brokers(&self) -> &Arc<dyn BrokerPeerApi> {
+        &self.inner.brokers
     }
 
     pub fn store_description(&self) -> String {

@@ -20,7 +20,8 @@ use tailstream_config::COORDINATOR_FRAME_BODY_BYTES_MAX;
 use tailstream_config::Config;
 use tailstream_net::control::{ControlRuntime, adopt_listener};
 use tailstream_net::server::{ServerLimits, run_until_shutdown, serve};
-use tailstream_net::{BodyBudget, ConnectionLimits, RpcClientConfig, RpcPool};
+use tailstream_net::{BodyBudget, ConnectionLimits, RpcClientConfig};
+use tailstream_stubs::{BackupClient, BrokerPeerClient};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -56,23 +57,32 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
         "tailstream coordinator ready rpc={rpc_addr} peer={peer_addr} admin=http://{admin_addr}"
     );
 
-    let pool = RpcPool::new(RpcClientConfig {
+    let assigner = Arc::new(BrokerPeerClient::new(RpcClientConfig {
         requests_in_flight_max: 64,
         frame_body_bytes_max: config.client.frame_body_bytes_max,
         connect_timeout_ms: config.client.connect_timeout_ms,
         request_timeout_ms: coordinator.assign_timeout_ms,
         keepalive_ms: 0,
-    });
+    }));
     let core = Coordinator::new(
         metadata,
         store,
-        pool,
+        assigner,
         Liveness::new(Duration::from_millis(
             coordinator.broker_liveness_timeout_ms,
         )),
         Duration::from_millis(coordinator.assign_timeout_ms),
     );
     crate::metrics::describe();
+    // Listings are bounded by `list_timeout` in the orchestrator; a rebuild order may take up
+    // to `recovery_timeout`.
+    let recovery_calls = RpcClientConfig {
+        requests_in_flight_max: 256,
+        frame_body_bytes_max: 64 << 20,
+        connect_timeout_ms: coordinator.assign_timeout_ms,
+        request_timeout_ms: coordinator.recovery_timeout_ms,
+        keepalive_ms: 0,
+    };
     let orchestrator = Orchestrator::new(
         core.clone(),
         OrchestratorConfig {
@@ -81,6 +91,8 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
             recovery_timeout: Duration::from_millis(coordinator.recovery_timeout_ms),
             liveness_timeout: Duration::from_millis(coordinator.broker_liveness_timeout_ms),
         },
+        Arc::new(BackupClient::new(recovery_calls)),
+        Arc::new(BrokerPeerClient::new(recovery_calls)),
     );
     tokio::spawn(orchestrator.clone().run(shutdown.clone()));
     let control = ControlRuntime::start("coordinator-control")

@@ -12,7 +12,7 @@ use crate::recovery::orchestrator::Orchestrator;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tailstream_net::{RpcClient, RpcClientConfig};
-use tailstream_wire::{Opcode, ServerId};
+use tailstream_wire::ServerId;
 use tokio::sync::{mpsc, watch};
 
 /// What the watchdog is told.
@@ -175,7 +175,7 @@ async fn probe(addr: &str, timeout: Duration) -> ProbeOutcome {
             Err(_) => return ProbeOutcome::Silent,
         };
         let client = RpcClient::over(stream, addr, config);
-        match client.call_parts(Opcode::Ping, Vec::new()).await {
+        match tailstream_stubs::broker_peer::ping(&client).await {
             Ok(_) => ProbeOutcome::Answered,
             Err(_) => ProbeOutcome::Silent,
         }

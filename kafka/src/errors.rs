@@ -3,8 +3,8 @@
 
 use kafka_protocol::ResponseError;
 use tailstream_broker::data_plane::DataError;
-use tailstream_client::ClientError;
 use tailstream_storage::StorageError;
+use tailstream_stubs::StubError;
 use tailstream_wire::Status;
 
 /// The Kafka error code for a data plane refusal.
@@ -61,14 +61,12 @@ fn storage_error_code(error: &StorageError) -> i16 {
 }
 
 /// The Kafka error code for a failed call to the coordinator.
-pub(crate) fn cluster_error_code(error: &ClientError) -> i16 {
-    let kafka = match error {
-        ClientError::UnknownStream(_) => ResponseError::UnknownTopicOrPartition,
-        error => match error.status() {
-            Some(Status::InvalidArgument) => ResponseError::InvalidTopicException,
-            Some(Status::NoBrokers) => ResponseError::LeaderNotAvailable,
-            _ => ResponseError::CoordinatorNotAvailable,
-        },
+pub(crate) fn cluster_error_code(error: &StubError) -> i16 {
+    let kafka = match error.status() {
+        Some(Status::UnknownStream) => ResponseError::UnknownTopicOrPartition,
+        Some(Status::InvalidArgument) => ResponseError::InvalidTopicException,
+        Some(Status::NoBrokers) => ResponseError::LeaderNotAvailable,
+        _ => ResponseError::CoordinatorNotAvailable,
     };
     kafka.code()
 }
@@ -91,7 +89,7 @@ mod tests {
         };
         assert_eq!(data_error_code(&DataError::Storage(out_of_order)), 45);
         assert_eq!(
-            cluster_error_code(&ClientError::UnknownStream("x".into())),
+            cluster_error_code(&StubError::refused(Status::UnknownStream, "x")),
             3
         );
     }

@@ -9,9 +9,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tailstream_broker::server::{FrontEnd, FrontEndContext};
-use tailstream_client::Cluster;
 use tailstream_config::KafkaConfig;
 use tailstream_net::{BodyBudget, ConnectionLimits, accept_loop};
+use tailstream_stubs::CoordinatorClient;
+use tailstream_stubs::coordinator::client_rpc_config;
 use tokio::net::TcpListener;
 
 /// A bound Kafka listener, not yet serving.
@@ -64,18 +65,19 @@ impl KafkaListener {
         let Some(advertised) = Advertised::parse(&self.advertised) else {
             return;
         };
-        let coordinator = Cluster::new(
+        let coordinator = CoordinatorClient::new(
             &context.coordinator_peer_addr,
-            &config.client,
-            config.producer.request_timeout_ms,
+            client_rpc_config(&config.client, config.producer.request_timeout_ms),
         );
-        let groups = Cluster::new(
+        let groups = CoordinatorClient::new(
             &context.coordinator_peer_addr,
-            &config.client,
-            config
-                .coordinator
-                .group_rebalance_timeout_ms_max
-                .saturating_add(config.producer.request_timeout_ms),
+            client_rpc_config(
+                &config.client,
+                config
+                    .coordinator
+                    .group_rebalance_timeout_ms_max
+                    .saturating_add(config.producer.request_timeout_ms),
+            ),
         );
         let kafka = Arc::new(Kafka {
             groups,

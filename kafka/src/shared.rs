@@ -7,19 +7,19 @@ use std::sync::Arc;
 use std::time::Duration;
 use tailstream_broker::cluster::ClusterState;
 use tailstream_broker::data_plane::DataPlane;
-use tailstream_client::Cluster;
 use tailstream_config::BrokerConfig;
 use tailstream_net::BodyBudget;
+use tailstream_stubs::CoordinatorClient;
 
 /// What every Kafka connection of a broker shares.
 #[derive(Debug)]
 pub(crate) struct Kafka {
     pub plane: Arc<DataPlane>,
     pub cluster: Arc<ClusterState>,
-    pub coordinator: Arc<Cluster>,
+    pub coordinator: Arc<CoordinatorClient>,
     /// The coordinator too, for group requests: a join waits for its group's rebalance, up to
     /// the coordinator's longest rebalance timeout, so these calls may take that long.
-    pub groups: Arc<Cluster>,
+    pub groups: Arc<CoordinatorClient>,
     pub topics: Topics,
     pub broker: BrokerConfig,
     /// Where this broker's Kafka clients are told to connect.

@@ -7,8 +7,8 @@
 use crate::errors::cluster_error_code;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use tailstream_client::{ClientError, Cluster};
 use tailstream_config::KafkaConfig;
+use tailstream_stubs::{CoordinatorClient, StubError};
 use tailstream_wire::messages::{StreamConfig, StreamMetadata};
 use tailstream_wire::{LogId, Status, StreamId, StreamletId};
 
@@ -47,7 +47,7 @@ pub(crate) fn partition_count(metadata: &StreamMetadata) -> i32 {
 /// Topic metadata, from the coordinator.
 #[derive(Debug)]
 pub(crate) struct Topics {
-    coordinator: Arc<Cluster>,
+    coordinator: Arc<CoordinatorClient>,
     cache: Mutex<HashMap<String, Arc<StreamMetadata>>>,
     auto_create: bool,
     auto_create_streamlets: u32,
@@ -61,8 +61,8 @@ pub(crate) struct TopicError {
     pub message: String,
 }
 
-impl From<ClientError> for TopicError {
-    fn from(error: ClientError) -> Self {
+impl From<StubError> for TopicError {
+    fn from(error: StubError) -> Self {
         TopicError {
             code: cluster_error_code(&error),
             message: error.to_string(),
@@ -71,7 +71,11 @@ impl From<ClientError> for TopicError {
 }
 
 impl Topics {
-    pub fn new(coordinator: Arc<Cluster>, config: &KafkaConfig, defaults: StreamConfig) -> Self {
+    pub fn new(
+        coordinator: Arc<CoordinatorClient>,
+        config: &KafkaConfig,
+        defaults: StreamConfig,
+    ) -> Self {
         Self {
             coordinator,
             cache: Mutex::new(HashMap::new()),
@@ -114,7 +118,9 @@ impl Topics {
                 self.remember(metadata.clone());
                 Ok(metadata)
             }
-            Err(ClientError::UnknownStream(_)) if create && self.auto_create => {
+            Err(error)
+                if error.status() == Some(Status::UnknownStream) && create && self.auto_create =>
+            {
                 self.create(name).await
             }
             Err(error) => Err(error.into()),

@@ -7,7 +7,7 @@ use crate::harness::{owner_of, server_at};
 use rand::RngExt;
 use rand::rngs::StdRng;
 use std::time::Duration;
-use tailstream_client::Cluster;
+use tailstream_client::CoordinatorClient;
 use tailstream_launcher::LocalCluster;
 use tailstream_wire::ServerId;
 use tailstream_wire::messages::PlacementState;
@@ -87,7 +87,7 @@ async fn kill(local: &LocalCluster, index: usize) -> Result<(), String> {
 pub async fn inject(
     kind: FaultKind,
     rng: &mut StdRng,
-    cluster: &Cluster,
+    cluster: &CoordinatorClient,
     local: &mut LocalCluster,
     stream: &str,
     streamlet: usize,
@@ -208,7 +208,7 @@ fn broker_addr(local: &LocalCluster, index: usize) -> Result<String, String> {
 
 /// A running broker rebuilding a streamlet of `stream` that `crashed` owned, if any.
 async fn rebuilding_broker(
-    cluster: &Cluster,
+    cluster: &CoordinatorClient,
     local: &LocalCluster,
     stream: &str,
     crashed: ServerId,

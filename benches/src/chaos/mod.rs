@@ -224,7 +224,7 @@ async fn cycles(
 ) -> Result<ChaosReport, String> {
     let started = Instant::now();
     let client = harness::client(config, &local.coordinator_addr().to_string());
-    let cluster = client.cluster().clone();
+    let cluster = client.coordinator().clone();
     harness::wait_for_brokers(&cluster, args.brokers).await?;
     let mut stream = config.stream_defaults.clone();
     stream.replicas = args.replicas;
@@ -295,7 +295,7 @@ async fn cycles(
 
 #[allow(clippy::too_many_arguments)]
 async fn one_cycle(
-    cluster: &tailstream_client::Cluster,
+    cluster: &tailstream_client::CoordinatorClient,
     local: &mut tailstream_launcher::LocalCluster,
     load: &Load,
     rng: &mut StdRng,

@@ -12,7 +12,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-use tailstream_client::Cluster;
+use tailstream_client::CoordinatorClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -170,7 +170,7 @@ impl KafkaConnection {
 /// Every partition of `stream` and its leader's Kafka address, from a Kafka Metadata request
 /// to a live broker's Kafka listener (retried briefly while the new stream settles).
 pub(super) async fn partition_leaders(
-    cluster: &Cluster,
+    cluster: &CoordinatorClient,
     stream: &str,
 ) -> Result<Vec<(i32, String)>, String> {
     let brokers = cluster.list_brokers().await.map_err(|e| e.to_string())?;

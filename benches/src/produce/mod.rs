@@ -38,7 +38,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tailstream_client::{Client, Cluster, Producer};
+use tailstream_client::{Client, CoordinatorClient, Producer};
 use tailstream_config::Config;
 use tailstream_launcher::LocalCluster;
 
@@ -224,7 +224,7 @@ pub(crate) const BOUNDED_RETENTION_BYTES: u64 = 256 << 20;
 #[derive(Debug)]
 pub(crate) struct Prepared {
     pub client: Client,
-    pub cluster: Arc<Cluster>,
+    pub cluster: Arc<CoordinatorClient>,
     pub stream: String,
     roles: Roles,
     pub producers: Producers,
@@ -249,7 +249,7 @@ pub(crate) async fn prepare(
 ) -> Result<Prepared, String> {
     args.check_protocol()?;
     let client = crate::harness::client(config, coordinator);
-    let cluster = client.cluster().clone();
+    let cluster = client.coordinator().clone();
     let brokers = if local.is_some() {
         brokers_to_start(args)
     } else {

@@ -1,7 +1,7 @@
 //! Which broker process plays which role for the benchmark stream, and their CPU time.
 
 use crate::cpu::{CpuTime, own_cpu_time, threads_cpu_time, total_cpu_time};
-use tailstream_client::Cluster;
+use tailstream_client::CoordinatorClient;
 use tailstream_launcher::LocalCluster;
 
 /// The broker processes in each role for the benchmark stream: owners of its streamlets
@@ -33,7 +33,7 @@ impl Roles {
 }
 
 pub(super) async fn roles(
-    cluster: &Cluster,
+    cluster: &CoordinatorClient,
     local: Option<&LocalCluster>,
     stream: &str,
     streamlets: u32,

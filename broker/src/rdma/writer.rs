@@ -17,8 +17,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tailstream_net::RpcClient;
-use tailstream_wire::messages::{BufferDescriptor, RdmaConnectRequest, RdmaConnectResponse};
-use tailstream_wire::{Opcode, ServerId};
+use tailstream_wire::ServerId;
+use tailstream_wire::messages::{BufferDescriptor, RdmaConnectRequest};
 use tokio::sync::{mpsc, oneshot};
 
 /// Size of the registered staging region writes are copied through.
@@ -61,8 +61,7 @@ impl RdmaWriter {
             primary,
             endpoint: Bytes::from(ours),
         };
-        let response: RdmaConnectResponse = client
-            .call(Opcode::RdmaConnect, &request)
+        let response = tailstream_stubs::backup::rdma_connect(client, &request)
             .await
             .map_err(|e| broken(e.to_string()))?;
         let theirs: QueuePairEndpoint =

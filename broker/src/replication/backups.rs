@@ -8,12 +8,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tailstream_config::{OneSidedTransport, ReplicationMode};
-use tailstream_net::{RpcClientConfig, RpcPool};
+use tailstream_net::RpcClientConfig;
+use tailstream_stubs::BackupClient;
+use tailstream_wire::ServerId;
 use tailstream_wire::messages::{
-    BufferDescriptor, Empty, ReadReplicaRequest, ReadReplicaResponse, ReplicaAdoptRequest,
-    ReplicaCloseRequest, ReplicaFreeRequest, ReplicaOpenRequest, ReplicaSetEpochRequest,
+    BufferDescriptor, ReplicaCloseRequest, ReplicaFreeRequest, ReplicaOpenRequest,
+    ReplicaSetEpochRequest,
 };
-use tailstream_wire::{Encode, Opcode, ServerId};
 
 /// How data reaches backups, decided once at start-up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,7 +40,9 @@ impl WritePath {
 #[derive(Debug)]
 pub struct Backups {
     path: WritePath,
-    pool: RpcPool,
+    /// The control calls (and, in RPC mode, the writes) go through it; recovery reads and
+    /// adopts through it too.
+    client: Arc<BackupClient>,
     control_timeout: Duration,
     /// How often an otherwise silent one-sided connection sends a keepalive.
     keepalive: Duration,
@@ -55,33 +58,25 @@ impl Backups {
     pub fn new(path: WritePath, control_timeout: Duration, idle_timeout: Duration) -> Self {
         let keepalive = idle_timeout / 4;
         // Kept alive: a broken RPC-mode writer would count its backup's replicas as lost.
-        let pool = RpcPool::new(RpcClientConfig {
+        let client = Arc::new(BackupClient::new(RpcClientConfig {
             requests_in_flight_max: 4096,
             frame_body_bytes_max: 64 << 20,
             connect_timeout_ms: control_timeout.as_millis() as u64,
             request_timeout_ms: control_timeout.as_millis() as u64,
             keepalive_ms: keepalive.as_millis() as u64,
-        });
+        }));
         Self {
             path,
-            pool,
+            client,
             control_timeout,
             keepalive,
             writers: Mutex::new(HashMap::new()),
         }
     }
 
-    async fn call(
-        &self,
-        addr: &str,
-        opcode: Opcode,
-        request: &impl Encode,
-    ) -> Result<Empty, String> {
-        let client = self.pool.get(addr).await.map_err(|e| e.to_string())?;
-        client
-            .call(opcode, request)
-            .await
-            .map_err(|e| e.to_string())
+    /// The backup stub: what recovery reads and adopts through.
+    pub fn client(&self) -> Arc<BackupClient> {
+        self.client.clone()
     }
 
     /// Opens a replica on the backup at `addr` and returns its key and the writer for it.
@@ -91,9 +86,9 @@ impl Backups {
         addr: &str,
         request: &ReplicaOpenRequest,
     ) -> Result<(u64, Arc<dyn ReplicaWriter>), String> {
-        let client = self.pool.get(addr).await.map_err(|e| e.to_string())?;
-        let descriptor: BufferDescriptor = client
-            .call(Opcode::ReplicaOpen, request)
+        let descriptor = self
+            .client
+            .open(addr, request)
             .await
             .map_err(|e| e.to_string())?;
         let writer = self
@@ -129,8 +124,8 @@ impl Backups {
             ),
             WritePath::Rpc => {
                 let client = self
-                    .pool
-                    .get(addr)
+                    .client
+                    .connection(addr)
                     .await
                     .map_err(|e| TransportError::Broken(e.to_string()))?;
                 Arc::new(RpcWriter::new(client, primary))
@@ -170,14 +165,15 @@ impl Backups {
             .unwrap_or_else(|p| p.into_inner())
             .retain(|(_, to), _| *to != backup);
         if let Some(addr) = addr {
-            self.pool.forget(addr);
+            self.client.forget(addr);
         }
     }
 
     pub async fn close(&self, addr: &str, request: &ReplicaCloseRequest) -> Result<(), String> {
-        self.call(addr, Opcode::ReplicaClose, request)
+        self.client
+            .close(addr, request)
             .await
-            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     pub async fn set_epoch(
@@ -185,34 +181,16 @@ impl Backups {
         addr: &str,
         request: &ReplicaSetEpochRequest,
     ) -> Result<(), String> {
-        self.call(addr, Opcode::ReplicaSetEpoch, request)
-            .await
-            .map(|_| ())
-    }
-
-    /// Recovery: a slice of a replica's valid prefix.
-    pub async fn read(
-        &self,
-        addr: &str,
-        request: &ReadReplicaRequest,
-    ) -> Result<ReadReplicaResponse, String> {
-        let client = self.pool.get(addr).await.map_err(|e| e.to_string())?;
-        client
-            .call(Opcode::ReadReplica, request)
+        self.client
+            .set_epoch(addr, request)
             .await
             .map_err(|e| e.to_string())
     }
 
-    /// Recovery: a closed replica of a crashed primary becomes this broker's.
-    pub async fn adopt(&self, addr: &str, request: &ReplicaAdoptRequest) -> Result<(), String> {
-        self.call(addr, Opcode::ReplicaAdopt, request)
-            .await
-            .map(|_| ())
-    }
-
     pub async fn free(&self, addr: &str, request: &ReplicaFreeRequest) -> Result<(), String> {
-        self.call(addr, Opcode::ReplicaFree, request)
+        self.client
+            .free(addr, request)
             .await
-            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 }

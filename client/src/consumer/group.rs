@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tailstream_config::{ClientConfig, ConsumerConfig};
+use tailstream_stubs::CoordinatorClient;
 use tailstream_wire::messages::{
     CommittedOffset, ConsumerAssignment, GroupAssignment, GroupHeartbeatRequest, GroupJoinRequest,
     GroupLeaveRequest, GroupMemberRef, GroupProtocol, GroupSyncRequest, OffsetCommitRequest,
@@ -65,7 +66,7 @@ struct Identity {
 pub(crate) struct GroupMember {
     cluster: Arc<Cluster>,
     /// Calls that may wait for a rebalance (longer deadline than `cluster`'s).
-    groups: Arc<Cluster>,
+    groups: Arc<CoordinatorClient>,
     stream: String,
     group: String,
     config: ConsumerConfig,
@@ -120,10 +121,12 @@ impl GroupMember {
         }
         // A join is answered once the rebalance completes, which may take the whole
         // rebalance timeout.
-        let groups = Cluster::new(
-            cluster.coordinator_addr(),
-            client,
-            u64::from(config.member_rebalance_timeout_ms) + 5_000,
+        let groups = CoordinatorClient::new(
+            cluster.coordinator().addr(),
+            tailstream_stubs::coordinator::client_rpc_config(
+                client,
+                u64::from(config.member_rebalance_timeout_ms) + 5_000,
+            ),
         );
         let (announced, watched) = watch::channel(None);
         let rejoin = Arc::new(AtomicBool::new(false));
@@ -449,7 +452,7 @@ fn retry_join(error: &ClientError) -> bool {
 /// Heartbeats every `every` while this member is in a generation; flags `rejoin` when the
 /// coordinator answers that the group is rebalancing or has dropped the member.
 async fn heartbeat(
-    groups: Arc<Cluster>,
+    groups: Arc<CoordinatorClient>,
     group: String,
     every: Duration,
     mut identity: watch::Receiver<Option<Identity>>,
@@ -468,7 +471,7 @@ async fn heartbeat(
             member_id: current.member_id,
         };
         if let Err(error) = groups.heartbeat_group(&request).await
-            && must_rejoin(&error)
+            && must_rejoin(&error.into())
         {
             rejoin.store(true, Ordering::Relaxed);
         }

@@ -90,7 +90,7 @@ impl Producer {
             )));
         }
         let metadata = cluster.stream(stream).await?;
-        let producer_id = cluster.allocate_producer_id().await?;
+        let producer_id = cluster.coordinator().allocate_producer_id().await?;
         let streamlets = metadata.streamlets.len() as u32;
         // A batch never exceeds what an empty segment of this stream (or a frame) takes.
         let batch_bytes_max = batch_bytes_max(metadata.config.segment_size_bytes);

@@ -8,6 +8,8 @@
 //!   (saved first), order the rebuilds, wait out the crashed brokers' leases, serve again.
 
 pub mod orchestrator;
+#[cfg(test)]
+mod orchestrator_tests;
 pub mod placement;
 pub mod planner;
 #[cfg(test)]

@@ -15,12 +15,11 @@ use crate::metrics as m;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tailstream_net::{RpcClientConfig, RpcPool};
+use tailstream_stubs::{BackupApi, BrokerPeerApi, RebuildFault};
 use tailstream_wire::messages::{
-    ListReplicasRequest, ListReplicasResponse, LogBounds, RecoverStreamletRequest,
-    RecoverStreamletResponse, StreamletAssignment,
+    ListReplicasRequest, LogBounds, RecoverStreamletRequest, StreamletAssignment,
 };
-use tailstream_wire::{GroupId, LogId, Opcode, SegmentId, ServerId, StreamId, StreamletId};
+use tailstream_wire::{GroupId, LogId, SegmentId, ServerId, StreamId, StreamletId};
 use tokio::sync::{Notify, watch};
 
 /// How often lost streamlets are planned again (a backup holding what they miss may return).
@@ -45,7 +44,10 @@ pub struct OrchestratorConfig {
 pub struct Orchestrator {
     core: Coordinator,
     config: OrchestratorConfig,
-    pool: RpcPool,
+    /// Listings (and the fencing they carry) go through it.
+    backups: Arc<dyn BackupApi>,
+    /// Rebuild orders go through it (its calls may take `recovery_timeout`).
+    brokers: Arc<dyn BrokerPeerApi>,
     wake: Notify,
     in_flight: Mutex<HashSet<Key>>,
     lost_tried: Mutex<HashMap<Key, Instant>>,
@@ -62,18 +64,18 @@ struct Rebuild {
 }
 
 impl Orchestrator {
-    pub fn new(core: Coordinator, config: OrchestratorConfig) -> Arc<Self> {
-        let pool = RpcPool::new(RpcClientConfig {
-            requests_in_flight_max: 256,
-            frame_body_bytes_max: 64 << 20,
-            connect_timeout_ms: config.list_timeout.as_millis() as u64,
-            request_timeout_ms: config.recovery_timeout.as_millis() as u64,
-            keepalive_ms: 0,
-        });
+    /// `backups` and `brokers` are the stubs it calls through (scripted ones in tests).
+    pub fn new(
+        core: Coordinator,
+        config: OrchestratorConfig,
+        backups: Arc<dyn BackupApi>,
+        brokers: Arc<dyn BrokerPeerApi>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             core,
             config,
-            pool,
+            backups,
+            brokers,
             wake: Notify::new(),
             in_flight: Mutex::default(),
             lost_tried: Mutex::default(),
@@ -183,7 +185,9 @@ impl Orchestrator {
             .collect()
     }
 
-    async fn round(self: &Arc<Self>) {
+    /// One round: plan every candidate, save the decisions, order the rebuilds (which run on
+    /// their own tasks).
+    pub(crate) async fn round(self: &Arc<Self>) {
         let candidates = self.candidates();
         if candidates.is_empty() {
             return;
@@ -268,12 +272,7 @@ impl Orchestrator {
         let lists = members.into_iter().map(|(backup, addr)| {
             let request = &request;
             async move {
-                let listed = async {
-                    let client = self.pool.get(&addr).await?;
-                    client
-                        .call::<_, ListReplicasResponse>(Opcode::ListReplicas, request)
-                        .await
-                };
+                let listed = self.backups.list(&addr, request);
                 match tokio::time::timeout(self.config.list_timeout, listed).await {
                     Ok(Ok(response)) => Ok(Listing {
                         backup,
@@ -423,18 +422,12 @@ impl Orchestrator {
         let started = Instant::now();
         let key = rebuild.key;
         let epoch = rebuild.request.assignment.epoch;
-        let result = async {
-            let client = self
-                .pool
-                .get(&rebuild.target_addr)
-                .await
-                .map_err(|e| e.to_string())?;
-            client
-                .call::<_, RecoverStreamletResponse>(Opcode::RecoverStreamlet, &rebuild.request)
-                .await
-                .map_err(|e| e.to_string())
-        }
-        .await;
+        let result = self
+            .brokers
+            .recover(&rebuild.target_addr, &rebuild.request)
+            .await
+            // Whom a failure blames decides whether the target is avoided for a while.
+            .map_err(|error| (error.to_string(), Some(RebuildFault::of(&error))));
         let outcome = match result {
             Ok(done) => {
                 // Measured before the hand-over waits out the crashed brokers' leases.
@@ -464,7 +457,8 @@ impl Orchestrator {
                         Ok((served, done, lease_wait_ms))
                     })
                     .await
-                    .map_err(|e| format!("{e:?}"))
+                    // Not the target's fault: the coordinator could not save the hand-over.
+                    .map_err(|e| (format!("{e:?}"), None))
             }
             Err(error) => Err(error),
         };
@@ -498,8 +492,8 @@ impl Orchestrator {
                 self.core.push_assignments(vec![rebuild.target]).await;
             }
             Ok((false, _, _)) => {}
-            Err(error) => {
-                tracing::warn!(streamlet = key.1.0, target = %rebuild.target, %error, "rebuild failed; planning it again");
+            Err((error, blame)) => {
+                tracing::warn!(streamlet = key.1.0, target = %rebuild.target, %error, ?blame, "rebuild failed; planning it again");
                 let detail = format!("rebuild on {} failed: {error}", rebuild.target);
                 let _ = self
                     .core
@@ -509,10 +503,14 @@ impl Orchestrator {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&key);
-                self.failed_targets
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(rebuild.target, Instant::now());
+                // A target that failed is avoided for a while (it may be dying); one that only
+                // found the plan's copies unreadable or was superseded is not.
+                if blame == Some(RebuildFault::Target) {
+                    self.failed_targets
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(rebuild.target, Instant::now());
+                }
             }
         }
         self.in_flight

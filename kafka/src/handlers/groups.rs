@@ -21,13 +21,13 @@ use kafka_protocol::messages::{
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use tailstream_client::ClientError;
+use tailstream_stubs::StubError;
 use tailstream_wire::Status;
 use tailstream_wire::messages as native;
 
 /// The Kafka error code for a group operation the coordinator refused (or could not be
 /// reached for: the client finds the coordinator again and retries).
-fn group_error_code(error: &ClientError) -> i16 {
+fn group_error_code(error: &StubError) -> i16 {
     let kafka = match error.status() {
         Some(Status::RebalanceInProgress) => ResponseError::RebalanceInProgress,
         Some(Status::UnknownMember) => ResponseError::UnknownMemberId,

@@ -1,0 +1,193 @@
+//! A rebuild's reads driven by scripted backups through the backup stub, no processes:
+//! holders that answer short, empty, refused, or in pieces. Bytes come from the first holder
+//! that serves the whole valid length; when none does, the failure blames the replicas (the
+//! coordinator plans again), naming every holder and why.
+
+use super::{RecoveryError, read_segment};
+use async_trait::async_trait;
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use tailstream_stubs::{BackupApi, RebuildFault, StubError};
+use tailstream_wire::messages::{
+    ListReplicasRequest, ListReplicasResponse, ReadReplicaRequest, ReadReplicaResponse,
+    ReplicaAdoptRequest, ReplicaHolder, ReplicaId, SegmentSource,
+};
+use tailstream_wire::{GroupId, LogId, SegmentId, ServerId, Status, StreamId, StreamletId};
+
+/// How a scripted holder answers a read.
+#[derive(Clone, Debug)]
+enum Holds {
+    /// These bytes as its valid prefix, at most `piece` bytes per answer.
+    Bytes {
+        bytes: Bytes,
+        piece: usize,
+    },
+    /// Claims `valid_bytes` but sends nothing.
+    Nothing {
+        valid_bytes: u32,
+    },
+    Refuses(Status),
+}
+
+#[derive(Debug, Default)]
+struct ScriptedBackups {
+    holders: HashMap<String, Holds>,
+    reads: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl BackupApi for ScriptedBackups {
+    async fn list(
+        &self,
+        _: &str,
+        _: &ListReplicasRequest,
+    ) -> Result<ListReplicasResponse, StubError> {
+        Err(StubError::Fatal("a rebuild never lists".into()))
+    }
+
+    async fn read(
+        &self,
+        addr: &str,
+        request: &ReadReplicaRequest,
+    ) -> Result<ReadReplicaResponse, StubError> {
+        self.reads.lock().unwrap().push(addr.to_string());
+        match self.holders.get(addr) {
+            Some(Holds::Bytes { bytes, piece }) => {
+                let from = (request.offset as usize).min(bytes.len());
+                let to = (from + (*piece).min(request.max_bytes as usize)).min(bytes.len());
+                Ok(ReadReplicaResponse {
+                    valid_bytes: bytes.len() as u32,
+                    bytes: bytes.slice(from..to),
+                })
+            }
+            Some(Holds::Nothing { valid_bytes }) => Ok(ReadReplicaResponse {
+                valid_bytes: *valid_bytes,
+                bytes: Bytes::new(),
+            }),
+            Some(Holds::Refuses(status)) => Err(StubError::refused(*status, "scripted")),
+            None => Err(StubError::Retry {
+                addr: addr.into(),
+                reason: "not scripted".into(),
+            }),
+        }
+    }
+
+    async fn adopt(&self, _: &str, _: &ReplicaAdoptRequest) -> Result<(), StubError> {
+        Err(StubError::Fatal("not scripted".into()))
+    }
+}
+
+fn id() -> ReplicaId {
+    ReplicaId {
+        stream: StreamId(1),
+        streamlet: StreamletId(0),
+        log: LogId(0),
+        group: GroupId(0),
+        segment: SegmentId(3),
+    }
+}
+
+fn source(length: u32, holders: &[&str]) -> SegmentSource {
+    SegmentSource {
+        group: GroupId(0),
+        segment: SegmentId(3),
+        epoch: 2,
+        length,
+        closed: true,
+        holders: holders
+            .iter()
+            .enumerate()
+            .map(|(i, addr)| ReplicaHolder {
+                backup: ServerId::new(i as u32 + 1, 1),
+                peer_addr: addr.to_string(),
+                primary: ServerId::new(0, 1),
+            })
+            .collect(),
+    }
+}
+
+fn backups(holders: &[(&str, Holds)]) -> ScriptedBackups {
+    ScriptedBackups {
+        holders: holders
+            .iter()
+            .map(|(addr, holds)| (addr.to_string(), holds.clone()))
+            .collect(),
+        reads: Mutex::default(),
+    }
+}
+
+#[tokio::test]
+async fn holders_that_answer_short_empty_or_refused_are_passed_over_for_a_whole_copy() {
+    let whole = Bytes::from_static(b"0123456789abcdef");
+    let scripted = backups(&[
+        (
+            "short",
+            Holds::Bytes {
+                bytes: whole.slice(..10),
+                piece: 64,
+            },
+        ),
+        ("empty", Holds::Nothing { valid_bytes: 16 }),
+        ("gone", Holds::Refuses(Status::UnknownReplica)),
+        (
+            "good",
+            Holds::Bytes {
+                bytes: whole.clone(),
+                piece: 5,
+            },
+        ),
+    ]);
+    let read = read_segment(
+        &scripted,
+        id(),
+        &source(16, &["short", "empty", "gone", "good"]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(read, whole, "reassembled from 5-byte answers");
+    let reads = scripted.reads.lock().unwrap().clone();
+    assert_eq!(reads.iter().filter(|a| *a == "good").count(), 4);
+}
+
+#[tokio::test]
+async fn no_whole_copy_blames_the_replicas_and_names_every_holder() {
+    let scripted = backups(&[
+        (
+            "short",
+            Holds::Bytes {
+                bytes: Bytes::from_static(b"0123"),
+                piece: 64,
+            },
+        ),
+        ("corrupt", Holds::Refuses(Status::ReplicaCorrupt)),
+    ]);
+    let error = read_segment(
+        &scripted,
+        id(),
+        &source(16, &["short", "corrupt", "silent"]),
+    )
+    .await
+    .unwrap_err();
+    for named in [
+        "holds 4 valid bytes, 16 are needed",
+        "ReplicaCorrupt",
+        "not scripted",
+    ] {
+        assert!(error.contains(named), "{error}");
+    }
+    let blamed = RecoveryError::Replicas(error);
+    assert_eq!(blamed.fault(), RebuildFault::Replicas);
+    // The coordinator reads the fault back from the status the peer listener answers with.
+    assert_eq!(
+        RebuildFault::of(&StubError::refused(blamed.status(), blamed.to_string())),
+        RebuildFault::Replicas
+    );
+    assert_eq!(
+        RebuildFault::of(&StubError::refused(
+            RecoveryError::WrongTarget("x".into()).status(),
+            "x"
+        )),
+        RebuildFault::Target
+    );
+}

@@ -1,0 +1,253 @@
+//! [`CoordinatorClient`]: what clients and front ends ask the coordinator (streams, groups,
+//! producer ids, brokers, recoveries), with a cache of stream metadata. Calls retry (bounded)
+//! while the coordinator is unreachable or has no brokers yet, so a restarting coordinator
+//! costs a caller a wait, not an error.
+
+use crate::error::StubError;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tailstream_config::ClientConfig;
+use tailstream_net::{RpcClientConfig, RpcPool};
+use tailstream_wire::messages::{
+    AllocateProducerIdRequest, AllocateProducerIdResponse, BrokerInfo, CreateStreamRequest,
+    DeleteStreamRequest, DescribeConsumerGroupsResponse, DescribeStreamRequest, Empty,
+    GroupHeartbeatRequest, GroupJoinRequest, GroupJoinResponse, GroupLeaveRequest,
+    GroupSyncRequest, GroupSyncResponse, ListBrokersResponse, ListRecoveriesResponse,
+    ListStreamsResponse, OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse,
+    ProducerSession, RecoverySummary, StreamConfig, StreamMetadata,
+};
+use tailstream_wire::{Decode, Encode, Opcode, Status};
+
+/// How long calls keep retrying a coordinator that is restarting or has no brokers.
+const CONTROL_RETRY_MS_MAX: u64 = 10_000;
+
+/// The connection settings of a client's calls (clients, tools, the Kafka front end), each
+/// answered within `request_timeout_ms`.
+pub fn client_rpc_config(config: &ClientConfig, request_timeout_ms: u64) -> RpcClientConfig {
+    RpcClientConfig {
+        requests_in_flight_max: config.requests_in_flight_max as usize,
+        frame_body_bytes_max: config.frame_body_bytes_max,
+        connect_timeout_ms: config.connect_timeout_ms,
+        request_timeout_ms,
+        // Clients reconnect when a server closes an idle connection (after its GoAway).
+        keepalive_ms: 0,
+    }
+}
+
+/// The coordinator's client-facing operations (its `rpc_addr` listener).
+#[derive(Debug)]
+pub struct CoordinatorClient {
+    addr: String,
+    pool: RpcPool,
+    streams: Mutex<HashMap<String, Arc<StreamMetadata>>>,
+}
+
+impl CoordinatorClient {
+    /// A client of the coordinator at `addr`. Connects lazily; the first call reports an
+    /// unreachable coordinator.
+    pub fn new(addr: &str, config: RpcClientConfig) -> Arc<Self> {
+        Arc::new(Self {
+            addr: addr.to_string(),
+            pool: RpcPool::new(config),
+            streams: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The coordinator's address, as given.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Opens the connection now (once), so an unreachable coordinator is reported at start-up
+    /// rather than by the first call.
+    pub async fn connect(&self) -> Result<(), StubError> {
+        self.pool.get(&self.addr).await?;
+        Ok(())
+    }
+
+    /// Calls the coordinator, retrying (bounded) while it is unreachable or has no brokers.
+    async fn call<Req: Encode, Resp: Decode>(
+        &self,
+        opcode: Opcode,
+        request: &Req,
+    ) -> Result<Resp, StubError> {
+        let mut waited_ms = 0;
+        let mut backoff_ms = 50;
+        loop {
+            let result = match self.pool.get(&self.addr).await {
+                Ok(client) => client.call(opcode, request).await,
+                Err(error) => Err(error),
+            };
+            let error = match result {
+                Ok(response) => return Ok(response),
+                Err(error) => StubError::from(error),
+            };
+            let retry = error.is_unanswered() || error.status() == Some(Status::NoBrokers);
+            if !retry || waited_ms >= CONTROL_RETRY_MS_MAX {
+                return Err(error);
+            }
+            if error.is_unanswered() {
+                self.pool.forget(&self.addr);
+            }
+            tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+            waited_ms += backoff_ms;
+            backoff_ms = (backoff_ms * 2).min(1000);
+        }
+    }
+
+    /// Creates a stream (the coordinator places its streamlets) and caches its metadata.
+    pub async fn create_stream(
+        &self,
+        name: &str,
+        streamlets: u32,
+        config: StreamConfig,
+    ) -> Result<Arc<StreamMetadata>, StubError> {
+        let request = CreateStreamRequest {
+            name: name.to_string(),
+            streamlets,
+            config,
+        };
+        let metadata: StreamMetadata = self.call(Opcode::CreateStream, &request).await?;
+        self.cache(metadata)
+    }
+
+    /// Checks metadata from the coordinator (its settings size callers' allocations and index
+    /// arithmetic) and caches it.
+    fn cache(&self, metadata: StreamMetadata) -> Result<Arc<StreamMetadata>, StubError> {
+        let invalid = |why: String| {
+            StubError::Fatal(format!(
+                "invalid metadata of stream {:?} from the coordinator: {why}",
+                metadata.name
+            ))
+        };
+        tailstream_config::validate_stream_config(&metadata.config).map_err(invalid)?;
+        let streamlets = metadata.streamlets.len();
+        if streamlets == 0 || streamlets > tailstream_config::STREAMLETS_MAX as usize {
+            return Err(invalid(format!("{streamlets} streamlets")));
+        }
+        let metadata = Arc::new(metadata);
+        if let Ok(mut streams) = self.streams.lock() {
+            streams.insert(metadata.name.clone(), metadata.clone());
+        }
+        Ok(metadata)
+    }
+
+    /// Deletes a stream: its owners and backups drop its data.
+    pub async fn delete_stream(&self, name: &str) -> Result<(), StubError> {
+        let request = DeleteStreamRequest {
+            name: name.to_string(),
+        };
+        let _: Empty = self.call(Opcode::DeleteStream, &request).await?;
+        if let Ok(mut streams) = self.streams.lock() {
+            streams.remove(name);
+        }
+        Ok(())
+    }
+
+    /// The most recent recoveries and their phase times.
+    pub async fn list_recoveries(&self) -> Result<Vec<RecoverySummary>, StubError> {
+        let response: ListRecoveriesResponse = self.call(Opcode::ListRecoveries, &Empty {}).await?;
+        Ok(response.recoveries)
+    }
+
+    /// The stream's metadata, from the cache when present.
+    pub async fn stream(&self, name: &str) -> Result<Arc<StreamMetadata>, StubError> {
+        let cached = self.streams.lock().ok().and_then(|s| s.get(name).cloned());
+        match cached {
+            Some(metadata) => Ok(metadata),
+            None => self.refresh_stream(name).await,
+        }
+    }
+
+    /// The stream's metadata, fetched now. No such stream: refused with `UnknownStream`.
+    pub async fn refresh_stream(&self, name: &str) -> Result<Arc<StreamMetadata>, StubError> {
+        let request = DescribeStreamRequest {
+            name: name.to_string(),
+        };
+        let metadata: StreamMetadata = self.call(Opcode::DescribeStream, &request).await?;
+        self.cache(metadata)
+    }
+
+    /// Every stream's metadata.
+    pub async fn list_streams(&self) -> Result<Vec<StreamMetadata>, StubError> {
+        let response: ListStreamsResponse = self.call(Opcode::ListStreams, &Empty {}).await?;
+        Ok(response.streams)
+    }
+
+    /// Every broker the coordinator knows, alive or not.
+    pub async fn list_brokers(&self) -> Result<Vec<BrokerInfo>, StubError> {
+        let response: ListBrokersResponse = self.call(Opcode::ListBrokers, &Empty {}).await?;
+        Ok(response.brokers)
+    }
+
+    /// Joins (or rejoins) a consumer group: answered once the group's rebalance completes.
+    pub async fn join_group(
+        &self,
+        request: &GroupJoinRequest,
+    ) -> Result<GroupJoinResponse, StubError> {
+        self.call(Opcode::GroupJoin, request).await
+    }
+
+    /// Brings (the leader) or gets (every member) the assignments of a generation.
+    pub async fn sync_group(
+        &self,
+        request: &GroupSyncRequest,
+    ) -> Result<GroupSyncResponse, StubError> {
+        self.call(Opcode::GroupSync, request).await
+    }
+
+    /// Tells a group's coordinator this member is alive; refused when the group rebalances.
+    pub async fn heartbeat_group(&self, request: &GroupHeartbeatRequest) -> Result<(), StubError> {
+        let _: Empty = self.call(Opcode::GroupHeartbeat, request).await?;
+        Ok(())
+    }
+
+    /// Removes members from a group (it rebalances at once).
+    pub async fn leave_group(&self, request: &GroupLeaveRequest) -> Result<(), StubError> {
+        let _: Empty = self.call(Opcode::GroupLeave, request).await?;
+        Ok(())
+    }
+
+    /// Commits a group's offsets; `Ok` once they are on the coordinator's disk.
+    pub async fn commit_offsets(&self, request: &OffsetCommitRequest) -> Result<(), StubError> {
+        let _: Empty = self.call(Opcode::OffsetCommit, request).await?;
+        Ok(())
+    }
+
+    /// Every consumer group with members, and the lag of every partition a group committed.
+    pub async fn describe_consumer_groups(
+        &self,
+    ) -> Result<DescribeConsumerGroupsResponse, StubError> {
+        self.call(Opcode::DescribeConsumerGroups, &Empty {}).await
+    }
+
+    /// A group's committed offsets.
+    pub async fn fetch_offsets(
+        &self,
+        request: &OffsetFetchRequest,
+    ) -> Result<OffsetFetchResponse, StubError> {
+        self.call(Opcode::OffsetFetch, request).await
+    }
+
+    /// A producer id no other producer of the cluster has (at epoch 0).
+    pub async fn allocate_producer_id(&self) -> Result<tailstream_wire::ProducerId, StubError> {
+        Ok(self.init_producer(None).await?.producer_id)
+    }
+
+    /// A producer session: with `previous` (a session the coordinator issued), the same id at
+    /// the next epoch, which fences every batch of the older ones; else (or when that id's
+    /// epochs are used up) a fresh id at epoch 0.
+    pub async fn init_producer(
+        &self,
+        previous: Option<ProducerSession>,
+    ) -> Result<ProducerSession, StubError> {
+        let request = AllocateProducerIdRequest { previous };
+        let response: AllocateProducerIdResponse =
+            self.call(Opcode::AllocateProducerId, &request).await?;
+        Ok(ProducerSession {
+            producer_id: response.producer_id,
+            producer_epoch: response.producer_epoch,
+        })
+    }
+}
