@@ -343,7 +343,9 @@ mod tests {
     #[test]
     fn a_claim_is_trusted_only_whole() {
         use tailstream_wire::messages::ReplicaId;
-        use tailstream_wire::{GroupId, LogId, SegmentId, ServerId, StreamId, StreamletId};
+        use tailstream_wire::{
+            GroupId, LogId, ReplicaEpoch, SegmentId, ServerId, StreamId, StreamletId,
+        };
         let meta = |capacity_bytes| ReplicaMeta {
             primary: ServerId::new(1, 1),
             replica: ReplicaId {
@@ -353,7 +355,7 @@ mod tests {
                 group: GroupId(0),
                 segment: SegmentId(0),
             },
-            epoch: 1,
+            epoch: ReplicaEpoch(1),
             filling: false,
             capacity_bytes,
             closed_bytes: None,

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tailstream_wire::messages::{ReplicaId, ReplicaOpenRequest};
-use tailstream_wire::{ServerId, Status, StreamId};
+use tailstream_wire::{ReplicaEpoch, ServerId, Status, StreamId};
 use thiserror::Error;
 
 /// Largest replica buffer a backup accepts (the largest segment size).
@@ -83,7 +83,7 @@ pub struct BackupLimits {
     pub open_buffer_bytes_max: u64,
 }
 
-type ReplicaKey = (u32, ReplicaId, u32);
+type ReplicaKey = (u32, ReplicaId, ReplicaEpoch);
 
 #[derive(Debug, Default)]
 struct Index {
@@ -367,7 +367,7 @@ impl BackupStore {
     ) -> impl DoubleEndedIterator<Item = &'a Arc<Replica>> {
         index
             .by_id
-            .range((slot, *id, 0)..=(slot, *id, u32::MAX))
+            .range((slot, *id, ReplicaEpoch(0))..=(slot, *id, ReplicaEpoch(u32::MAX)))
             .map(|(_, replica)| replica)
     }
 
@@ -376,7 +376,7 @@ impl BackupStore {
         &self,
         primary: ServerId,
         id: &ReplicaId,
-        epoch: u32,
+        epoch: ReplicaEpoch,
     ) -> Result<Arc<Replica>, BackupError> {
         let index = self.lock();
         index
@@ -403,8 +403,8 @@ impl BackupStore {
         from: ServerId,
         new_primary: ServerId,
         id: &ReplicaId,
-        epoch: u32,
-        new_epoch: u32,
+        epoch: ReplicaEpoch,
+        new_epoch: ReplicaEpoch,
     ) -> Result<(), BackupError> {
         self.check_primary(new_primary)?;
         {
@@ -522,7 +522,10 @@ impl BackupStore {
         self.remove_selected(|index| {
             index
                 .by_id
-                .range((primary.index, *id, 0)..=(primary.index, *id, u32::MAX))
+                .range(
+                    (primary.index, *id, ReplicaEpoch(0))
+                        ..=(primary.index, *id, ReplicaEpoch(u32::MAX)),
+                )
                 .filter(|(_, r)| !keep(r))
                 .map(|(k, _)| *k)
                 .collect()
@@ -535,7 +538,7 @@ impl BackupStore {
         &self,
         primary: ServerId,
         id: &ReplicaId,
-        epoch: u32,
+        epoch: ReplicaEpoch,
     ) -> Result<(), BackupError> {
         let current = self.find(primary, id)?;
         {

@@ -9,7 +9,7 @@ use tailstream_wire::messages::{
     ReadReplicaRequest, ReplicaCloseRequest, ReplicaId, ReplicaOpenRequest, ReplicaState,
 };
 use tailstream_wire::segment::SegmentImage;
-use tailstream_wire::{GroupId, LogId, SegmentId, ServerId, StreamId, StreamletId};
+use tailstream_wire::{GroupId, LogId, ReplicaEpoch, SegmentId, ServerId, StreamId, StreamletId};
 
 const LIMITS: BackupLimits = BackupLimits {
     open_buffers_max: 3,
@@ -30,7 +30,7 @@ fn open(primary: ServerId, segment: u64, epoch: u32, filling: bool) -> ReplicaOp
     ReplicaOpenRequest {
         primary,
         replica: id(segment),
-        epoch,
+        epoch: ReplicaEpoch(epoch),
         capacity_bytes: 4096,
         filling,
     }
@@ -111,7 +111,7 @@ fn replicas_survive_a_restart_open_ones_rescanned_closed_ones_verified() {
         &ReadReplicaRequest {
             primary: p,
             replica: id(1),
-            epoch: 1,
+            epoch: ReplicaEpoch(1),
             offset: 0,
             max_bytes: 1 << 20,
         },
@@ -155,7 +155,7 @@ fn a_closed_replica_with_a_flipped_bit_is_never_served_and_then_reported_corrupt
             &ReadReplicaRequest {
                 primary: p,
                 replica: id(1),
-                epoch: 1,
+                epoch: ReplicaEpoch(1),
                 offset: 0,
                 max_bytes: 100,
             },
@@ -206,7 +206,7 @@ fn a_payload_damaged_before_close_is_caught_by_the_first_read() {
         &ReadReplicaRequest {
             primary: p,
             replica: id(1),
-            epoch: 1,
+            epoch: ReplicaEpoch(1),
             offset: 0,
             max_bytes: 1 << 20,
         },
@@ -268,7 +268,7 @@ fn epochs(store: &BackupStore) -> Vec<(u32, bool)> {
         .replicas(None)
         .iter()
         .map(|r| ops::describe(r))
-        .map(|i| (i.epoch, i.filling))
+        .map(|i| (i.epoch.0, i.filling))
         .collect()
 }
 
@@ -280,7 +280,7 @@ fn a_filling_replacement_never_displaces_the_complete_copy_until_it_is_current()
     store.open(&open(p, 5, 1, false)).unwrap();
     store.open(&open(p, 5, 2, true)).unwrap();
     assert_eq!(epochs(&store), vec![(1, false), (2, true)]);
-    store.set_epoch(p, &id(5), 2).unwrap();
+    store.set_epoch(p, &id(5), ReplicaEpoch(2)).unwrap();
     assert_eq!(epochs(&store), vec![(2, false)]);
     // And the change survives a restart.
     drop(store);

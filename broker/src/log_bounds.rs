@@ -20,8 +20,8 @@
 use crate::replication::placements::LogKey;
 use std::collections::HashMap;
 use std::sync::Mutex;
-use tailstream_wire::SegmentId;
 use tailstream_wire::messages::{LogBounds, OpenSegment};
+use tailstream_wire::{ReplicaEpoch, SegmentId};
 use tokio::sync::{Notify, watch};
 
 /// A log's oldest kept segment, head and open segment.
@@ -51,7 +51,7 @@ impl Kept {
     /// Whether a record may be acknowledged in `segment` at replica epoch `epoch`: the
     /// segment is older than the head (sealed; recovery must find it), or the head itself when
     /// it is not the open segment, or the open segment at an epoch it was saved with.
-    pub fn allows_commit(&self, segment: SegmentId, epoch: u32) -> bool {
+    pub fn allows_commit(&self, segment: SegmentId, epoch: ReplicaEpoch) -> bool {
         match self.open {
             Some(open) if open.segment == segment && segment >= self.head => open.epoch >= epoch,
             _ => segment <= self.head,
@@ -206,7 +206,7 @@ mod tests {
         }
     }
 
-    fn open(segment: u64, epoch: u32) -> Option<OpenSegment> {
+    fn open(segment: u64, epoch: ReplicaEpoch) -> Option<OpenSegment> {
         Some(OpenSegment {
             segment: SegmentId(segment),
             epoch,
@@ -227,45 +227,45 @@ mod tests {
     #[test]
     fn commits_go_up_to_the_head_and_into_the_open_segment_at_its_saved_epoch() {
         let saved = Kept {
-            open: open(5, 1),
+            open: open(5, ReplicaEpoch(1)),
             ..kept(0, 3)
         };
-        assert!(saved.allows_commit(SegmentId(2), 9));
-        assert!(saved.allows_commit(SegmentId(3), 9));
-        assert!(!saved.allows_commit(SegmentId(4), 0));
-        assert!(saved.allows_commit(SegmentId(5), 0));
-        assert!(saved.allows_commit(SegmentId(5), 1));
+        assert!(saved.allows_commit(SegmentId(2), ReplicaEpoch(9)));
+        assert!(saved.allows_commit(SegmentId(3), ReplicaEpoch(9)));
+        assert!(!saved.allows_commit(SegmentId(4), ReplicaEpoch(0)));
+        assert!(saved.allows_commit(SegmentId(5), ReplicaEpoch(0)));
+        assert!(saved.allows_commit(SegmentId(5), ReplicaEpoch(1)));
         // A replacement raised the segment's epoch: its copies at epoch 1 may be stale.
-        assert!(!saved.allows_commit(SegmentId(5), 2));
-        assert!(!saved.allows_commit(SegmentId(6), 0));
+        assert!(!saved.allows_commit(SegmentId(5), ReplicaEpoch(2)));
+        assert!(!saved.allows_commit(SegmentId(6), ReplicaEpoch(0)));
         // The head as the open segment keeps its epoch bound; an open segment the head
         // passed binds nothing.
         let head_open = Kept {
-            open: open(3, 0),
+            open: open(3, ReplicaEpoch(0)),
             ..kept(0, 3)
         };
-        assert!(!head_open.allows_commit(SegmentId(3), 1));
+        assert!(!head_open.allows_commit(SegmentId(3), ReplicaEpoch(1)));
         let passed = Kept {
-            open: open(2, 0),
+            open: open(2, ReplicaEpoch(0)),
             ..kept(0, 3)
         };
-        assert!(passed.allows_commit(SegmentId(2), 4));
+        assert!(passed.allows_commit(SegmentId(2), ReplicaEpoch(4)));
         // Covering: a higher open segment, or a higher epoch of it, is new; one below the
         // head is not.
         assert!(!saved.covers(&Kept {
-            open: open(5, 2),
+            open: open(5, ReplicaEpoch(2)),
             ..kept(0, 3)
         }));
         assert!(saved.covers(&Kept {
-            open: open(5, 0),
+            open: open(5, ReplicaEpoch(0)),
             ..kept(0, 3)
         }));
         assert!(saved.covers(&Kept {
-            open: open(2, 7),
+            open: open(2, ReplicaEpoch(7)),
             ..kept(0, 3)
         }));
         assert!(!saved.covers(&Kept {
-            open: open(6, 0),
+            open: open(6, ReplicaEpoch(0)),
             ..kept(0, 3)
         }));
     }

@@ -24,7 +24,7 @@ use tailstream_wire::messages::{
     ReadReplicaRequest, RecoverStreamletRequest, RecoverStreamletResponse, ReplicaAdoptRequest,
     ReplicaId, SegmentSource, StreamletAssignment,
 };
-use tailstream_wire::{LogId, ServerId, Status, StreamId, StreamletId};
+use tailstream_wire::{LogId, ReplicaEpoch, ServerId, Status, StreamId, StreamletId};
 
 /// Why a rebuild failed, by whom it blames: the coordinator plans again on fresh listings when
 /// the replicas failed, and chooses another target when this broker did.
@@ -350,7 +350,7 @@ impl Recovery {
             };
             for source in &log.segments {
                 let id = replica_id(assignment, log.log, source);
-                let new_epoch = source.epoch.saturating_add(1);
+                let new_epoch = source.epoch.saturating_next();
                 let adopted = if source.closed {
                     self.adopt(id, source, me, new_epoch).await
                 } else {
@@ -424,7 +424,7 @@ impl Recovery {
         id: ReplicaId,
         source: &SegmentSource,
         me: ServerId,
-        new_epoch: u32,
+        new_epoch: ReplicaEpoch,
     ) -> Vec<ServerId> {
         let adoptions = source
             .holders

@@ -13,7 +13,9 @@ use tailstream_wire::messages::{
     ListReplicasRequest, ListReplicasResponse, ReadReplicaRequest, ReadReplicaResponse,
     ReplicaAdoptRequest, ReplicaHolder, ReplicaId, SegmentSource,
 };
-use tailstream_wire::{GroupId, LogId, SegmentId, ServerId, Status, StreamId, StreamletId};
+use tailstream_wire::{
+    GroupId, LogId, ReplicaEpoch, SegmentId, ServerId, Status, StreamId, StreamletId,
+};
 
 /// How a scripted holder answers a read.
 #[derive(Clone, Debug)]
@@ -92,7 +94,7 @@ fn source(length: u32, holders: &[&str]) -> SegmentSource {
     SegmentSource {
         group: GroupId(0),
         segment: SegmentId(3),
-        epoch: 2,
+        epoch: ReplicaEpoch(2),
         length,
         closed: true,
         holders: holders

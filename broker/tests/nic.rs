@@ -11,7 +11,7 @@ use tailstream_broker::backup::{BackupLimits, BackupStore};
 use tailstream_net::ConnectionLimits;
 use tailstream_wire::messages::{ReplicaId, ReplicaOpenRequest};
 use tailstream_wire::nic::{COMPLETION_BYTES, Completion, Hello, WriteHeader};
-use tailstream_wire::{GroupId, LogId, SegmentId, ServerId, StreamId, StreamletId};
+use tailstream_wire::{GroupId, LogId, ReplicaEpoch, SegmentId, ServerId, StreamId, StreamletId};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -67,7 +67,7 @@ async fn open(nic: &Nic, segment: u64) -> u64 {
     let request = ReplicaOpenRequest {
         primary: PRIMARY,
         replica: replica(segment),
-        epoch: 1,
+        epoch: ReplicaEpoch(1),
         capacity_bytes: 4096,
         filling: false,
     };

@@ -69,6 +69,41 @@ id_type!(
     "epoch-"
 );
 id_type!(
+    /// Which owner a streamlet is at: bumped at every hand-over (a rebuild on a new owner).
+    /// Every request a client routes names it, and a broker holding another refuses, so a
+    /// request never reaches a streamlet on an owner it was not routed to.
+    OwnershipEpoch(u32),
+    "ownership epoch "
+);
+id_type!(
+    /// Which replica set a segment's copies belong to: bumped whenever a copy is replaced
+    /// (and when a rebuild adopts the copies). Backups refuse writes below a replica's epoch;
+    /// recovery takes the highest complete one.
+    ReplicaEpoch(u32),
+    "replica epoch "
+);
+
+impl OwnershipEpoch {
+    /// The epoch after this one, or `None` when they are used up.
+    pub fn next(self) -> Option<Self> {
+        self.0.checked_add(1).map(Self)
+    }
+}
+
+impl ReplicaEpoch {
+    /// The epoch after this one, or `None` when they are used up.
+    pub fn next(self) -> Option<Self> {
+        self.0.checked_add(1).map(Self)
+    }
+
+    /// The epoch after this one, or this one when they are used up (4 billion replacements
+    /// of one segment's copies: never in practice; a caller that cannot be refused uses it).
+    pub fn saturating_next(self) -> Self {
+        Self(self.0.saturating_add(1))
+    }
+}
+
+id_type!(
     /// Correlates a response with its request on one connection (clients pipeline).
     RequestId(u64),
     "req-"

@@ -12,7 +12,7 @@
 //! ```
 
 use crate::codec::{Decode, DecodeError, Encode};
-use crate::ids::{GroupId, LogId, SegmentId, ServerId, StreamId, StreamletId};
+use crate::ids::{GroupId, LogId, ReplicaEpoch, SegmentId, ServerId, StreamId, StreamletId};
 use crate::messages::ReplicaId;
 use crate::wire_message;
 use thiserror::Error;
@@ -26,7 +26,7 @@ wire_message! {
     pub struct ReplicaMeta {
         pub primary: ServerId,
         pub replica: ReplicaId,
-        pub epoch: u32,
+        pub epoch: ReplicaEpoch,
         /// A replacement still being filled: never to be used for recovery.
         pub filling: bool,
         pub capacity_bytes: u32,
@@ -99,7 +99,7 @@ pub fn segment_file_name(meta: &ReplicaMeta) -> String {
     let filling = if meta.filling { "-filling" } else { "" };
     format!(
         "{}-{}-{}-{}-{}-e{}{filling}.seg",
-        id.stream.0, id.streamlet.0, id.log.0, id.group.0, id.segment.0, meta.epoch
+        id.stream.0, id.streamlet.0, id.log.0, id.group.0, id.segment.0, meta.epoch.0
     )
 }
 
@@ -107,7 +107,7 @@ pub fn segment_file_name(meta: &ReplicaMeta) -> String {
 pub fn parse_segment_file(
     dir_name: &str,
     file_name: &str,
-) -> Option<(ServerId, ReplicaId, u32, bool)> {
+) -> Option<(ServerId, ReplicaId, ReplicaEpoch, bool)> {
     let (index, generation) = dir_name.split_once('.')?;
     let primary = ServerId::new(index.parse().ok()?, generation.parse().ok()?);
     let stem = file_name.strip_suffix(".seg")?;
@@ -118,7 +118,7 @@ pub fn parse_segment_file(
     let mut fields = stem.split('-');
     let mut next = || fields.next()?.parse::<u64>().ok();
     let (stream, streamlet, log, group, segment) = (next()?, next()?, next()?, next()?, next()?);
-    let epoch = fields.next()?.strip_prefix('e')?.parse().ok()?;
+    let epoch = ReplicaEpoch(fields.next()?.strip_prefix('e')?.parse().ok()?);
     if fields.next().is_some() {
         return None;
     }
@@ -146,7 +146,7 @@ mod tests {
                 group: GroupId(4),
                 segment: SegmentId(5),
             },
-            epoch: 6,
+            epoch: ReplicaEpoch(6),
             filling,
             capacity_bytes: 100,
             closed_bytes: Some(100),
@@ -159,7 +159,10 @@ mod tests {
             let meta = meta(filling);
             let name = segment_file_name(&meta);
             let parsed = parse_segment_file(&primary_dir_name(meta.primary), &name).unwrap();
-            assert_eq!(parsed, (meta.primary, meta.replica, 6, filling));
+            assert_eq!(
+                parsed,
+                (meta.primary, meta.replica, ReplicaEpoch(6), filling)
+            );
         }
         assert!(parse_segment_file("3.7", "1-2-3-4-5-e6.seg.tmp").is_none());
         assert!(parse_segment_file("x", "1-2-3-4-5-e6.seg").is_none());

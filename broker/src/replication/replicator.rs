@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tailstream_config::ReplicationConfig;
 use tailstream_wire::messages::{BrokerInfo, LogReplicaSet, OpenSegment, ReplicaId};
-use tailstream_wire::{LogId, SegmentId, ServerId};
+use tailstream_wire::{LogId, ReplicaEpoch, SegmentId, ServerId};
 use tokio::sync::watch;
 
 /// How often a round runs while some replica still needs a backup and none was available.
@@ -71,7 +71,7 @@ impl Tracked {
 pub struct ClosedRecord {
     pub id: ReplicaId,
     pub length: u32,
-    pub epoch: u32,
+    pub epoch: ReplicaEpoch,
     pub backups: Vec<ServerId>,
 }
 
@@ -103,7 +103,7 @@ pub(super) enum Done {
     EpochSet {
         segment: SegmentId,
         slot: usize,
-        epoch: u32,
+        epoch: ReplicaEpoch,
         result: Result<(), String>,
     },
     Freed,
@@ -593,7 +593,7 @@ impl Replicator {
 
 impl Replicator {
     /// Whether the saved bounds allow acknowledging a record in `segment` at `epoch`.
-    fn commit_allowed(&mut self, segment: SegmentId, epoch: u32) -> bool {
+    fn commit_allowed(&mut self, segment: SegmentId, epoch: ReplicaEpoch) -> bool {
         if self
             .durable
             .is_some_and(|d| d.allows_commit(segment, epoch))

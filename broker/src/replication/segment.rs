@@ -24,8 +24,8 @@
 //! counting holds a prefix of theirs at a lower or equal epoch, which recovery never prefers.
 
 use std::collections::VecDeque;
-use tailstream_wire::ServerId;
 use tailstream_wire::messages::ReplicaId;
+use tailstream_wire::{ReplicaEpoch, ServerId};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SlotState {
@@ -99,7 +99,7 @@ pub enum Action {
     Open {
         slot: usize,
         backup: ServerId,
-        epoch: u32,
+        epoch: ReplicaEpoch,
         filling: bool,
     },
     Write {
@@ -118,7 +118,7 @@ pub enum Action {
     SetEpoch {
         slot: usize,
         backup: ServerId,
-        epoch: u32,
+        epoch: ReplicaEpoch,
     },
 }
 
@@ -128,7 +128,7 @@ pub struct ReplicatedSegment {
     pub capacity: u32,
     written: u32,
     sealed: bool,
-    epoch: u32,
+    epoch: ReplicaEpoch,
     slots: Vec<Slot>,
     committed: u32,
     /// Copies that must count for the commit to move when some slots have no backup.
@@ -152,7 +152,7 @@ impl ReplicatedSegment {
             capacity,
             written: 0,
             sealed: false,
-            epoch: 1,
+            epoch: ReplicaEpoch(1),
             slots: (0..replicas).map(|_| Slot::fresh(false)).collect(),
             committed: 0,
             min_insync: replicas,
@@ -196,7 +196,7 @@ impl ReplicatedSegment {
 
     /// A closed segment of `length` bytes whose replicas are on `backups` (for re-replication
     /// after one of them failed).
-    pub fn closed(id: ReplicaId, length: u32, epoch: u32, backups: &[ServerId]) -> Self {
+    pub fn closed(id: ReplicaId, length: u32, epoch: ReplicaEpoch, backups: &[ServerId]) -> Self {
         let slots: Vec<Slot> = backups
             .iter()
             .map(|backup| Slot {
@@ -239,7 +239,7 @@ impl ReplicatedSegment {
         self.sealed
     }
 
-    pub fn epoch(&self) -> u32 {
+    pub fn epoch(&self) -> ReplicaEpoch {
         self.epoch
     }
 
@@ -249,7 +249,7 @@ impl ReplicatedSegment {
     pub fn recovered(
         id: ReplicaId,
         length: u32,
-        epoch: u32,
+        epoch: ReplicaEpoch,
         holders: &[ServerId],
         replicas: usize,
     ) -> Self {
@@ -320,7 +320,7 @@ impl ReplicatedSegment {
         s.unavailable = false;
         if s.replacement {
             // A replacement gets a new epoch, higher than any replica it replaces.
-            self.epoch += 1;
+            self.epoch = self.epoch.saturating_next();
             self.stale_copy = false;
         }
         let filling = s.replacement;
@@ -398,7 +398,7 @@ impl ReplicatedSegment {
                 // higher epoch first, so the lost one (maybe a prefix, maybe empty) is never
                 // taken by recovery for the segment's current end.
                 self.stale_copy = false;
-                self.epoch += 1;
+                self.epoch = self.epoch.saturating_next();
                 self.raise_pending = true;
             }
         }
@@ -429,7 +429,7 @@ impl ReplicatedSegment {
     }
 
     /// One `SetEpoch` answer of the current round arrived.
-    pub fn epoch_set(&mut self, epoch: u32) {
+    pub fn epoch_set(&mut self, epoch: ReplicaEpoch) {
         if epoch != self.epoch {
             return;
         }

@@ -27,7 +27,7 @@ fn opened(replicas: usize) -> ReplicatedSegment {
         assert!(matches!(
             open,
             Action::Open {
-                epoch: 1,
+                epoch: ReplicaEpoch(1),
                 filling: false,
                 ..
             }
@@ -162,7 +162,7 @@ fn a_lost_replica_freezes_the_commit_until_its_filled_replacement_is_current() {
         Action::Open {
             slot: 2,
             backup: server(4),
-            epoch: 2,
+            epoch: ReplicaEpoch(2),
             filling: true
         }
     );
@@ -177,15 +177,17 @@ fn a_lost_replica_freezes_the_commit_until_its_filled_replacement_is_current() {
         .filter(|a| matches!(a, Action::SetEpoch { .. }))
         .collect();
     assert_eq!(rounds.len(), 3);
-    assert!(
-        rounds
-            .iter()
-            .all(|a| matches!(a, Action::SetEpoch { epoch: 2, .. }))
-    );
-    seg.epoch_set(2);
-    seg.epoch_set(2);
+    assert!(rounds.iter().all(|a| matches!(
+        a,
+        Action::SetEpoch {
+            epoch: ReplicaEpoch(2),
+            ..
+        }
+    )));
+    seg.epoch_set(ReplicaEpoch(2));
+    seg.epoch_set(ReplicaEpoch(2));
     assert_eq!(seg.committed(), 100);
-    seg.epoch_set(2);
+    seg.epoch_set(ReplicaEpoch(2));
     assert_eq!(
         seg.committed(),
         200,
@@ -196,7 +198,12 @@ fn a_lost_replica_freezes_the_commit_until_its_filled_replacement_is_current() {
 
 #[test]
 fn a_closed_segment_on_a_lost_backup_is_copied_to_a_new_one_and_closed() {
-    let mut seg = ReplicatedSegment::closed(id(), 500, 1, &[server(1), server(2), server(3)]);
+    let mut seg = ReplicatedSegment::closed(
+        id(),
+        500,
+        ReplicaEpoch(1),
+        &[server(1), server(2), server(3)],
+    );
     assert!(seg.is_done());
     seg.backup_lost(server(2));
     assert!(!seg.is_done());
@@ -216,13 +223,19 @@ fn a_closed_segment_on_a_lost_backup_is_copied_to_a_new_one_and_closed() {
     assert_eq!(
         actions
             .iter()
-            .filter(|a| matches!(a, Action::SetEpoch { epoch: 2, .. }))
+            .filter(|a| matches!(
+                a,
+                Action::SetEpoch {
+                    epoch: ReplicaEpoch(2),
+                    ..
+                }
+            ))
             .count(),
         3
     );
     closed(&mut seg, 1);
     for _ in 0..3 {
-        seg.epoch_set(2);
+        seg.epoch_set(ReplicaEpoch(2));
     }
     assert!(seg.is_done());
 }
@@ -248,7 +261,7 @@ fn stale_completions_and_events_for_other_states_are_ignored() {
     done(&mut seg, 0, 99);
     assert_eq!(seg.committed(), 0);
     closed(&mut seg, 0);
-    seg.epoch_set(7);
+    seg.epoch_set(ReplicaEpoch(7));
     done(&mut seg, 0, 10);
     assert_eq!(seg.committed(), 10);
 }
@@ -289,7 +302,7 @@ fn with_too_few_brokers_a_segment_commits_on_min_insync_copies_and_heals() {
     assert!(matches!(
         open,
         Action::Open {
-            epoch: 2,
+            epoch: ReplicaEpoch(2),
             filling: true,
             ..
         }
@@ -305,11 +318,19 @@ fn with_too_few_brokers_a_segment_commits_on_min_insync_copies_and_heals() {
     let rounds: Vec<_> = seg
         .next_actions(4)
         .into_iter()
-        .filter(|a| matches!(a, Action::SetEpoch { epoch: 2, .. }))
+        .filter(|a| {
+            matches!(
+                a,
+                Action::SetEpoch {
+                    epoch: ReplicaEpoch(2),
+                    ..
+                }
+            )
+        })
         .collect();
     assert_eq!(rounds.len(), 3, "every copy gets the new epoch");
     for _ in 0..3 {
-        seg.epoch_set(2);
+        seg.epoch_set(ReplicaEpoch(2));
     }
     assert_eq!((seg.committed(), seg.in_sync()), (150, 3));
 }
@@ -355,20 +376,20 @@ fn a_lost_backup_with_none_to_replace_it_leaves_the_survivors_committing() {
             a,
             Action::SetEpoch {
                 slot: 0,
-                epoch: 2,
+                epoch: ReplicaEpoch(2),
                 ..
             }
         )),
         "{raise:?}"
     );
-    seg.epoch_set(2);
+    seg.epoch_set(ReplicaEpoch(2));
     assert_eq!(
         seg.committed(),
         200,
         "none to be had: the survivor suffices, at a higher epoch than the lost copy"
     );
     assert!(seg.epoch_settled());
-    assert_eq!(seg.epoch(), 2);
+    assert_eq!(seg.epoch(), ReplicaEpoch(2));
     seg.seal(200);
     let close = seg.next_actions(4);
     assert!(
@@ -385,7 +406,8 @@ fn a_lost_backup_with_none_to_replace_it_leaves_the_survivors_committing() {
 /// epoch and count; the missing one does not hold the round up.
 #[test]
 fn a_recovered_segment_counts_the_copies_it_could_make() {
-    let mut seg = ReplicatedSegment::recovered(id(), 500, 3, &[], 2).with_min_insync(1);
+    let mut seg =
+        ReplicatedSegment::recovered(id(), 500, ReplicaEpoch(3), &[], 2).with_min_insync(1);
     for action in seg.next_actions(4) {
         let Action::NeedBackup { slot, .. } = action else {
             panic!("{action:?}")
@@ -416,7 +438,7 @@ fn a_recovered_segment_counts_the_copies_it_could_make() {
         "only the copy that exists is told the epoch"
     );
     closed(&mut seg, 0);
-    seg.epoch_set(4);
+    seg.epoch_set(ReplicaEpoch(4));
     assert_eq!(seg.in_sync(), 1);
     assert!(seg.is_closed_short());
 }
@@ -471,7 +493,7 @@ fn an_epoch_is_settled_only_once_every_copy_that_counts_is_open_at_it() {
     let wanted = seg2.next_actions(4);
     assert!(matches!(wanted[..], [Action::NeedBackup { slot: 1, .. }]));
     seg2.assign(1, server(9));
-    assert_eq!(seg2.epoch(), 2);
+    assert_eq!(seg2.epoch(), ReplicaEpoch(2));
     assert!(
         !seg2.epoch_settled(),
         "the replacement is not open and filled yet"

@@ -22,7 +22,7 @@ use tailstream_wire::messages::{
     ReplicaAdoptRequest, ReplicaId, ReplicaInfo, ReplicaState,
 };
 use tailstream_wire::{
-    GroupId, LogId, RecordOffset, SegmentId, ServerId, Status, StreamId, StreamletId,
+    GroupId, LogId, RecordOffset, ReplicaEpoch, SegmentId, ServerId, Status, StreamId, StreamletId,
 };
 
 /// Saves nowhere: the orchestrator's decisions are read back from the core's state.
@@ -271,7 +271,7 @@ impl Scene {
                 group: GroupId(0),
                 segment: SegmentId(segment),
             },
-            epoch: 1,
+            epoch: ReplicaEpoch(1),
             state: ReplicaState::Closed,
             filling: false,
             valid_bytes: 4096,

@@ -59,7 +59,7 @@ fn held_closed_bytes(plan: &Plan) -> BTreeMap<ServerId, u64> {
 mod tests {
     use super::*;
     use tailstream_wire::messages::{LogRecovery, ReplicaHolder, SegmentSource};
-    use tailstream_wire::{GroupId, LogId, SegmentId};
+    use tailstream_wire::{GroupId, LogId, ReplicaEpoch, SegmentId};
 
     fn candidate(index: u32, load: usize, memory_free_bytes: u64) -> Candidate {
         Candidate {
@@ -78,7 +78,7 @@ mod tests {
                 segments: vec![SegmentSource {
                     group: GroupId(0),
                     segment: SegmentId(0),
-                    epoch: 1,
+                    epoch: ReplicaEpoch(1),
                     length: bytes as u32,
                     closed: true,
                     holders: holders

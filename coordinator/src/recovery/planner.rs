@@ -26,7 +26,7 @@ use tailstream_wire::entry::LogDigest;
 use tailstream_wire::messages::{
     LogRecovery, ReplicaHolder, ReplicaInfo, ReplicaState, SegmentSource, StreamConfig,
 };
-use tailstream_wire::{GroupId, LogId, SegmentId, ServerId, StreamId, StreamletId};
+use tailstream_wire::{GroupId, LogId, ReplicaEpoch, SegmentId, ServerId, StreamId, StreamletId};
 
 /// Why an unreplicated streamlet whose owner crashed is lost.
 pub const UNREPLICATED: &str =
@@ -82,7 +82,7 @@ fn is_usable(info: &ReplicaInfo) -> bool {
 /// held every acknowledged byte of it (a copy that stops counting stops the commit until the
 /// copies that count are at a higher epoch, by a replacement or, with none to be had, by a
 /// raise of their epoch, and that epoch is saved), so an empty one means nothing was.
-fn proves_empty(info: &ReplicaInfo, epoch: u32) -> bool {
+fn proves_empty(info: &ReplicaInfo, epoch: ReplicaEpoch) -> bool {
     !info.filling
         && info.state != ReplicaState::Corrupt
         && info.valid_bytes == 0
@@ -248,7 +248,7 @@ fn plan_log(
     }
     if let Some(open) = open.filter(|open| open.segment > digest.segment) {
         return Err(format!(
-            "{log}: {} may hold acknowledged records (at replica epoch {} or below) and no \
+            "{log}: {} may hold acknowledged records (at {} or below) and no \
              copy of it at that epoch is on a live backup (the newest segment there is {})",
             open.segment, open.epoch, digest.segment
         ));

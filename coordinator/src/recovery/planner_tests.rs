@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use tailstream_wire::codec::Encode;
 use tailstream_wire::entry::{DigestSegment, LogDigest};
 use tailstream_wire::messages::{ReplicaId, ReplicaInfo, ReplicaState, StreamConfig};
-use tailstream_wire::{GroupId, LogId, RecordOffset, SegmentId, ServerId, StreamId, StreamletId};
+use tailstream_wire::{
+    GroupId, LogId, RecordOffset, ReplicaEpoch, SegmentId, ServerId, StreamId, StreamletId,
+};
 
 const STREAM: StreamId = StreamId(7);
 const STREAMLET: StreamletId = StreamletId(1);
@@ -55,7 +57,7 @@ fn replica(
             group: GroupId(group),
             segment: SegmentId(segment),
         },
-        epoch,
+        epoch: ReplicaEpoch(epoch),
         state,
         filling: false,
         valid_bytes,
@@ -184,7 +186,7 @@ fn a_filling_replacement_never_counts_and_the_highest_complete_epoch_wins() {
     ];
     let plan = plan(&target(&config, &heads), &listings).unwrap();
     let source = &plan.logs[0].segments[0];
-    assert_eq!((source.epoch, source.length), (2, 400));
+    assert_eq!((source.epoch, source.length), (ReplicaEpoch(2), 400));
     let backups: Vec<u32> = source.holders.iter().map(|h| h.backup.index).collect();
     assert_eq!(backups, vec![2, 3], "the stale epoch is not a holder");
     assert_eq!(plan.next_segment, SegmentId(1));
@@ -414,7 +416,7 @@ fn kept_open(head: u64, open: u64, epoch: u32) -> BTreeMap<LogId, KeptSegments> 
             head: SegmentId(head),
             open: Some(tailstream_wire::messages::OpenSegment {
                 segment: SegmentId(open),
-                epoch,
+                epoch: ReplicaEpoch(epoch),
             }),
         },
     )])
@@ -499,7 +501,7 @@ fn a_stale_copy_of_the_open_segment_is_never_served_as_its_end() {
     let head = plan.logs[0].segments.last().unwrap();
     assert_eq!(
         (head.segment, head.epoch, head.length),
-        (SegmentId(1), 1, 900)
+        (SegmentId(1), ReplicaEpoch(1), 900)
     );
     assert!(plan.empty_open.is_empty());
 }

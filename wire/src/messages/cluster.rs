@@ -4,7 +4,8 @@
 #[cfg(test)]
 use super::small_vec;
 use crate::ids::{
-    LogId, ProducerEpoch, ProducerId, RecordOffset, SegmentId, ServerId, StreamId, StreamletId,
+    LogId, ProducerEpoch, ProducerId, RecordOffset, ReplicaEpoch, SegmentId, ServerId, StreamId,
+    StreamletId,
 };
 use crate::wire_message;
 
@@ -221,7 +222,7 @@ wire_message! {
     #[derive(Copy, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
     pub struct OpenSegment {
         pub segment: SegmentId,
-        pub epoch: u32,
+        pub epoch: ReplicaEpoch,
     }
 }
 

@@ -4,7 +4,7 @@
 #[cfg(test)]
 use super::small_vec;
 use super::{ReplicaId, StreamletAssignment};
-use crate::ids::{GroupId, LogId, SegmentId, ServerId};
+use crate::ids::{GroupId, LogId, ReplicaEpoch, SegmentId, ServerId};
 use crate::wire_message;
 
 wire_message! {
@@ -33,7 +33,7 @@ wire_message! {
         pub group: GroupId,
         pub segment: SegmentId,
         /// The replica epoch to read (the highest complete one).
-        pub epoch: u32,
+        pub epoch: ReplicaEpoch,
         /// Bytes to recover: the closed length, or for the open head the longest valid prefix.
         pub length: u32,
         /// Closed on every holder (adopted as is); else the open head (closed at `length` and

@@ -5,7 +5,7 @@
 use super::{small_bytes, small_vec};
 use crate::codec::{Decode, DecodeError, Encode, WireReader};
 use crate::field::WireField;
-use crate::ids::{GroupId, LogId, SegmentId, ServerId, StreamId, StreamletId};
+use crate::ids::{GroupId, LogId, ReplicaEpoch, SegmentId, ServerId, StreamId, StreamletId};
 use crate::wire_message;
 use bytes::{Bytes, BytesMut};
 
@@ -28,7 +28,7 @@ wire_message! {
         pub primary: ServerId,
         pub replica: ReplicaId,
         /// Bumped whenever the segment's replica set changes; the highest complete epoch wins.
-        pub epoch: u32,
+        pub epoch: ReplicaEpoch,
         pub capacity_bytes: u32,
         /// A replacement being filled with the segment's current content: not complete (and
         /// never to be used for recovery) until a `ReplicaSetEpoch` says so.
@@ -71,7 +71,7 @@ wire_message! {
     pub struct ReplicaSetEpochRequest {
         pub primary: ServerId,
         pub replica: ReplicaId,
-        pub epoch: u32,
+        pub epoch: ReplicaEpoch,
     }
 }
 
@@ -121,7 +121,7 @@ wire_message! {
     pub struct ReplicaInfo {
         pub primary: ServerId,
         pub replica: ReplicaId,
-        pub epoch: u32,
+        pub epoch: ReplicaEpoch,
         pub state: ReplicaState,
         pub filling: bool,
         /// Closed: the verified length. Open: the valid prefix Algorithm 1 finds now.
@@ -145,7 +145,7 @@ wire_message! {
     pub struct ReadReplicaRequest {
         pub primary: ServerId,
         pub replica: ReplicaId,
-        pub epoch: u32,
+        pub epoch: ReplicaEpoch,
         pub offset: u32,
         pub max_bytes: u32,
     }
@@ -158,8 +158,8 @@ wire_message! {
         pub from: ServerId,
         pub new_primary: ServerId,
         pub replica: ReplicaId,
-        pub epoch: u32,
-        pub new_epoch: u32,
+        pub epoch: ReplicaEpoch,
+        pub new_epoch: ReplicaEpoch,
     }
 }
 
