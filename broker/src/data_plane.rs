@@ -21,7 +21,8 @@ use tailstream_wire::entry::{ENTRY_HEADER_BYTES, EntryType};
 use tailstream_wire::messages::LogGroups;
 use tailstream_wire::scan::EntryIter;
 use tailstream_wire::{
-    GroupId, LogId, RecordOffset, SegmentId, SegmentPosition, Status, StreamId, StreamletId,
+    GroupId, LogId, OwnershipEpoch, RecordOffset, SegmentId, SegmentPosition, Status, StreamId,
+    StreamletId,
 };
 use thiserror::Error;
 use tokio::sync::watch;
@@ -31,7 +32,7 @@ use tokio::sync::watch;
 pub struct StreamletRef {
     pub stream: StreamId,
     pub streamlet: StreamletId,
-    pub epoch: u32,
+    pub epoch: OwnershipEpoch,
 }
 
 /// Why the data plane refused, and the status each reason is answered with.
@@ -39,10 +40,16 @@ pub struct StreamletRef {
 pub enum DataError {
     #[error(transparent)]
     Storage(#[from] StorageError),
-    #[error("the request names epoch {theirs}, the streamlet is at epoch {ours}: refresh metadata")]
-    StaleEpoch { theirs: u32, ours: u32 },
-    #[error("the request names epoch {theirs}; this broker holds epoch {ours}")]
-    NewerEpoch { theirs: u32, ours: u32 },
+    #[error("the request names {theirs}, the streamlet is at {ours}: refresh metadata")]
+    StaleEpoch {
+        theirs: OwnershipEpoch,
+        ours: OwnershipEpoch,
+    },
+    #[error("the request names {theirs}; this broker holds {ours}")]
+    NewerEpoch {
+        theirs: OwnershipEpoch,
+        ours: OwnershipEpoch,
+    },
     #[error("the streamlet is being recovered here; retry shortly")]
     Recovering,
     #[error("this broker's lease from the coordinator expired; it serves nothing until renewed")]

@@ -24,7 +24,9 @@ use tailstream_wire::messages::{
     ReadReplicaRequest, RecoverStreamletRequest, RecoverStreamletResponse, ReplicaAdoptRequest,
     ReplicaId, SegmentSource, StreamletAssignment,
 };
-use tailstream_wire::{LogId, ReplicaEpoch, ServerId, Status, StreamId, StreamletId};
+use tailstream_wire::{
+    LogId, OwnershipEpoch, ReplicaEpoch, ServerId, Status, StreamId, StreamletId,
+};
 
 /// Why a rebuild failed, by whom it blames: the coordinator plans again on fresh listings when
 /// the replicas failed, and chooses another target when this broker did.
@@ -132,7 +134,8 @@ const READS_IN_FLIGHT_MAX: usize = 8;
 const READ_BYTES: u32 = 8 << 20;
 
 /// Per streamlet: its rebuilds run one at a time, and the epoch of the last one that finished.
-pub type RebuildLocks = HashMap<(StreamId, StreamletId), Arc<tokio::sync::Mutex<Option<u32>>>>;
+pub type RebuildLocks =
+    HashMap<(StreamId, StreamletId), Arc<tokio::sync::Mutex<Option<OwnershipEpoch>>>>;
 
 #[derive(Debug)]
 pub struct Recovery {
@@ -192,7 +195,7 @@ impl Recovery {
                 // A retried order: the first rebuild is here already.
                 return Ok(nothing_to_do);
             }
-            if existing.epoch().checked_add(1) == Some(assignment.epoch)
+            if existing.epoch().next() == Some(assignment.epoch)
                 && *finished_here == Some(existing.epoch())
             {
                 // The same rebuild ordered again under the next epoch (the coordinator
@@ -205,7 +208,7 @@ impl Recovery {
                 tracing::info!(
                     stream = %assignment.stream_name,
                     streamlet = assignment.streamlet.0,
-                    epoch = assignment.epoch,
+                    epoch = %assignment.epoch,
                     "rebuild ordered again under the next epoch: the rebuilt streamlet takes it"
                 );
                 return Ok(nothing_to_do);
@@ -228,7 +231,7 @@ impl Recovery {
         tracing::info!(
             stream = %assignment.stream_name,
             streamlet = assignment.streamlet.0,
-            epoch = assignment.epoch,
+            epoch = %assignment.epoch,
             bytes,
             read_ms,
             "streamlet rebuilt from its backups"

@@ -182,7 +182,7 @@ async fn bad_frames_and_requests_are_refused_without_harming_the_broker() {
         let produce = |stream: StreamId, batch: Bytes| ProduceRequest {
             stream,
             streamlet: StreamletId(0),
-            epoch: 1,
+            epoch: tailstream_wire::OwnershipEpoch(1),
             batch,
         };
         // Unknown stream: not this broker's.
@@ -233,7 +233,7 @@ async fn bad_frames_and_requests_are_refused_without_harming_the_broker() {
                 &ListGroupsRequest {
                     stream: stream.id,
                     streamlet: StreamletId(0),
-                    epoch: 1,
+                    epoch: tailstream_wire::OwnershipEpoch(1),
                 },
             )
             .await
@@ -242,7 +242,7 @@ async fn bad_frames_and_requests_are_refused_without_harming_the_broker() {
         let fetch = |log, group, segment, position| FetchRequest {
             stream: stream.id,
             streamlet: StreamletId(0),
-            epoch: 1,
+            epoch: tailstream_wire::OwnershipEpoch(1),
             log: LogId(log),
             group,
             segment,

@@ -84,7 +84,7 @@ async fn another_client_under_the_next_or_the_same_producer_id_never_gets_a_prod
         let squat = |producer: u64, value: &str| NativeProduce {
             stream: stream.id,
             streamlet: tailstream_wire::StreamletId(0),
-            epoch: 1,
+            epoch: tailstream_wire::OwnershipEpoch(1),
             batch: batch(producer, 0, 0, value),
         };
 

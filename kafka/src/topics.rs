@@ -201,7 +201,7 @@ mod tests {
                     streamlet: StreamletId(s),
                     owner: ServerId::new(s, 1),
                     owner_addr: String::new(),
-                    epoch: 1,
+                    epoch: tailstream_wire::OwnershipEpoch(1),
                     state: PlacementState::Serving,
                     detail: String::new(),
                     replication: Vec::new(),

@@ -15,7 +15,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tailstream_wire::batch::BatchInfo;
 use tailstream_wire::messages::{LogGroups, StreamConfig};
-use tailstream_wire::{GroupId, LogId, ProducerId, SegmentId, StreamId, StreamletId};
+use tailstream_wire::{
+    GroupId, LogId, OwnershipEpoch, ProducerId, SegmentId, StreamId, StreamletId,
+};
 
 /// Streamlet-wide, only-increasing group and segment ids.
 #[derive(Debug, Default)]
@@ -73,12 +75,12 @@ pub enum Admission {
     Serve,
     /// The request named an older epoch: the client must refresh and re-route.
     StaleEpoch {
-        ours: u32,
+        ours: OwnershipEpoch,
     },
     /// The request named a newer epoch than we hold (our assignment is behind, or we are a
     /// zombie): not ours to serve.
     NewerEpoch {
-        ours: u32,
+        ours: OwnershipEpoch,
     },
     /// Rebuilt (or being rebuilt) and not yet handed over.
     Recovering,
@@ -138,7 +140,7 @@ impl Streamlet {
         memory: SegmentMemory,
         producers_per_log_max: usize,
         replication_backlog_bytes_max: u64,
-        epoch: u32,
+        epoch: OwnershipEpoch,
         created_version: u64,
         next_ids: (GroupId, SegmentId),
         logs: &[(LogId, Vec<RecoveredSegment>)],
@@ -153,7 +155,7 @@ impl Streamlet {
             replication_backlog_bytes_max,
         );
         rebuilt.shared.ids = IdAllocator::starting_at(next_ids.0, next_ids.1);
-        rebuilt.epoch = AtomicU32::new(epoch);
+        rebuilt.epoch = AtomicU32::new(epoch.0);
         rebuilt.serving = AtomicBool::new(false);
         rebuilt.created_version = created_version;
         let mut summaries = Vec::new();
@@ -165,8 +167,8 @@ impl Streamlet {
     }
 
     /// Whether a request naming `epoch` may be served.
-    pub fn admit(&self, epoch: u32) -> Admission {
-        let ours = self.epoch.load(Ordering::Acquire);
+    pub fn admit(&self, epoch: OwnershipEpoch) -> Admission {
+        let ours = OwnershipEpoch(self.epoch.load(Ordering::Acquire));
         if epoch < ours {
             Admission::StaleEpoch { ours }
         } else if epoch > ours {
@@ -178,8 +180,8 @@ impl Streamlet {
         }
     }
 
-    pub fn epoch(&self) -> u32 {
-        self.epoch.load(Ordering::Acquire)
+    pub fn epoch(&self) -> OwnershipEpoch {
+        OwnershipEpoch(self.epoch.load(Ordering::Acquire))
     }
 
     pub fn is_serving(&self) -> bool {
@@ -200,8 +202,8 @@ impl Streamlet {
         self.retired.load(Ordering::Acquire)
     }
 
-    pub fn set_ownership(&self, epoch: u32, serving: bool) {
-        self.epoch.store(epoch, Ordering::Release);
+    pub fn set_ownership(&self, epoch: OwnershipEpoch, serving: bool) {
+        self.epoch.store(epoch.0, Ordering::Release);
         self.serving.store(serving, Ordering::Release);
     }
 

@@ -10,8 +10,8 @@ use tailstream_wire::messages::StreamConfig;
 use tailstream_wire::records::{RecordBatchBuilder, RecordIter};
 use tailstream_wire::scan::EntryIter;
 use tailstream_wire::{
-    BatchSequence, Decode, GroupId, LogId, ProducerEpoch, ProducerId, RecordOffset, SegmentId,
-    SegmentPosition, StreamId, StreamletId,
+    BatchSequence, Decode, GroupId, LogId, OwnershipEpoch, ProducerEpoch, ProducerId, RecordOffset,
+    SegmentId, SegmentPosition, StreamId, StreamletId,
 };
 
 fn config(logs: u32, segment_size_bytes: u32, segments_per_group: u32) -> StreamConfig {
@@ -251,7 +251,7 @@ fn a_rebuilt_log_keeps_producer_epochs_and_batch_identities() {
         SegmentMemory::new(1 << 30),
         64,
         64 << 20,
-        2,
+        OwnershipEpoch(2),
         0,
         (GroupId(1000), SegmentId(1000)),
         &[(LogId(0), recovered)],

@@ -215,7 +215,7 @@ async fn describe(cluster: &Client, stream: &StreamMetadata, json: bool) {
     for (placement, state, logs) in &streamlets {
         let short = placement.under_replicated_logs(stream.config.replicas);
         println!(
-            "  streamlet {} owner {} at {} epoch {} {state}{}{}",
+            "  streamlet {} owner {} at {} {} {state}{}{}",
             placement.streamlet.0,
             placement.owner,
             placement.owner_addr,

@@ -27,7 +27,7 @@ pub use recovery::{RecoveryPhase, RecoveryRecord};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use tailstream_wire::messages::{PlacementState, StreamConfig};
-use tailstream_wire::{ServerId, Status, StreamId, StreamletId};
+use tailstream_wire::{OwnershipEpoch, ServerId, Status, StreamId, StreamletId};
 use thiserror::Error;
 
 /// Producer ids are persisted in blocks of this many, so allocating one is not a disk write.
@@ -101,7 +101,7 @@ pub struct Crash {
 pub struct Placement {
     pub owner: ServerId,
     /// Bumped at every change of owner.
-    pub epoch: u32,
+    pub epoch: OwnershipEpoch,
     pub state: PlacementState,
     /// For `Lost`: what is missing; for `Recovering`: from which broker.
     pub detail: String,
@@ -194,7 +194,11 @@ impl Metadata {
                     placement.owner
                 ));
             }
-            if stream.placements.iter().any(|p| p.epoch > u32::MAX / 2) {
+            if stream
+                .placements
+                .iter()
+                .any(|p| p.epoch > OwnershipEpoch(u32::MAX / 2))
+            {
                 return Err(format!("stream {name:?} has an implausible epoch"));
             }
         }

@@ -6,7 +6,7 @@
 use super::{Metadata, MetadataError, RECOVERY_RECORDS_MAX};
 use serde::{Deserialize, Serialize};
 use tailstream_wire::messages::{PlacementState, StreamletAssignment};
-use tailstream_wire::{ServerId, StreamId, StreamletId};
+use tailstream_wire::{OwnershipEpoch, ServerId, StreamId, StreamletId};
 
 /// Where a recovery stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -197,7 +197,7 @@ impl Metadata {
         placement.owner = target;
         placement.epoch = placement
             .epoch
-            .checked_add(1)
+            .next()
             .ok_or(MetadataError::Exhausted("the streamlet's epoch"))?;
         placement.state = PlacementState::Recovering;
         placement.detail = format!("being rebuilt on {target}");
@@ -215,7 +215,7 @@ impl Metadata {
         &mut self,
         stream: StreamId,
         streamlet: StreamletId,
-        epoch: u32,
+        epoch: OwnershipEpoch,
     ) -> Result<bool, MetadataError> {
         let owner = self.placement_mut(stream, streamlet)?.owner;
         let owner_is_member = self.check_server(owner).is_ok();

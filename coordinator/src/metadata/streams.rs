@@ -12,7 +12,7 @@ use tailstream_wire::messages::{
     AssignStreamletsRequest, BrokerInfo, PlacementState, StreamConfig, StreamMetadata,
     StreamletAssignment, StreamletPlacement,
 };
-use tailstream_wire::{ServerId, StreamId, StreamletId};
+use tailstream_wire::{OwnershipEpoch, ServerId, StreamId, StreamletId};
 
 fn validate_name(name: &str) -> Result<(), MetadataError> {
     let ok = !name.is_empty()
@@ -76,7 +76,7 @@ impl Metadata {
         let placements = (0..streamlets as usize)
             .map(|i| Placement {
                 owner: live[(start + i) % live.len()],
-                epoch: 1,
+                epoch: OwnershipEpoch(1),
                 state: PlacementState::Serving,
                 detail: String::new(),
                 log_bounds: BTreeMap::new(),

@@ -28,7 +28,12 @@ fn streamlets_are_placed_round_robin_over_live_brokers() {
         .unwrap()
         .clone();
     assert_eq!(owners(&stream), vec![a, b, c, a, b, c]);
-    assert!(stream.placements.iter().all(|p| p.epoch == 1));
+    assert!(
+        stream
+            .placements
+            .iter()
+            .all(|p| p.epoch == OwnershipEpoch(1))
+    );
     let second = m
         .create_stream("t", 1, config(), &[a, b, c])
         .unwrap()
@@ -140,14 +145,23 @@ fn a_crashed_broker_s_streamlets_are_rebuilt_under_new_epochs_and_serve_again() 
         "not to the crashed one"
     );
     let assignment = m.begin_rebuild(stream, StreamletId(0), b).unwrap();
-    assert_eq!((assignment.epoch, assignment.recovering), (2, true));
+    assert_eq!(
+        (assignment.epoch, assignment.recovering),
+        (OwnershipEpoch(2), true)
+    );
     assert!(m.orphans().is_empty(), "in progress on a member");
     assert_eq!(m.assignments_for(b, Vec::new()).assignments.len(), 2);
     // A rebuild that finishes under an older epoch changes nothing.
-    assert!(!m.finish_rebuild(stream, StreamletId(0), 1).unwrap());
-    assert!(m.finish_rebuild(stream, StreamletId(0), 2).unwrap());
+    assert!(
+        !m.finish_rebuild(stream, StreamletId(0), OwnershipEpoch(1))
+            .unwrap()
+    );
+    assert!(
+        m.finish_rebuild(stream, StreamletId(0), OwnershipEpoch(2))
+            .unwrap()
+    );
     let placement = &m.stream_metadata("s").unwrap().streamlets[0];
-    assert_eq!((placement.owner, placement.epoch), (b, 2));
+    assert_eq!((placement.owner, placement.epoch), (b, OwnershipEpoch(2)));
     assert_eq!(placement.state, PlacementState::Serving);
     assert_eq!(
         m.retired(),
@@ -169,12 +183,18 @@ fn a_rebuild_whose_target_crashed_meanwhile_does_not_serve_and_is_an_orphan_agai
     // The target dies while the rebuild finishes (e.g. while the orchestrator waits out the
     // first crash's lease): it must not be handed a streamlet nobody would recover.
     m.declare_crashed(b).unwrap();
-    assert!(!m.finish_rebuild(stream, StreamletId(0), 2).unwrap());
+    assert!(
+        !m.finish_rebuild(stream, StreamletId(0), OwnershipEpoch(2))
+            .unwrap()
+    );
     let placement = &m.stream_metadata("s").unwrap().streamlets[0];
     assert_eq!(placement.state, PlacementState::Recovering);
     assert!(m.orphans().contains(&moved[0]));
     m.begin_rebuild(stream, StreamletId(0), c).unwrap();
-    assert!(m.finish_rebuild(stream, StreamletId(0), 3).unwrap());
+    assert!(
+        m.finish_rebuild(stream, StreamletId(0), OwnershipEpoch(3))
+            .unwrap()
+    );
 }
 
 #[test]
@@ -203,7 +223,10 @@ fn a_lost_streamlet_is_nobody_s_and_keeps_its_crash_unretired() {
         "nothing is dropped while anything is unsettled"
     );
     m.begin_rebuild(stream, StreamletId(0), b).unwrap();
-    assert!(m.finish_rebuild(stream, StreamletId(0), 2).unwrap());
+    assert!(
+        m.finish_rebuild(stream, StreamletId(0), OwnershipEpoch(2))
+            .unwrap()
+    );
     assert_eq!(m.retired(), vec![a]);
 }
 
@@ -311,7 +334,10 @@ fn a_stream_being_recovered_cannot_be_deleted() {
         m.delete_stream("s"),
         Err(MetadataError::InvalidArgument(_))
     ));
-    assert!(m.finish_rebuild(stream, StreamletId(0), 2).unwrap());
+    assert!(
+        m.finish_rebuild(stream, StreamletId(0), OwnershipEpoch(2))
+            .unwrap()
+    );
     assert_eq!(moved.len(), 1);
     assert!(m.delete_stream("s").is_ok());
 }
@@ -409,10 +435,10 @@ fn transitions_that_move_epochs_back_or_give_one_epoch_two_owners_are_refused() 
             .unwrap_err()
             .contains("two owners")
     );
-    placement(&mut moved).epoch += 1;
+    placement(&mut moved).epoch.0 += 1;
     assert_eq!(check_transition(&m, &moved), Ok(()));
     let mut back = m.clone();
-    placement(&mut back).epoch -= 1;
+    placement(&mut back).epoch.0 -= 1;
     assert!(
         check_transition(&m, &back)
             .unwrap_err()

@@ -403,7 +403,7 @@ impl Orchestrator {
                         stream = %rebuild.request.assignment.stream_name,
                         streamlet = rebuild.key.1.0,
                         new_owner = %rebuild.target,
-                        epoch = rebuild.request.assignment.epoch,
+                        epoch = %rebuild.request.assignment.epoch,
                         "rebuilding a crashed broker's streamlet"
                     );
                 }

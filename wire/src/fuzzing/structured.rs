@@ -338,7 +338,7 @@ pub fn produce(data: &[u8]) {
     let request = ProduceRequest {
         stream: StreamId(source.u64()),
         streamlet: StreamletId(source.u32()),
-        epoch: source.u32(),
+        epoch: crate::ids::OwnershipEpoch(source.u32()),
         batch: Bytes::from(batch_from(&mut source)),
     };
     let mut framed = BytesMut::new();

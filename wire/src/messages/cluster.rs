@@ -4,8 +4,8 @@
 #[cfg(test)]
 use super::small_vec;
 use crate::ids::{
-    LogId, ProducerEpoch, ProducerId, RecordOffset, ReplicaEpoch, SegmentId, ServerId, StreamId,
-    StreamletId,
+    LogId, OwnershipEpoch, ProducerEpoch, ProducerId, RecordOffset, ReplicaEpoch, SegmentId,
+    ServerId, StreamId, StreamletId,
 };
 use crate::wire_message;
 
@@ -106,7 +106,7 @@ wire_message! {
         pub owner: ServerId,
         pub owner_addr: String,
         /// Bumped at every change of owner; requests name it, and a broker refuses others.
-        pub epoch: u32,
+        pub epoch: OwnershipEpoch,
         pub state: PlacementState,
         /// For `Lost`: what is missing; for `Recovering`: from which crashed broker.
         pub detail: String,
@@ -171,7 +171,7 @@ wire_message! {
         pub streamlet: StreamletId,
         pub config: StreamConfig,
         /// The ownership epoch requests must name.
-        pub epoch: u32,
+        pub epoch: OwnershipEpoch,
         /// Being rebuilt from backups (a `RecoverStreamlet` brings what to read): not created
         /// empty, not served until rebuilt.
         pub recovering: bool,

@@ -5,7 +5,8 @@ use super::{small_bytes, small_vec};
 use crate::codec::{Decode, DecodeError, Encode, WireReader};
 use crate::field::WireField;
 use crate::ids::{
-    GroupId, LogId, RecordOffset, SegmentId, SegmentPosition, ServerId, StreamId, StreamletId,
+    GroupId, LogId, OwnershipEpoch, RecordOffset, SegmentId, SegmentPosition, ServerId, StreamId,
+    StreamletId,
 };
 use crate::wire_message;
 use bytes::{Bytes, BytesMut};
@@ -19,7 +20,7 @@ pub struct ProduceRequest {
     pub stream: StreamId,
     pub streamlet: StreamletId,
     /// The ownership epoch the client routed by: a broker holding another epoch refuses.
-    pub epoch: u32,
+    pub epoch: OwnershipEpoch,
     pub batch: Bytes,
 }
 
@@ -31,7 +32,7 @@ impl ProduceRequest {
         let mut out = [0u8; Self::PREFIX_BYTES];
         out[0..8].copy_from_slice(&self.stream.0.to_le_bytes());
         out[8..12].copy_from_slice(&self.streamlet.0.to_le_bytes());
-        out[12..16].copy_from_slice(&self.epoch.to_le_bytes());
+        out[12..16].copy_from_slice(&self.epoch.0.to_le_bytes());
         out
     }
 }
@@ -48,7 +49,7 @@ impl Decode for ProduceRequest {
         Ok(Self {
             stream: StreamId::get(r, "ProduceRequest.stream")?,
             streamlet: StreamletId::get(r, "ProduceRequest.streamlet")?,
-            epoch: u32::get(r, "ProduceRequest.epoch")?,
+            epoch: OwnershipEpoch::get(r, "ProduceRequest.epoch")?,
             batch: r.rest(),
         })
     }
@@ -73,7 +74,7 @@ wire_message! {
         pub stream: StreamId,
         pub streamlet: StreamletId,
         /// The ownership epoch the client routed by.
-        pub epoch: u32,
+        pub epoch: OwnershipEpoch,
         pub log: LogId,
         pub group: GroupId,
         pub segment: SegmentId,
@@ -146,7 +147,7 @@ wire_message! {
         pub stream: StreamId,
         pub streamlet: StreamletId,
         /// The ownership epoch the client routed by.
-        pub epoch: u32,
+        pub epoch: OwnershipEpoch,
         pub log: LogId,
         pub offset: RecordOffset,
     }
@@ -165,7 +166,7 @@ wire_message! {
         pub stream: StreamId,
         pub streamlet: StreamletId,
         /// The ownership epoch the client routed by.
-        pub epoch: u32,
+        pub epoch: OwnershipEpoch,
     }
 }
 

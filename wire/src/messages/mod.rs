@@ -147,7 +147,7 @@ mod tests {
             round_trips(ProduceRequest {
                 stream: StreamId(stream),
                 streamlet: StreamletId(streamlet),
-                epoch,
+                epoch: crate::ids::OwnershipEpoch(epoch),
                 batch: Bytes::from(batch),
             });
         }
