@@ -8,6 +8,8 @@
 //! - [`replica`]: one replica: identity, JSON sidecar, buffer while open.
 //! - [`store`]: every replica held, the pool's bounds, fencing of old primary generations.
 //! - [`ops`]: close (verify + flush), describe (Algorithm 1), read, RPC-mode verified writes.
+//! - [`listing`]: what `ListReplicas` answers, linear in what is held (digests of each log's
+//!   newest segments only).
 //! - [`service`]: the replica RPCs.
 //! - [`nic`]: the tcp backend's one-sided endpoint, which never parses what it places.
 //! - `rdma` (cargo feature `rdma`): the rdma backend's side: one queue pair per primary and
@@ -15,6 +17,7 @@
 //! - [`metrics`]: the names of what the backup records.
 
 pub mod buffer;
+pub mod listing;
 pub mod mapped;
 pub mod metrics;
 pub mod nic;

@@ -166,10 +166,13 @@ impl BackupService {
                     for crashed in &request.fence {
                         store.fence(*crashed);
                     }
-                    let replicas = store.replicas(request.primary);
-                    Ok(ListReplicasResponse {
-                        replicas: replicas.iter().map(|r| ops::describe(r)).collect(),
-                    })
+                    let mut replicas: Vec<_> = store
+                        .replicas(request.primary)
+                        .iter()
+                        .map(|r| ops::describe(r))
+                        .collect();
+                    crate::listing::trim_digests(&mut replicas);
+                    Ok(ListReplicasResponse { replicas })
                 }),
                 Err(e) => malformed(e),
             },

@@ -505,3 +505,42 @@ fn a_stale_copy_of_the_open_segment_is_never_served_as_its_end() {
     );
     assert!(plan.empty_open.is_empty());
 }
+
+/// Backups send the digests of each log's newest segments only (a listing would otherwise be
+/// quadratic in a log's length): older segments with no digest plan exactly as with theirs,
+/// and a newest copy that cannot be used falls back to a spare digest.
+#[test]
+fn a_listing_with_only_the_newest_digests_plans_as_the_full_one() {
+    let config = config(1, false);
+    let named: Vec<(u64, u64)> = (0..8).map(|s| (0, s)).collect();
+    let full = |backup: u32| {
+        listing(
+            backup,
+            (0..8u64)
+                .map(|s| replica(0, 0, s, &named[..=s as usize], 1, Closed, 1000))
+                .collect(),
+        )
+    };
+    let listings = vec![full(1), full(2)];
+    let kept = kept(0, 7);
+    let whole = plan(&target_keeping(&config, &kept), &listings).unwrap();
+    let mut trimmed = listings.clone();
+    for l in &mut trimmed {
+        for info in &mut l.replicas {
+            if info.replica.segment.0 < 4 {
+                info.digest = bytes::Bytes::new();
+            }
+        }
+    }
+    assert_eq!(
+        plan(&target_keeping(&config, &kept), &trimmed),
+        Ok(whole.clone())
+    );
+    // The newest segment's copies are corrupt: the spare digest of segment 6 names segments
+    // 0..=6, and the saved head (7) makes the log lost rather than served without it.
+    for l in &mut trimmed {
+        l.replicas[7].state = ReplicaState::Corrupt;
+    }
+    let error = plan(&target_keeping(&config, &kept), &trimmed).unwrap_err();
+    assert!(error.contains(&SegmentId(7).to_string()), "{error}");
+}
