@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tailstream_storage::StorageError;
-use tailstream_stubs::{BackupApi, RebuildFault};
+use tailstream_stubs::{BackupApi, RebuildFault, StubError};
 use tailstream_wire::messages::{
     ReadReplicaRequest, RecoverStreamletRequest, RecoverStreamletResponse, ReplicaAdoptRequest,
     ReplicaId, SegmentSource, StreamletAssignment,
@@ -66,25 +66,43 @@ impl RecoveryError {
     }
 }
 
-/// One segment's `length` valid bytes, from the first holder that serves them whole.
+/// One segment's `length` valid bytes, from the first holder that serves them whole. When
+/// none does, the error blames the replicas only if every holder answered (refused, or served
+/// too little): a holder that did not answer at all may hold it whole, and the silence may be
+/// this broker's own (cut off from the backups), so then it blames this broker.
 async fn read_segment(
     backups: &dyn BackupApi,
     id: ReplicaId,
     source: &SegmentSource,
-) -> Result<Bytes, String> {
+) -> Result<Bytes, RecoveryError> {
     let mut errors = Vec::new();
+    let mut every_holder_answered = true;
     for holder in &source.holders {
         match read_from(backups, id, source, holder.primary, &holder.peer_addr).await {
             Ok(bytes) => return Ok(bytes),
-            Err(error) => errors.push(format!("{}: {error}", holder.backup)),
+            Err(ReadFailure { why, answered }) => {
+                every_holder_answered &= answered;
+                errors.push(format!("{}: {why}", holder.backup));
+            }
         }
     }
-    Err(format!(
+    let why = format!(
         "{} of {}: no holder served it ({})",
         source.segment,
         id.log,
         errors.join("; ")
-    ))
+    );
+    Err(if every_holder_answered {
+        RecoveryError::Replicas(why)
+    } else {
+        RecoveryError::Target(why)
+    })
+}
+
+/// Why one holder did not serve a segment, and whether it answered at all.
+struct ReadFailure {
+    why: String,
+    answered: bool,
 }
 
 async fn read_from(
@@ -93,7 +111,11 @@ async fn read_from(
     source: &SegmentSource,
     primary: ServerId,
     addr: &str,
-) -> Result<Bytes, String> {
+) -> Result<Bytes, ReadFailure> {
+    let served_too_little = |why: String| ReadFailure {
+        why,
+        answered: true,
+    };
     let length = source.length;
     let mut bytes = BytesMut::with_capacity(length as usize);
     while (bytes.len() as u32) < length {
@@ -107,15 +129,20 @@ async fn read_from(
         let answer = backups
             .read(addr, &request)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|error| ReadFailure {
+                why: error.to_string(),
+                // A refusal is the backup's verdict on its copy; silence or a garbled answer
+                // is none.
+                answered: matches!(error, StubError::Refused { .. }),
+            })?;
         if answer.valid_bytes < length {
-            return Err(format!(
+            return Err(served_too_little(format!(
                 "holds {} valid bytes, {length} are needed",
                 answer.valid_bytes
-            ));
+            )));
         }
         if answer.bytes.is_empty() {
-            return Err("returned no bytes".into());
+            return Err(served_too_little("returned no bytes".into()));
         }
         if bytes.is_empty() && answer.bytes.len() >= length as usize {
             // The whole segment in one answer (the common case): keep its memory as it is.
@@ -266,7 +293,7 @@ impl Recovery {
             })
             .collect();
         let backups = self.backups.clone();
-        let results: Vec<(usize, usize, Result<Bytes, String>)> = stream::iter(jobs)
+        let results: Vec<(usize, usize, Result<Bytes, RecoveryError>)> = stream::iter(jobs)
             .map(|(l, i, id, source)| {
                 let backups = backups.clone();
                 async move { (l, i, read_segment(backups.as_ref(), id, &source).await) }
@@ -281,7 +308,7 @@ impl Recovery {
             .collect();
         for (l, i, result) in results {
             let source = &request.logs[l].segments[i];
-            let bytes = result.map_err(RecoveryError::Replicas)?;
+            let bytes = result?;
             logs[l].1[i] = Some(RecoveredSegment {
                 group: source.group,
                 segment: source.segment,

@@ -153,7 +153,7 @@ async fn holders_that_answer_short_empty_or_refused_are_passed_over_for_a_whole_
 }
 
 #[tokio::test]
-async fn no_whole_copy_blames_the_replicas_and_names_every_holder() {
+async fn no_whole_copy_blames_the_replicas_when_every_holder_answered() {
     let scripted = backups(&[
         (
             "short",
@@ -164,25 +164,17 @@ async fn no_whole_copy_blames_the_replicas_and_names_every_holder() {
         ),
         ("corrupt", Holds::Refuses(Status::ReplicaCorrupt)),
     ]);
-    let error = read_segment(
-        &scripted,
-        id(),
-        &source(16, &["short", "corrupt", "silent"]),
-    )
-    .await
-    .unwrap_err();
-    for named in [
-        "holds 4 valid bytes, 16 are needed",
-        "ReplicaCorrupt",
-        "not scripted",
-    ] {
-        assert!(error.contains(named), "{error}");
+    let error = read_segment(&scripted, id(), &source(16, &["short", "corrupt"]))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, RecoveryError::Replicas(_)), "{error:?}");
+    for named in ["holds 4 valid bytes, 16 are needed", "ReplicaCorrupt"] {
+        assert!(error.to_string().contains(named), "{error}");
     }
-    let blamed = RecoveryError::Replicas(error);
-    assert_eq!(blamed.fault(), RebuildFault::Replicas);
+    assert_eq!(error.fault(), RebuildFault::Replicas);
     // The coordinator reads the fault back from the status the peer listener answers with.
     assert_eq!(
-        RebuildFault::of(&StubError::refused(blamed.status(), blamed.to_string())),
+        RebuildFault::of(&StubError::refused(error.status(), error.to_string())),
         RebuildFault::Replicas
     );
     assert_eq!(
@@ -190,6 +182,23 @@ async fn no_whole_copy_blames_the_replicas_and_names_every_holder() {
             RecoveryError::WrongTarget("x".into()).status(),
             "x"
         )),
+        RebuildFault::Target
+    );
+}
+
+/// A holder that does not answer may hold the segment whole, and the silence may be this
+/// broker's own (cut off from the backups): the failure is this broker's, so the coordinator
+/// moves the rebuild elsewhere instead of ordering it here again and again.
+#[tokio::test]
+async fn a_holder_that_never_answered_blames_this_broker_not_the_replicas() {
+    let scripted = backups(&[("corrupt", Holds::Refuses(Status::ReplicaCorrupt))]);
+    let error = read_segment(&scripted, id(), &source(16, &["corrupt", "silent"]))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, RecoveryError::Target(_)), "{error:?}");
+    assert!(error.to_string().contains("not scripted"), "{error}");
+    assert_eq!(
+        RebuildFault::of(&StubError::refused(error.status(), error.to_string())),
         RebuildFault::Target
     );
 }

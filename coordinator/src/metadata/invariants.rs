@@ -51,7 +51,7 @@ pub fn check_transition(previous: &Metadata, next: &Metadata) -> Result<(), Stri
                 return Err(format!("{streamlet}: ownership epoch went back"));
             }
             if placement.owner != old.owner && placement.epoch == old.epoch {
-                return Err(format!("{streamlet}: two owners at epoch {}", old.epoch));
+                return Err(format!("{streamlet}: two owners at {}", old.epoch));
             }
             for (log, old_kept) in &old.log_bounds {
                 let shrunk = placement

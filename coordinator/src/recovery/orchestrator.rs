@@ -499,17 +499,20 @@ impl Orchestrator {
                     .core
                     .change(move |metadata| metadata.mark_lost(key.0, key.1, detail))
                     .await;
-                self.lost_tried
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&key);
-                // A target that failed is avoided for a while (it may be dying); one that only
-                // found the plan's copies unreadable or was superseded is not.
+                // A target that failed is avoided for a while (it may be dying), and the
+                // streamlet is planned again at once, elsewhere. One that only found the plan's
+                // copies unreadable, or was superseded, is not avoided; the streamlet is planned
+                // again after `LOST_RETRY`, from fresh listings (the same listing would give
+                // the same plan, and each try fences, lists, saves and reads it all again).
+                let mut lost_tried = self.lost_tried.lock().unwrap_or_else(|p| p.into_inner());
                 if blame == Some(RebuildFault::Target) {
+                    lost_tried.remove(&key);
                     self.failed_targets
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .insert(rebuild.target, Instant::now());
+                } else {
+                    lost_tried.insert(key, Instant::now());
                 }
             }
         }

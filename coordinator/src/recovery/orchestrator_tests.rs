@@ -103,13 +103,24 @@ impl BackupApi for ScriptedBackups {
 #[derive(Debug, Default)]
 struct ScriptedBrokers {
     answers: Mutex<Vec<Result<RecoverStreamletResponse, StubError>>>,
-    orders: Mutex<Vec<String>>,
+    orders: Mutex<Vec<(String, Instant)>>,
     assigned: Mutex<Vec<String>>,
 }
 
 impl ScriptedBrokers {
     fn orders(&self) -> Vec<String> {
-        self.orders.lock().unwrap().clone()
+        self.orders
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(a, _)| a.clone())
+            .collect()
+    }
+
+    /// The time between the first two orders.
+    fn retried_after(&self) -> Duration {
+        let orders = self.orders.lock().unwrap();
+        orders[1].1.duration_since(orders[0].1)
     }
 }
 
@@ -125,7 +136,10 @@ impl BrokerPeerApi for ScriptedBrokers {
         addr: &str,
         _: &RecoverStreamletRequest,
     ) -> Result<RecoverStreamletResponse, StubError> {
-        self.orders.lock().unwrap().push(addr.to_string());
+        self.orders
+            .lock()
+            .unwrap()
+            .push((addr.to_string(), Instant::now()));
         let mut answers = self.answers.lock().unwrap();
         if answers.len() > 1 {
             answers.remove(0)
@@ -381,8 +395,9 @@ async fn listings_without_the_saved_head_make_the_streamlet_lost_never_served_sh
 }
 
 /// Orders a rebuild that fails as `failure`, and returns whether its target is still chosen
-/// by the next round (the scripted answers succeed from then on).
-async fn target_still_eligible_after(failure: StubError) -> bool {
+/// by the next round (the scripted answers succeed from then on), and how long after the
+/// first order the second came.
+async fn target_still_eligible_after(failure: StubError) -> (bool, Duration) {
     let scene = scene(0);
     scene
         .backups
@@ -395,7 +410,7 @@ async fn target_still_eligible_after(failure: StubError) -> bool {
     assert_eq!(state, PlacementState::Serving, "{detail}");
     let orders = scene.brokers.orders();
     assert_eq!(orders.len(), 2, "{orders:?}");
-    orders[0] == orders[1]
+    (orders[0] == orders[1], scene.brokers.retried_after())
 }
 
 #[tokio::test]
@@ -403,14 +418,22 @@ async fn a_rebuild_that_blames_the_replicas_leaves_its_target_eligible() {
     let corrupt = StubError::refused(Status::ReplicaCorrupt, "segment 0: no holder served it");
     assert_eq!(RebuildFault::of(&corrupt), RebuildFault::Replicas);
     // Both survivors hold a copy, so placement prefers the same target again (it holds one
-    // itself): only quarantine would move the order elsewhere.
-    assert!(target_still_eligible_after(corrupt).await);
+    // itself): only quarantine would move the order elsewhere. The same listing would give the
+    // same plan, so the next try waits for `LOST_RETRY` (2 s) and fresh listings.
+    let (same_target, retried_after) = target_still_eligible_after(corrupt).await;
+    assert!(same_target);
+    assert!(retried_after >= Duration::from_secs(2), "{retried_after:?}");
 }
 
 #[tokio::test]
 async fn a_rebuild_whose_target_fails_or_goes_silent_moves_to_another_target() {
     let not_durable = StubError::refused(Status::Internal, "no copies in time");
-    assert!(!target_still_eligible_after(not_durable).await);
+    let (same_target, retried_after) = target_still_eligible_after(not_durable).await;
+    assert!(!same_target);
+    assert!(
+        retried_after < Duration::from_secs(2),
+        "at once, elsewhere: {retried_after:?}"
+    );
     let silent = StubError::timed_out("peer-b", 5000);
-    assert!(!target_still_eligible_after(silent).await);
+    assert!(!target_still_eligible_after(silent).await.0);
 }
