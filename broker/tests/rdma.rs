@@ -26,7 +26,9 @@ use tailstream_wire::messages::{
     ReplicaId, ReplicaOpenRequest,
 };
 use tailstream_wire::segment::SegmentImage;
-use tailstream_wire::{GroupId, LogId, Opcode, SegmentId, ServerId, Status, StreamId, StreamletId};
+use tailstream_wire::{
+    GroupId, LogId, Opcode, ReplicaEpoch, SegmentId, ServerId, Status, StreamId, StreamletId,
+};
 
 /// The backup's RPCs and nothing else.
 struct BackupOnly(BackupService);
@@ -138,7 +140,7 @@ async fn rdma_writes_land_in_the_registered_buffer_and_a_wrong_key_is_refused() 
     let open = ReplicaOpenRequest {
         primary,
         replica: replica(),
-        epoch: 1,
+        epoch: ReplicaEpoch(1),
         capacity_bytes: 1 << 16,
         filling: false,
     };
@@ -242,7 +244,7 @@ async fn a_fenced_primary_s_rdma_writes_fail_at_the_nic_and_what_it_wrote_stays_
     let open = ReplicaOpenRequest {
         primary,
         replica: replica(),
-        epoch: 1,
+        epoch: ReplicaEpoch(1),
         capacity_bytes: 1 << 16,
         filling: false,
     };

@@ -24,7 +24,9 @@ use tailstream_wire::messages::{
     BufferDescriptor, Empty, ReplicaCloseRequest, ReplicaId, ReplicaOpenRequest,
 };
 use tailstream_wire::segment::SegmentImage;
-use tailstream_wire::{GroupId, LogId, Opcode, SegmentId, ServerId, StreamId, StreamletId};
+use tailstream_wire::{
+    GroupId, LogId, Opcode, ReplicaEpoch, SegmentId, ServerId, StreamId, StreamletId,
+};
 
 /// Set in the child: serve as the backup instead of testing.
 const BACKUP_CHILD_ENV: &str = "TAILSTREAM_RDMA_BACKUP_CHILD";
@@ -106,7 +108,7 @@ async fn push(
         let open = ReplicaOpenRequest {
             primary,
             replica: replica(segment),
-            epoch: 1,
+            epoch: ReplicaEpoch(1),
             capacity_bytes: SEGMENT_BYTES as u32,
             filling: false,
         };
