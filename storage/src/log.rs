@@ -264,9 +264,18 @@ impl Log {
         let segment_bytes = shared.config.segment_size_bytes as usize;
         let digest_bytes = LogDigest::FIXED_BYTES + 16 * (state.live_segments.len() + 1);
         if append_bytes(digest_bytes) + append_bytes(batch.len()) > segment_bytes {
-            return Err(StorageError::BatchTooLarge {
-                batch_bytes: batch.len(),
-                segment_bytes,
+            // Every segment opens with a digest naming each live segment of its log, so a log
+            // that keeps many small segments leaves less room in each new one. Say which of
+            // the two is too large: the batch, or the log for its segment size.
+            let empty_log_digest_bytes = LogDigest::FIXED_BYTES + 16;
+            if append_bytes(empty_log_digest_bytes) + append_bytes(batch.len()) > segment_bytes {
+                return Err(StorageError::BatchTooLarge {
+                    batch_bytes: batch.len(),
+                    segment_bytes,
+                });
+            }
+            return Err(StorageError::DigestTooLarge {
+                live_segments: state.live_segments.len(),
             });
         }
         let replicated = shared.config.replicas > 0;

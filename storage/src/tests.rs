@@ -438,6 +438,21 @@ fn oversized_batches_and_bad_positions_are_refused() {
 }
 
 #[test]
+fn a_log_whose_digest_leaves_no_room_says_so_rather_than_blaming_the_batch() {
+    // 4 KiB segments, no retention: each new segment's digest names one more live segment,
+    // until a batch that fits an empty log's segment no longer fits beside the digest.
+    let s = streamlet(config(1, 4096, 4), 1 << 30);
+    let value = "d".repeat(1500);
+    let refused = (0..1000u32)
+        .map(|i| append(&s, &batch(1, i, &[&value])))
+        .find_map(Result::err);
+    match refused {
+        Some(StorageError::DigestTooLarge { live_segments }) => assert!(live_segments > 100),
+        other => panic!("expected DigestTooLarge, got {other:?}"),
+    }
+}
+
+#[test]
 fn a_replicated_log_shows_appends_only_once_committed_in_order() {
     let mut cfg = config(1, 4096, 2);
     cfg.replicas = 2;
