@@ -5,7 +5,8 @@
 //! bytes that do not verify), rebuilds each log with every id, position and offset it had (and
 //! its producer table), adopts the closed copies where they are (ownership moves to this broker
 //! under a new epoch), replicates afresh only what lost a copy and the recovered head, and
-//! answers once every segment again has all its copies. The streamlet then waits, not serving,
+//! answers once every segment again has `min_insync_replicas` copies on other brokers (its own
+//! disk never counts: a primary is never its own backup). The streamlet then waits, not serving,
 //! until the coordinator's assignment hands it over.
 
 use crate::cluster::ClusterState;
@@ -24,9 +25,7 @@ use tailstream_wire::messages::{
     ReadReplicaRequest, RecoverStreamletRequest, RecoverStreamletResponse, ReplicaAdoptRequest,
     ReplicaId, SegmentSource, StreamletAssignment,
 };
-use tailstream_wire::{
-    LogId, OwnershipEpoch, ReplicaEpoch, ServerId, Status, StreamId, StreamletId,
-};
+use tailstream_wire::{LogId, OwnershipEpoch, ServerId, Status, StreamId, StreamletId};
 
 /// Why a rebuild failed, by whom it blames: the coordinator plans again on fresh listings when
 /// the replicas failed, and chooses another target when this broker did.
@@ -157,6 +156,8 @@ async fn read_from(
 
 /// Segments read at once during a rebuild.
 const READS_IN_FLIGHT_MAX: usize = 8;
+/// Segments whose copies are being adopted at once (each a small control RPC per holder).
+const ADOPTIONS_IN_FLIGHT_MAX: usize = 64;
 /// Bytes asked for per read (the backup caps it too).
 const READ_BYTES: u32 = 8 << 20;
 
@@ -372,6 +373,7 @@ impl Recovery {
         let floor = Some(request.next_segment);
         let mut adopted_segments = 0u32;
         let mut copied_segments = 0u32;
+        let mut adopted = self.adopt_all(request, me).await.into_iter();
         let mut durable = Vec::new();
         for log in &request.logs {
             let mut recovered = RecoveredReplicas {
@@ -381,11 +383,8 @@ impl Recovery {
             for source in &log.segments {
                 let id = replica_id(assignment, log.log, source);
                 let new_epoch = source.epoch.saturating_next();
-                let adopted = if source.closed {
-                    self.adopt(id, source, me, new_epoch).await
-                } else {
-                    Vec::new()
-                };
+                // `adopt_all` answers one entry per segment, in the order walked here.
+                let adopted = adopted.next().unwrap_or_default();
                 if adopted.len() >= replicas {
                     adopted_segments += 1;
                     recovered.complete.push(ClosedRecord {
@@ -447,41 +446,78 @@ impl Recovery {
         Ok((adopted_segments, copied_segments))
     }
 
-    /// Adopts `source`'s closed copies (not one this broker holds itself: a primary is never
-    /// its own backup); returns the backups that now hold a copy for this broker.
-    async fn adopt(
+    /// Adopts the closed copies of every segment the plan names, many at once (each adoption
+    /// is a rename and a directory sync on its backup, so one at a time a log of thousands of
+    /// small segments took seconds). One entry per segment, in plan order (log by log): the
+    /// backups that now hold that segment for this broker.
+    async fn adopt_all(
         &self,
-        id: ReplicaId,
-        source: &SegmentSource,
+        request: &RecoverStreamletRequest,
         me: ServerId,
-        new_epoch: ReplicaEpoch,
-    ) -> Vec<ServerId> {
-        let adoptions = source
-            .holders
+    ) -> Vec<Vec<ServerId>> {
+        // Owned jobs: the adoptions run concurrently in a stream that must not borrow.
+        let jobs: Vec<(ReplicaId, SegmentSource)> = request
+            .logs
             .iter()
-            .filter(|h| h.backup.index != me.index)
-            .map(|holder| async move {
-                let request = ReplicaAdoptRequest {
-                    from: holder.primary,
-                    new_primary: me,
-                    replica: id,
-                    epoch: source.epoch,
-                    new_epoch,
-                };
-                match self.backups.adopt(&holder.peer_addr, &request).await {
-                    Ok(()) => Some(holder.backup),
-                    Err(error) => {
-                        tracing::warn!(backup = %holder.backup, %error, ?id, "adopting a replica failed; it will be copied instead");
-                        None
-                    }
-                }
-            });
-        futures::future::join_all(adoptions)
-            .await
-            .into_iter()
-            .flatten()
+            .flat_map(|log| {
+                log.segments.iter().map(move |source| {
+                    (
+                        replica_id(&request.assignment, log.log, source),
+                        source.clone(),
+                    )
+                })
+            })
+            .collect();
+        let backups = self.backups.clone();
+        stream::iter(jobs)
+            .map(|(id, source)| {
+                let backups = backups.clone();
+                async move { adopt(backups.as_ref(), id, &source, me).await }
+            })
+            .buffered(ADOPTIONS_IN_FLIGHT_MAX)
             .collect()
+            .await
     }
+}
+
+/// Adopts `source`'s closed copies (not one this broker holds itself: a primary is never its
+/// own backup) under the next epoch; returns the backups that now hold a copy for this broker.
+/// A segment not closed is copied, never adopted.
+async fn adopt(
+    backups: &dyn BackupApi,
+    id: ReplicaId,
+    source: &SegmentSource,
+    me: ServerId,
+) -> Vec<ServerId> {
+    if !source.closed {
+        return Vec::new();
+    }
+    let new_epoch = source.epoch.saturating_next();
+    let adoptions = source
+        .holders
+        .iter()
+        .filter(|h| h.backup.index != me.index)
+        .map(|holder| async move {
+            let request = ReplicaAdoptRequest {
+                from: holder.primary,
+                new_primary: me,
+                replica: id,
+                epoch: source.epoch,
+                new_epoch,
+            };
+            match backups.adopt(&holder.peer_addr, &request).await {
+                Ok(()) => Some(holder.backup),
+                Err(error) => {
+                    tracing::warn!(backup = %holder.backup, %error, ?id, "adopting a replica failed; it will be copied instead");
+                    None
+                }
+            }
+        });
+    futures::future::join_all(adoptions)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! RPCs. Part of the per-log replicator (see `replicator`).
 
 use super::backups::Backups;
-use super::replicator::{Done, Replicator, peer_addr};
+use super::replicator::{Done, Replicator, Tracked, peer_addr};
 use super::segment::Action;
 use super::transport::{TransportError, WriteTarget};
 use crate::metrics as m;
@@ -15,8 +15,47 @@ use tailstream_wire::messages::{
 };
 use tailstream_wire::{SegmentId, ServerId};
 
-/// Closed segments of one log being copied to a new backup at once.
-const REPAIRS_AT_ONCE_MAX: usize = 4;
+/// Closed segments of one log being copied to new backups at once, and their bytes: each
+/// holds a buffer on its backups until it closes, and a recovery may have a whole log's worth
+/// of them. Small segments go many at a time (each close is a round trip and a sync on its
+/// backup), large ones a few (the bytes bound them).
+const REPAIRS_AT_ONCE_MAX: usize = 16;
+const REPAIR_BYTES_AT_ONCE_MAX: u64 = 32 << 20;
+
+/// Which repairs (indices into `repairs`, ascending) are driven this round, most urgent first:
+/// those with a copy under way (they hold buffers), those short of `min_insync` complete
+/// copies (a recovery waits on them before its streamlet may serve), the rest being copied,
+/// and last those complete on fewer than R backups waiting for a broker to come back (so they
+/// never hold up a copy that can be made). Within an order, log order. At least one is driven
+/// whatever its size.
+pub(super) fn repairs_to_drive(repairs: &[Tracked], min_insync: usize) -> Vec<usize> {
+    let urgency = |t: &Tracked| {
+        if t.seg.copy_under_way() {
+            0
+        } else if t.seg.in_sync() < min_insync {
+            1
+        } else if !t.seg.is_closed_short() {
+            2
+        } else {
+            3
+        }
+    };
+    let mut order: Vec<usize> = (0..repairs.len()).collect();
+    order.sort_by_key(|&i| urgency(&repairs[i]));
+    let mut chosen = Vec::new();
+    let mut bytes = 0u64;
+    for i in order {
+        bytes += u64::from(repairs[i].seg.written());
+        if chosen.len() == REPAIRS_AT_ONCE_MAX
+            || (!chosen.is_empty() && bytes > REPAIR_BYTES_AT_ONCE_MAX)
+        {
+            break;
+        }
+        chosen.push(i);
+    }
+    chosen.sort_unstable();
+    chosen
+}
 
 impl Replicator {
     /// Does what every tracked segment's state machine asks for. Actions are collected first
@@ -31,16 +70,13 @@ impl Replicator {
         };
         let membership = self.membership.borrow().clone();
         let mut actions = Vec::new();
-        // Repairs (closed segments copied again) go a few at a time: each holds a buffer on
-        // its backups until it closes, and a recovery may have a whole log's worth of them.
-        // Those being copied come first; segments complete on fewer than R backups (waiting
-        // for a broker to come back) only look for one with what is left of the allowance,
-        // so they never hold up a copy that can be made (a recovered head's, say).
-        let (copying, short): (Vec<&mut _>, Vec<&mut _>) = self
+        let chosen = repairs_to_drive(&self.repairs, self.min_insync);
+        let repairs = self
             .repairs
             .iter_mut()
-            .partition(|t: &&mut super::replicator::Tracked| !t.seg.is_closed_short());
-        let repairs = copying.into_iter().chain(short).take(REPAIRS_AT_ONCE_MAX);
+            .enumerate()
+            .filter(|(i, _)| chosen.binary_search(i).is_ok())
+            .map(|(_, t)| t);
         for tracked in self.active.iter_mut().chain(repairs) {
             let segment = tracked.seg.id.segment;
             actions.extend(
@@ -288,5 +324,72 @@ impl Replicator {
                 self.ops.push(Box::pin(std::future::ready(done)));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replication::segment::ReplicatedSegment;
+    use tailstream_wire::messages::ReplicaId;
+    use tailstream_wire::{GroupId, LogId, ReplicaEpoch, StreamId, StreamletId};
+
+    /// A recovered closed segment of `length` bytes with complete copies on `holders`, to be
+    /// brought to R = 2 copies (min_insync 1).
+    fn repair(segment: u64, length: u32, holders: &[u32]) -> Tracked {
+        let id = ReplicaId {
+            stream: StreamId(1),
+            streamlet: StreamletId(0),
+            log: LogId(0),
+            group: GroupId(segment / 2),
+            segment: SegmentId(segment),
+        };
+        let holders: Vec<ServerId> = holders.iter().map(|i| ServerId::new(*i, 1)).collect();
+        Tracked::new(
+            ReplicatedSegment::recovered(id, length, ReplicaEpoch(2), &holders, 2)
+                .with_min_insync(1),
+        )
+    }
+
+    #[test]
+    fn small_repairs_go_many_at_once_and_those_short_of_min_insync_first() {
+        // Even segments already have one copy; odd ones have none (the recovery waits on them).
+        let repairs: Vec<Tracked> = (0..40)
+            .map(|s| repair(s, 64 << 10, if s % 2 == 0 { &[7] } else { &[] }))
+            .collect();
+        let chosen = repairs_to_drive(&repairs, 1);
+        assert_eq!(chosen.len(), REPAIRS_AT_ONCE_MAX);
+        assert!(chosen.iter().all(|i| i % 2 == 1), "{chosen:?}");
+        assert_eq!(chosen[0], 1, "in log order within an urgency");
+    }
+
+    #[test]
+    fn large_repairs_are_bounded_by_bytes_but_one_always_goes() {
+        let repairs: Vec<Tracked> = (0..10).map(|s| repair(s, 8 << 20, &[])).collect();
+        assert_eq!(repairs_to_drive(&repairs, 1), vec![0, 1, 2, 3]);
+        let huge = vec![repair(0, 64 << 20, &[]), repair(1, 64 << 20, &[])];
+        assert_eq!(repairs_to_drive(&huge, 1), vec![0]);
+        assert!(repairs_to_drive(&[], 1).is_empty());
+    }
+
+    #[test]
+    fn a_copy_under_way_keeps_its_turn_over_more_urgent_ones() {
+        let mut repairs: Vec<Tracked> = (0..30).map(|s| repair(s, 64 << 10, &[])).collect();
+        // The last segment, now with one copy and its second being opened: it holds a buffer.
+        repairs[29] = repair(29, 64 << 10, &[7]);
+        let slot = repairs[29]
+            .seg
+            .next_actions(4)
+            .into_iter()
+            .find_map(|a| match a {
+                Action::NeedBackup { slot, .. } => Some(slot),
+                _ => None,
+            })
+            .expect("a second copy to make");
+        assert!(repairs[29].seg.assign(slot, ServerId::new(8, 1)).is_some());
+        assert!(repairs[29].seg.copy_under_way());
+        let chosen = repairs_to_drive(&repairs, 1);
+        assert_eq!(chosen.len(), REPAIRS_AT_ONCE_MAX);
+        assert!(chosen.contains(&29), "{chosen:?}");
     }
 }

@@ -174,6 +174,17 @@ impl ReplicatedSegment {
         self.slots.iter().filter(|s| s.is_in_sync()).count()
     }
 
+    /// Whether a copy is being made (some replica is being opened, written or closed): it
+    /// holds a buffer on its backup until it closes.
+    pub fn copy_under_way(&self) -> bool {
+        self.slots.iter().any(|s| {
+            matches!(
+                s.state,
+                SlotState::Opening | SlotState::Open | SlotState::Closing
+            )
+        })
+    }
+
     /// Whether the commit can move at all: enough slots have (or can get) a backup.
     pub fn can_reach_min_insync(&self) -> bool {
         self.slots.iter().filter(|s| !s.is_excused()).count() >= self.min_insync
