@@ -23,7 +23,7 @@
 use crate::backup::BackupStore;
 use crate::lease::{BootInstant, Lease};
 use crate::log_bounds::LogBoundsBook;
-use crate::replication::placements::{LogKey, ReplicaPlacements};
+use crate::replication::placements::{LogKey, Publisher, ReplicaPlacements};
 use crate::storage::{Store, Streamlet};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -45,8 +45,10 @@ struct Membership {
     reported_heads: HashMap<(StreamId, StreamletId, LogId), SegmentId>,
     /// Committed ends the coordinator has acknowledged.
     reported_ends: HashMap<(StreamId, StreamletId, LogId), RecordOffset>,
-    /// Replica sets the coordinator has acknowledged.
-    reported_replication: HashMap<LogKey, LogReplicaSet>,
+    /// Replica sets the coordinator has acknowledged, and which replicator published each: a
+    /// log replicated here again (after another broker owned it, say) is reported afresh even
+    /// when its set looks the same, since the coordinator holds the other broker's meanwhile.
+    reported_replication: HashMap<LogKey, (Publisher, LogReplicaSet)>,
     /// Retired generations whose replicas this backup already dropped.
     dropped: std::collections::HashSet<ServerId>,
     /// Deleted streams whose replicas this backup already dropped (those the coordinator still
@@ -370,27 +372,38 @@ impl ClusterState {
         }
     }
 
-    /// Replica sets of owned logs that changed since the coordinator last acknowledged them.
-    fn changed_replication(&self) -> Vec<LogReplication> {
-        let reported = self.lock().reported_replication.clone();
+    /// Replica sets of owned logs that changed since the coordinator last acknowledged them
+    /// (or were published by another replicator since).
+    fn changed_replication(&self) -> Vec<(Publisher, LogReplication)> {
+        let membership = self.lock();
+        let reported = &membership.reported_replication;
         self.placements
             .health()
             .into_iter()
-            .filter(|(key, set)| reported.get(key) != Some(set))
-            .map(|((stream, streamlet, _), replicas)| LogReplication {
-                stream,
-                streamlet,
-                replicas,
+            .filter(|(key, by, set)| {
+                reported
+                    .get(key)
+                    .is_none_or(|(was_by, was)| was_by != by || was != set)
+            })
+            .map(|((stream, streamlet, _), by, replicas)| {
+                (
+                    by,
+                    LogReplication {
+                        stream,
+                        streamlet,
+                        replicas,
+                    },
+                )
             })
             .collect()
     }
 
-    fn replication_acknowledged(&self, sets: &[LogReplication]) {
+    fn replication_acknowledged(&self, sets: Vec<(Publisher, LogReplication)>) {
         let mut membership = self.lock();
-        for set in sets {
+        for (by, set) in sets {
             membership.reported_replication.insert(
                 (set.stream, set.streamlet, set.replicas.log),
-                set.replicas.clone(),
+                (by, set.replicas),
             );
         }
     }
@@ -568,13 +581,14 @@ async fn membership_session(
             return "lost registration".into();
         };
         let heads = cluster.changed_heads();
+        let replication = cluster.changed_replication();
         let request = BrokerHeartbeatRequest {
             server_id,
             known_version: cluster.assignment_version(),
             heads,
             segment_memory_free_bytes: cluster.segment_memory_free_bytes(),
             log_ends: cluster.changed_ends(),
-            replication: cluster.changed_replication(),
+            replication: replication.iter().map(|(_, set)| set.clone()).collect(),
         };
         let sent_at = BootInstant::now();
         match client.heartbeat(&request).await {
@@ -582,7 +596,7 @@ async fn membership_session(
                 cluster.lease.renew(sent_at);
                 cluster.heads_acknowledged(&request.heads);
                 cluster.ends_acknowledged(&request.log_ends);
-                cluster.replication_acknowledged(&request.replication);
+                cluster.replication_acknowledged(replication);
                 cluster.update_brokers(response.brokers, &response.retired);
                 cluster.drop_deleted_streams(&response.deleted_streams);
                 if let Some(assignments) = response.assignments

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use tailstream_net::Response;
 use tailstream_stubs::BrokerPeerApi;
 use tailstream_wire::messages::{
-    AssignStreamletsRequest, BrokerInfo, LogReplicaSet, PlacementState, StreamMetadata,
+    AssignStreamletsRequest, BrokerInfo, LogEnd, LogHead, LogReplicaSet, LogReplication,
+    PlacementState, StreamMetadata,
 };
 use tailstream_wire::{LogId, RecordOffset, SegmentId, ServerId, Status, StreamId, StreamletId};
 
@@ -113,6 +114,47 @@ impl State {
                     .count()
             })
             .sum()
+    }
+
+    /// Takes what a broker's heartbeat reports of its logs: heads, committed ends, replica
+    /// sets. Only a streamlet's current owner speaks for its logs. Another broker may still
+    /// hold a rebuild of it for a while (a target whose order a restarted coordinator planned
+    /// again elsewhere): its reports would overwrite the owner's, and the owner re-sends only
+    /// what changes, so an idle log would show the stale broker's report, or none, for good.
+    pub fn take_reports(
+        &mut self,
+        reporter: ServerId,
+        heads: &[LogHead],
+        ends: &[LogEnd],
+        replication: Vec<LogReplication>,
+    ) {
+        for head in heads {
+            if self.is_owner(reporter, head.stream, head.streamlet) {
+                self.heads
+                    .insert((head.stream, head.streamlet, head.log), head.segment);
+            }
+        }
+        for end in ends {
+            if self.is_owner(reporter, end.stream, end.streamlet) {
+                self.log_ends
+                    .insert((end.stream, end.streamlet, end.log), end.committed_offset);
+            }
+        }
+        for set in replication {
+            if self.is_owner(reporter, set.stream, set.streamlet) {
+                let key = (set.stream, set.streamlet, set.replicas.log);
+                self.replication.insert(key, (reporter, set.replicas));
+            }
+        }
+    }
+
+    /// Whether `server` is the current owner (serving, or the target of its rebuild) of one
+    /// streamlet: only it reports that streamlet's logs.
+    pub fn is_owner(&self, server: ServerId, stream: StreamId, streamlet: StreamletId) -> bool {
+        self.metadata
+            .stream_by_id(stream)
+            .and_then(|s| s.placements.get(streamlet.0 as usize))
+            .is_some_and(|p| p.owner == server)
     }
 
     /// The reported heads of one streamlet's logs.
@@ -276,6 +318,7 @@ pub fn unix_ms() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tailstream_wire::messages::StreamConfig;
 
     /// Issue 21, finding 3: a broker back at its address made the coordinator forget when it
     /// last heard the old incarnation, so recovery waited out no lease at all for it.
@@ -307,5 +350,73 @@ mod tests {
         assert_eq!(back.declared, Some(old));
         state.broker_registered(back.server_id, last_heartbeat + Duration::from_secs(1));
         assert_eq!(state.leases_end(lease), Some(last_heartbeat + lease));
+    }
+
+    /// A chaos run (coordinator killed mid-recovery) left an idle log with no replica set for
+    /// good: the broker whose rebuild order the restarted coordinator planned again elsewhere
+    /// reported the log after its owner did, and the owner, seeing no change, never re-sent.
+    #[test]
+    fn only_the_owner_of_a_streamlet_reports_its_logs() {
+        let mut state = State {
+            metadata: Metadata::default(),
+            liveness: Liveness::new(Duration::from_secs(3)),
+            heads: HashMap::new(),
+            memory_free_bytes: HashMap::new(),
+            log_ends: HashMap::new(),
+            replication: HashMap::new(),
+        };
+        let brokers: Vec<ServerId> = (0..2)
+            .map(|i| {
+                let addr = format!("b{i}:1");
+                state
+                    .metadata
+                    .register_broker(&addr, &addr, &addr, "")
+                    .unwrap()
+                    .server_id
+            })
+            .collect();
+        let config = StreamConfig {
+            logs_per_streamlet: 1,
+            replicas: 1,
+            segment_size_bytes: 1 << 20,
+            segments_per_group: 4,
+            retention_bytes: 0,
+            retention_ms: 0,
+            min_insync_replicas: 0,
+        };
+        let stream = state
+            .metadata
+            .create_stream("s", 1, config, &brokers)
+            .unwrap();
+        let (id, owner) = (stream.id, stream.placements[0].owner);
+        let other = *brokers.iter().find(|b| **b != owner).unwrap();
+        let report = |in_sync_replicas, log_segment| {
+            (
+                vec![LogHead {
+                    stream: id,
+                    streamlet: StreamletId(0),
+                    log: LogId(0),
+                    segment: SegmentId(log_segment),
+                }],
+                vec![LogReplication {
+                    stream: id,
+                    streamlet: StreamletId(0),
+                    replicas: LogReplicaSet {
+                        log: LogId(0),
+                        backups: Vec::new(),
+                        in_sync: Vec::new(),
+                        in_sync_replicas,
+                    },
+                }],
+            )
+        };
+        let (heads, sets) = report(1, 9);
+        state.take_reports(owner, &heads, &[], sets);
+        let (heads, sets) = report(0, 2);
+        state.take_reports(other, &heads, &[], sets);
+        let key = (id, StreamletId(0), LogId(0));
+        assert_eq!(state.heads.get(&key), Some(&SegmentId(9)));
+        let (reporter, set) = state.replication.get(&key).expect("the owner's report");
+        assert_eq!((*reporter, set.in_sync_replicas), (owner, 1));
     }
 }

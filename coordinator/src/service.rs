@@ -187,22 +187,12 @@ impl CoordinatorService {
         state
             .memory_free_bytes
             .insert(request.server_id, request.segment_memory_free_bytes);
-        for head in &request.heads {
-            state
-                .heads
-                .insert((head.stream, head.streamlet, head.log), head.segment);
-        }
-        for end in &request.log_ends {
-            state
-                .log_ends
-                .insert((end.stream, end.streamlet, end.log), end.committed_offset);
-        }
-        for set in request.replication {
-            let key = (set.stream, set.streamlet, set.replicas.log);
-            state
-                .replication
-                .insert(key, (request.server_id, set.replicas));
-        }
+        state.take_reports(
+            request.server_id,
+            &request.heads,
+            &request.log_ends,
+            request.replication,
+        );
         let assignments = (request.known_version < state.metadata.version)
             .then(|| state.assignments_for(request.server_id));
         let brokers = state.broker_infos();

@@ -12,8 +12,20 @@ use tailstream_wire::{LogId, StreamId, StreamletId};
 
 pub type LogKey = (StreamId, StreamletId, LogId);
 
+/// Which replicator published a log's entry. A broker may replicate the same log twice in a
+/// row (a streamlet rebuilt again here replaces the first rebuild): the one that stops must
+/// not remove what its successor published, or an idle log would be reported by nobody.
+pub type Publisher = u64;
+
+/// A publisher id never used before in this process.
+pub fn new_publisher() -> Publisher {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 #[derive(Debug, Default)]
 struct Published {
+    by: Publisher,
     segments: Vec<SegmentReplicas>,
     /// With the stream's R and min_insync_replicas, for the gauges.
     health: Option<(LogReplicaSet, u32, u32)>,
@@ -27,20 +39,45 @@ pub struct ReplicaPlacements {
 
 impl ReplicaPlacements {
     /// Replaces one log's list.
-    pub fn publish(&self, log: LogKey, segments: Vec<SegmentReplicas>) {
-        self.lock().entry(log).or_default().segments = segments;
+    pub fn publish(&self, log: LogKey, by: Publisher, segments: Vec<SegmentReplicas>) {
+        Self::entry(&mut self.lock(), log, by).segments = segments;
     }
 
     /// Replaces one log's replica set (R and min_insync_replicas are its stream's).
-    pub fn publish_health(&self, log: LogKey, set: LogReplicaSet, replicas: u32, min_insync: u32) {
-        self.lock().entry(log).or_default().health = Some((set, replicas, min_insync));
+    pub fn publish_health(
+        &self,
+        log: LogKey,
+        by: Publisher,
+        set: LogReplicaSet,
+        replicas: u32,
+        min_insync: u32,
+    ) {
+        Self::entry(&mut self.lock(), log, by).health = Some((set, replicas, min_insync));
         self.export_gauges();
     }
 
-    /// Forgets a log that is no longer replicated here.
-    pub fn remove(&self, log: LogKey) {
-        self.lock().remove(&log);
+    /// Forgets a log that `by` no longer replicates here (unless another publisher took it
+    /// over meanwhile).
+    pub fn remove(&self, log: LogKey, by: Publisher) {
+        {
+            let mut logs = self.lock();
+            if logs.get(&log).is_some_and(|p| p.by == by) {
+                logs.remove(&log);
+            }
+        }
         self.export_gauges();
+    }
+
+    /// `log`'s entry for `by`: a new publisher starts from nothing.
+    fn entry(logs: &mut HashMap<LogKey, Published>, log: LogKey, by: Publisher) -> &mut Published {
+        let entry = logs.entry(log).or_default();
+        if entry.by != by {
+            *entry = Published {
+                by,
+                ..Published::default()
+            };
+        }
+        entry
     }
 
     /// One log's list (empty if it has none).
@@ -51,11 +88,11 @@ impl ReplicaPlacements {
             .unwrap_or_default()
     }
 
-    /// Every log's replica set, as last published.
-    pub fn health(&self) -> Vec<(LogKey, LogReplicaSet)> {
+    /// Every log's replica set, as last published, and by whom.
+    pub fn health(&self) -> Vec<(LogKey, Publisher, LogReplicaSet)> {
         self.lock()
             .iter()
-            .filter_map(|(key, p)| p.health.as_ref().map(|(set, ..)| (*key, set.clone())))
+            .filter_map(|(key, p)| p.health.as_ref().map(|(set, ..)| (*key, p.by, set.clone())))
             .collect()
     }
 
@@ -98,12 +135,35 @@ mod tests {
                 },
             ],
         }];
-        placements.publish(key, first.clone());
+        let by = new_publisher();
+        placements.publish(key, by, first.clone());
         assert_eq!(placements.of(key), first);
-        placements.publish(key, Vec::new());
+        placements.publish(key, by, Vec::new());
         assert!(placements.of(key).is_empty());
-        placements.publish(key, first);
-        placements.remove(key);
+        placements.publish(key, by, first);
+        placements.remove(key, by);
         assert!(placements.of(key).is_empty());
+    }
+
+    /// A chaos run: a streamlet rebuilt here again replaced the first rebuild, whose
+    /// replicators, stopping after the new ones had published, removed their entries; the
+    /// idle log then had no replica set to report, and the coordinator showed it short.
+    #[test]
+    fn a_stopping_replicator_leaves_its_successors_entry() {
+        let placements = ReplicaPlacements::default();
+        let key = (StreamId(1), StreamletId(0), LogId(0));
+        let (first, second) = (new_publisher(), new_publisher());
+        let set = LogReplicaSet {
+            log: LogId(0),
+            backups: Vec::new(),
+            in_sync: Vec::new(),
+            in_sync_replicas: 2,
+        };
+        placements.publish_health(key, first, set.clone(), 2, 1);
+        placements.publish_health(key, second, set.clone(), 2, 1);
+        placements.remove(key, first);
+        assert_eq!(placements.health(), vec![(key, second, set)]);
+        placements.remove(key, second);
+        assert!(placements.health().is_empty());
     }
 }

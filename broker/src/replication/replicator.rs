@@ -145,6 +145,8 @@ pub(super) struct Replicator {
     /// in a tight loop when the selector has no other to choose. Other backups are not held
     /// up.
     pub(super) open_backoff: std::collections::HashMap<ServerId, (Instant, Duration)>,
+    /// This replicator's entries in the placements (see `placements::Publisher`).
+    pub(super) publisher: super::placements::Publisher,
 }
 
 /// Replicates one log of `streamlet` until the streamlet is no longer owned here.
@@ -195,6 +197,7 @@ pub fn spawn_recovered(
         health: None,
         durable: None,
         open_backoff: std::collections::HashMap::new(),
+        publisher: super::placements::new_publisher(),
     };
     tokio::spawn(replicator.run());
     in_sync_rx
@@ -226,10 +229,10 @@ impl Replicator {
     }
 
     async fn run(self) {
-        let (ctx, key) = (self.ctx.clone(), self.log_key());
+        let (ctx, key, by) = (self.ctx.clone(), self.log_key(), self.publisher);
         self.run_rounds().await;
         // A log no longer replicated here has no placement to show.
-        ctx.placements.remove(key);
+        ctx.placements.remove(key, by);
     }
 
     async fn run_rounds(mut self) {
@@ -350,6 +353,7 @@ impl Replicator {
         self.health = Some(set.clone());
         self.ctx.placements.publish_health(
             self.log_key(),
+            self.publisher,
             set,
             self.replicas as u32,
             self.min_insync as u32,
@@ -384,7 +388,9 @@ impl Replicator {
             })
             .collect();
         let key = self.log_key();
-        self.ctx.placements.publish(key, self.published.clone());
+        self.ctx
+            .placements
+            .publish(key, self.publisher, self.published.clone());
     }
 
     /// Tracks the log's new segments (and the reserved next one) and their written bytes.
