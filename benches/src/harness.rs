@@ -246,6 +246,58 @@ pub async fn wait_until_serving(
     }
 }
 
+/// Waits (at most `timeout`) until every streamlet of `stream` serves with every log back to
+/// R complete copies, as the owners report them. A streamlet serves again as soon as its
+/// segments have `min_insync_replicas` copies; with R = 2 that is one, so a second failure
+/// before the rest are copied can lose acknowledged records (as in Kafka, R copies survive
+/// R - 1 failures at a time). Fault loops wait for this between faults.
+pub async fn wait_until_replicated(
+    cluster: &CoordinatorClient,
+    stream: &str,
+    poll: Duration,
+    timeout: Duration,
+) -> Result<(), String> {
+    let started = Instant::now();
+    loop {
+        if let Ok(metadata) = cluster.refresh_stream(stream).await {
+            let replicas = metadata.config.replicas;
+            let logs = metadata.config.logs_per_streamlet as usize;
+            let short: Vec<String> = metadata
+                .streamlets
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| {
+                    replicas > 0
+                        && (p.state != PlacementState::Serving
+                            || p.replication.len() < logs
+                            || p.under_replicated_logs(replicas) > 0)
+                })
+                .map(|(i, p)| {
+                    let fewest = p.replication.iter().map(|r| r.in_sync_replicas).min();
+                    format!(
+                        "streamlet-{i} {:?} on {}: {} of {logs} logs reported, fewest copies {fewest:?}",
+                        p.state,
+                        p.owner,
+                        p.replication.len()
+                    )
+                })
+                .collect();
+            if short.is_empty() {
+                return Ok(());
+            }
+            if started.elapsed() > timeout {
+                return Err(format!(
+                    "not back to R copies after {timeout:?}: {}",
+                    short.join("; ")
+                ));
+            }
+        } else if started.elapsed() > timeout {
+            return Err(format!("the coordinator did not answer for {timeout:?}"));
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
+
 /// The server id the coordinator knows for the live broker at `rpc_addr`.
 pub async fn server_at(cluster: &CoordinatorClient, rpc_addr: &str) -> Result<ServerId, String> {
     let brokers = cluster.list_brokers().await.map_err(|e| e.to_string())?;

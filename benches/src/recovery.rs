@@ -42,6 +42,13 @@ pub struct RecoveryBenchArgs {
     /// Kill the owner this many times (each new owner in turn), restarting each victim.
     #[arg(long, default_value_t = 1)]
     pub runs: u32,
+    /// Segment size in bytes (small segments: many of them to adopt and copy).
+    #[arg(long)]
+    pub segment_bytes: Option<u32>,
+    /// Also kill this many other brokers with the owner (segments they held as backups must
+    /// be copied before the streamlet serves again). Needs --brokers >= R + 2 + this.
+    #[arg(long, default_value_t = 0)]
+    pub also_kill: u32,
     /// Skip reading everything back at the end.
     #[arg(long)]
     pub no_verify: bool,
@@ -63,6 +70,9 @@ pub struct RunReport {
     pub recovery_ms: Option<u64>,
     /// From the kill to the metadata saying "serving" again.
     pub kill_to_serving_ms: u64,
+    /// From the kill to every log having R complete copies again (the victims restarted
+    /// meanwhile, so this includes their restart).
+    pub kill_to_replicated_ms: u64,
     pub bytes: u64,
     pub segments_adopted: u64,
     pub segments_copied: u64,
@@ -115,7 +125,7 @@ fn print_table(report: &RecoveryBenchReport) {
         report.fill_records_per_sec
     );
     println!(
-        "{:>3} {:>9} {:>9} {:>9} {:>12} {:>11} {:>12} {:>13} {:>12} {:>8} {:>7} {:>6}",
+        "{:>3} {:>9} {:>9} {:>9} {:>12} {:>11} {:>12} {:>13} {:>15} {:>8} {:>8} {:>7}",
         "run",
         "detect_ms",
         "locate_ms",
@@ -124,14 +134,14 @@ fn print_table(report: &RecoveryBenchReport) {
         "lease_wait",
         "recovery_ms",
         "kill_to_serve",
+        "kill_to_R_copies",
         "MiB",
         "adopted",
         "copied",
-        ""
     );
     for run in &report.runs {
         println!(
-            "{:>3} {:>9} {:>9} {:>9} {:>12} {:>11} {:>12} {:>13} {:>12.1} {:>8} {:>7}",
+            "{:>3} {:>9} {:>9} {:>9} {:>12} {:>11} {:>12} {:>13} {:>15} {:>8.1} {:>8} {:>7}",
             run.run,
             run.detect_ms,
             ms(run.locate_ms),
@@ -140,6 +150,7 @@ fn print_table(report: &RecoveryBenchReport) {
             ms(run.lease_wait_ms),
             ms(run.recovery_ms),
             run.kill_to_serving_ms,
+            run.kill_to_replicated_ms,
             run.bytes as f64 / f64::from(1u32 << 20),
             run.segments_adopted,
             run.segments_copied,
@@ -164,9 +175,9 @@ pub async fn measure(
     if args.records == 0 || args.producers == 0 || args.runs == 0 {
         return Err("--records, --producers and --runs must be positive".into());
     }
-    let brokers = args.brokers.unwrap_or(args.replicas + 2);
-    if brokers < args.replicas + 2 {
-        return Err("--brokers must be at least --replicas + 2".into());
+    let brokers = args.brokers.unwrap_or(args.replicas + 2 + args.also_kill);
+    if brokers < args.replicas + 2 + args.also_kill {
+        return Err("--brokers must be at least --replicas + 2 + --also-kill".into());
     }
     // Room for the streamlet twice over on one broker (a new owner may already hold other
     // data), whatever N.
@@ -202,6 +213,9 @@ async fn fill_and_kill(
     let mut stream = config.stream_defaults.clone();
     stream.replicas = args.replicas;
     stream.logs_per_streamlet = args.logs;
+    if let Some(bytes) = args.segment_bytes {
+        stream.segment_size_bytes = bytes;
+    }
     let name = "recovery";
     cluster
         .create_stream(name, 1, stream)
@@ -212,7 +226,7 @@ async fn fill_and_kill(
     let fill_records_per_sec = args.records as f64 / fill_started.elapsed().as_secs_f64();
     let mut runs = Vec::new();
     for run in 0..args.runs {
-        runs.push(kill_owner_once(&cluster, local, run, brokers).await?);
+        runs.push(kill_owner_once(&cluster, local, run, brokers, args.also_kill).await?);
     }
     let read_back = if args.no_verify {
         None
@@ -231,25 +245,42 @@ async fn fill_and_kill(
     })
 }
 
-/// Kills the streamlet's owner, waits for it to serve elsewhere, restarts the victim.
+/// Kills the streamlet's owner (and `also_kill` brokers after it), waits for the streamlet
+/// to serve elsewhere, restarts the victims.
 async fn kill_owner_once(
     cluster: &tailstream_client::CoordinatorClient,
     local: &mut tailstream_launcher::LocalCluster,
     run: u32,
     brokers: u32,
+    also_kill: u32,
 ) -> Result<RunReport, String> {
     let owner = harness::owner_of(cluster, local, "recovery", 0).await?;
+    let victims: Vec<usize> = (0..brokers as usize)
+        .cycle()
+        .skip(owner)
+        .take(1 + also_kill as usize)
+        .collect();
     let owner_addr = local
         .broker(owner)
         .map(|b| b.rpc_addr.to_string())
         .ok_or("owner not running")?;
     let victim = harness::server_at(cluster, &owner_addr).await?;
+    let mut gone = vec![victim];
+    for other in &victims[1..] {
+        let addr = local
+            .broker(*other)
+            .map(|b| b.rpc_addr.to_string())
+            .ok_or("broker not running")?;
+        gone.push(harness::server_at(cluster, &addr).await?);
+    }
     let killed_at_ms = harness::unix_ms();
-    local.signal_broker(owner, "KILL")?;
+    for index in &victims {
+        local.signal_broker(*index, "KILL")?;
+    }
     harness::wait_until_serving(
         cluster,
         "recovery",
-        &[victim],
+        &gone,
         Duration::from_millis(2),
         Duration::from_secs(300),
     )
@@ -259,8 +290,20 @@ async fn kill_owner_once(
     if !record.lost.is_empty() {
         return Err(format!("recovery lost data: {:?}", record.lost));
     }
-    local.restart_broker(owner).await?;
+    for index in victims {
+        local.restart_broker(index).await?;
+    }
     harness::wait_for_brokers(cluster, brokers).await?;
+    // The next kill waits for every segment to have R copies again (see
+    // `wait_until_replicated`); the time it took is this run's `replicated_ms`.
+    harness::wait_until_replicated(
+        cluster,
+        "recovery",
+        Duration::from_millis(10),
+        Duration::from_secs(300),
+    )
+    .await?;
+    let kill_to_replicated_ms = harness::unix_ms().saturating_sub(killed_at_ms);
     Ok(RunReport {
         run,
         detect_ms: record.declared_at_ms.saturating_sub(killed_at_ms),
@@ -270,6 +313,7 @@ async fn kill_owner_once(
         lease_wait_ms: record.lease_wait_ms,
         recovery_ms: record.total_ms,
         kill_to_serving_ms,
+        kill_to_replicated_ms,
         bytes: record.bytes,
         segments_adopted: record.segments_adopted,
         segments_copied: record.segments_copied,

@@ -52,6 +52,12 @@ pub struct ChaosBenchArgs {
     /// Each producer's sending rate.
     #[arg(long, default_value_t = 2000)]
     pub records_per_second: u64,
+    /// Retention per streamlet (0: keep everything). Without it a long run outgrows what a
+    /// broker holds: every segment opens with a digest naming each live segment of its log,
+    /// so with the run's 64 KiB segments a log stops taking batches near 130 MB, and each
+    /// broker's segment memory fills too. Retention also puts recoveries beside freed groups.
+    #[arg(long, default_value_t = 32 << 20)]
+    pub retention_bytes: u64,
     /// The faults to draw from.
     #[arg(
         long,
@@ -97,6 +103,9 @@ pub struct CycleReport {
     pub streamlet: u32,
     /// From the first victim's fault to every streamlet serving again.
     pub fault_to_serving_ms: u64,
+    /// From the first victim's fault to every log having R copies again (the victims were
+    /// healed or restarted meanwhile).
+    pub fault_to_replicated_ms: u64,
     /// From the kill to the coordinator's declaration of the first victim (when it was
     /// declared; a coordinator killed meanwhile declares later).
     pub detect_ms: Option<u64>,
@@ -145,8 +154,13 @@ pub async fn run(config: Config, args: ChaosBenchArgs) -> Result<(), String> {
             .iter()
             .map(|c| c.fault_to_serving_ms)
             .collect();
+        let replicated: Vec<u64> = report
+            .cycle_reports
+            .iter()
+            .map(|c| c.fault_to_replicated_ms)
+            .collect();
         println!(
-            "chaos: {} cycles (seed {}) in {:.0} s: records acked {}, lost {}, duplicated {}, out of order {}, misplaced {}, unknown {} (unacked but stored: {}); fault to serving {}; detection after kill -9 of the owner alone {}",
+            "chaos: {} cycles (seed {}) in {:.0} s: records acked {}, lost {}, duplicated {}, out of order {}, misplaced {}, unknown {} (unacked but stored: {}); fault to serving {}; fault to R copies again {}; detection after kill -9 of the owner alone {}",
             report.cycles,
             report.seed,
             report.elapsed_s,
@@ -158,6 +172,7 @@ pub async fn run(config: Config, args: ChaosBenchArgs) -> Result<(), String> {
             verdict.unknown,
             verdict.unacked_stored,
             median_max(&serving),
+            median_max(&replicated),
             median_max(&detect),
         );
         for example in &verdict.examples {
@@ -171,7 +186,7 @@ pub async fn run(config: Config, args: ChaosBenchArgs) -> Result<(), String> {
     }
 }
 
-/// "median X ms, max Y ms over N", or "no samples".
+/// "median X ms, p90 Y ms, max Z ms over N", or "no samples".
 pub fn median_max(samples: &[u64]) -> String {
     if samples.is_empty() {
         return "no samples".into();
@@ -179,8 +194,9 @@ pub fn median_max(samples: &[u64]) -> String {
     let mut sorted = samples.to_vec();
     sorted.sort_unstable();
     format!(
-        "median {} ms, max {} ms over {}",
+        "median {} ms, p90 {} ms, max {} ms over {}",
         sorted[sorted.len() / 2],
+        sorted[sorted.len() * 9 / 10],
         sorted[sorted.len() - 1],
         sorted.len()
     )
@@ -231,6 +247,7 @@ async fn cycles(
     stream.logs_per_streamlet = 2;
     stream.segment_size_bytes = 64 * 1024;
     stream.segments_per_group = 2;
+    stream.retention_bytes = args.retention_bytes;
     let name = "chaos";
     cluster
         .create_stream(name, args.streamlets, stream)
@@ -271,11 +288,12 @@ async fn cycles(
         .map_err(|e| format!("cycle {cycle} ({fault:?} on streamlet {streamlet}): {e}"))?;
         if !args.json {
             println!(
-                "cycle {:>3}: {:<17} streamlet {} serving again after {:>5} ms{}",
+                "cycle {:>3}: {:<17} streamlet {} serving again after {:>5} ms, R copies after {:>5} ms{}",
                 cycle,
                 format!("{fault:?}"),
                 streamlet,
                 report.fault_to_serving_ms,
+                report.fault_to_replicated_ms,
                 report.detect_ms.map_or(String::new(), |d| format!(
                     " (declared {d} ms after the fault)"
                 )),
@@ -344,11 +362,16 @@ async fn one_cycle(
     // Records flow again before the next fault.
     let acked = load.acked();
     load.wait_for_acks(acked + 100, timeout).await?;
+    // And every segment has R copies again: R = 2 promises to survive one failure at a time,
+    // not a second one while the first one's copies are still being made.
+    harness::wait_until_replicated(cluster, "chaos", Duration::from_millis(20), timeout).await?;
+    let fault_to_replicated_ms = harness::unix_ms().saturating_sub(injected.first_hit_ms);
     Ok(CycleReport {
         cycle,
         fault,
         streamlet,
         fault_to_serving_ms,
+        fault_to_replicated_ms,
         detect_ms,
     })
 }
