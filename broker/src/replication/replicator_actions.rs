@@ -70,6 +70,7 @@ impl Replicator {
         };
         let membership = self.membership.borrow().clone();
         let mut actions = Vec::new();
+        self.drop_freed_repairs();
         let chosen = repairs_to_drive(&self.repairs, self.min_insync);
         let repairs = self
             .repairs
@@ -270,6 +271,11 @@ impl Replicator {
         to: u32,
     ) {
         let parts = self.log().segment_bytes(segment, from, to);
+        if parts.is_none() && self.log().oldest_segment().is_none_or(|o| segment < o) {
+            // Retention freed it since this round began: the next round stops its repair.
+            // Failing the write would lose a backup that did nothing wrong.
+            return;
+        }
         let Some(tracked) = self.tracked_mut(segment) else {
             return;
         };

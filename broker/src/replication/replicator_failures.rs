@@ -122,6 +122,35 @@ impl Replicator {
         }
     }
 
+    /// Stops the repairs of segments retention freed meanwhile (a rebuilt log copies its old
+    /// segments while retention goes on): nothing is left to copy from. Their replicas,
+    /// complete or half made, are freed as a closed segment's are (once the coordinator saved
+    /// the log's new oldest segment). Before, their writes failed with "segment no longer in
+    /// memory", which lost the backup and every replica of the log on it, again and again,
+    /// until the backups' buffer pools were full.
+    pub(super) fn drop_freed_repairs(&mut self) {
+        if self.repairs.is_empty() {
+            return;
+        }
+        let oldest = self.log().oldest_segment();
+        if !self.repairs.iter().any(|t| is_freed(t, oldest)) {
+            return;
+        }
+        let (gone, kept): (Vec<Tracked>, Vec<Tracked>) = std::mem::take(&mut self.repairs)
+            .into_iter()
+            .partition(|t| is_freed(t, oldest));
+        self.repairs = kept;
+        for tracked in gone {
+            let record = record_of(&tracked.seg);
+            let at = self
+                .closed
+                .iter()
+                .position(|r| r.id.segment > record.id.segment)
+                .unwrap_or(self.closed.len());
+            self.closed.insert(at, record);
+        }
+    }
+
     fn free(&mut self, record: ClosedRecord) {
         let Some(me) = self.me() else { return };
         let membership = self.membership.borrow().clone();
@@ -141,5 +170,46 @@ impl Replicator {
                 Done::Freed
             }));
         }
+    }
+}
+
+/// Whether retention freed `tracked`'s segment, given the log's oldest segment (none: every
+/// segment is gone). Retention frees a log's oldest groups first, and segment ids only
+/// increase within a log.
+fn is_freed(tracked: &Tracked, oldest: Option<SegmentId>) -> bool {
+    oldest.is_none_or(|o| tracked.seg.id.segment < o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tailstream_wire::messages::ReplicaId;
+    use tailstream_wire::{GroupId, LogId, ReplicaEpoch, StreamId, StreamletId};
+
+    fn repair(segment: u64) -> Tracked {
+        let id = ReplicaId {
+            stream: StreamId(1),
+            streamlet: StreamletId(0),
+            log: LogId(0),
+            group: GroupId(segment),
+            segment: SegmentId(segment),
+        };
+        Tracked::new(ReplicatedSegment::recovered(
+            id,
+            100,
+            ReplicaEpoch(2),
+            &[],
+            2,
+        ))
+    }
+
+    /// A 300-cycle chaos run with retention: a rebuilt log's repairs went on after retention
+    /// freed their segments, each failed write lost a backup, and the backups' pools filled.
+    #[test]
+    fn only_segments_below_the_oldest_kept_one_count_as_freed() {
+        assert!(is_freed(&repair(3), Some(SegmentId(4))));
+        assert!(!is_freed(&repair(4), Some(SegmentId(4))));
+        assert!(!is_freed(&repair(9), Some(SegmentId(4))));
+        assert!(is_freed(&repair(9), None), "a log with no segment left");
     }
 }
