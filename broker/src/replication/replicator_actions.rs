@@ -26,18 +26,20 @@ const REPAIR_BYTES_AT_ONCE_MAX: u64 = 32 << 20;
 /// those with a copy under way (they hold buffers), those short of `min_insync` complete
 /// copies (a recovery waits on them before its streamlet may serve), the rest being copied,
 /// and last those complete on fewer than R backups waiting for a broker to come back (so they
-/// never hold up a copy that can be made). Within an order, log order. At least one is driven
+/// never hold up a copy that can be made, whatever their count of copies). Within an order, log order. At least one is driven
 /// whatever its size.
 pub(super) fn repairs_to_drive(repairs: &[Tracked], min_insync: usize) -> Vec<usize> {
     let urgency = |t: &Tracked| {
         if t.seg.copy_under_way() {
             0
+        } else if t.seg.is_closed_short() {
+            // No copy can be made now (checked first: with min_insync = R these are short of
+            // it too, and must not crowd out copies that can be made).
+            3
         } else if t.seg.in_sync() < min_insync {
             1
-        } else if !t.seg.is_closed_short() {
-            2
         } else {
-            3
+            2
         }
     };
     let mut order: Vec<usize> = (0..repairs.len()).collect();
@@ -271,9 +273,12 @@ impl Replicator {
         to: u32,
     ) {
         let parts = self.log().segment_bytes(segment, from, to);
-        if parts.is_none() && self.log().oldest_segment().is_none_or(|o| segment < o) {
-            // Retention freed it since this round began: the next round stops its repair.
-            // Failing the write would lose a backup that did nothing wrong.
+        if parts.is_none()
+            && self.repairs.iter().any(|t| t.seg.id.segment == segment)
+            && self.log().oldest_segment().is_none_or(|o| segment < o)
+        {
+            // A repair whose segment retention freed since this round began: the next round
+            // stops it. Failing the write would lose a backup that did nothing wrong.
             return;
         }
         let Some(tracked) = self.tracked_mut(segment) else {
@@ -376,6 +381,24 @@ mod tests {
         let huge = vec![repair(0, 64 << 20, &[]), repair(1, 64 << 20, &[])];
         assert_eq!(repairs_to_drive(&huge, 1), vec![0]);
         assert!(repairs_to_drive(&[], 1).is_empty());
+    }
+
+    #[test]
+    fn copies_that_cannot_be_made_never_crowd_out_those_that_can() {
+        // min_insync = R = 2: segments with one copy and no broker for the second are short
+        // of min_insync too, yet nothing can be done for them now.
+        let mut repairs: Vec<Tracked> = (0..30).map(|s| repair(s, 64 << 10, &[7])).collect();
+        for tracked in &mut repairs[..20] {
+            for action in tracked.seg.next_actions(4) {
+                if let Action::NeedBackup { slot, .. } = action {
+                    tracked.seg.unavailable(slot);
+                }
+            }
+            assert!(tracked.seg.is_closed_short());
+        }
+        let chosen = repairs_to_drive(&repairs, 2);
+        assert_eq!(chosen.len(), REPAIRS_AT_ONCE_MAX);
+        assert!((20..30).all(|i| chosen.contains(&i)), "{chosen:?}");
     }
 
     #[test]
