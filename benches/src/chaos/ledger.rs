@@ -61,6 +61,10 @@ pub struct Verdict {
     pub misplaced: u64,
     /// Read, but never sent by this load.
     pub unknown: u64,
+    /// Records the consumer skipped because retention freed them before it read them (the
+    /// consumer fell behind retention). Acked records among them are also `lost`: the run is
+    /// not clean, but this tells a slow consumer from a broker that lost what it acked.
+    pub skipped_by_retention: u64,
     /// The first few problems, for a person.
     pub examples: Vec<String>,
 }

@@ -34,7 +34,7 @@ pub struct Load {
     acked: Arc<AtomicU64>,
     producers: Vec<tokio::task::JoinHandle<Result<(), String>>>,
     consumer_stop: Arc<AtomicBool>,
-    consumer: tokio::task::JoinHandle<Result<(), String>>,
+    consumer: tokio::task::JoinHandle<Result<u64, String>>,
 }
 
 /// The records sent between two pacing checks.
@@ -112,9 +112,11 @@ impl Load {
             producer.await.map_err(|e| e.to_string())??;
         }
         self.consumer_stop.store(true, Ordering::Relaxed);
-        self.consumer.await.map_err(|e| e.to_string())??;
+        let skipped = self.consumer.await.map_err(|e| e.to_string())??;
         let ledger = std::mem::take(&mut *lock(&self.ledger));
-        Ok(ledger.verdict())
+        let mut verdict = ledger.verdict();
+        verdict.skipped_by_retention = skipped;
+        Ok(verdict)
     }
 }
 
@@ -181,13 +183,15 @@ async fn produce(
     Ok(())
 }
 
+/// Reads until stopped and drained; returns the records it skipped because retention freed
+/// them before it read them.
 async fn consume(
     cluster: Client,
     stream: String,
     config: LoadConfig,
     ledger: Arc<Mutex<Ledger>>,
     stop: Arc<AtomicBool>,
-) -> Result<(), String> {
+) -> Result<u64, String> {
     let mut consumer = cluster
         .consumer(&stream)
         .config(config.consumer.clone())
@@ -225,7 +229,7 @@ async fn consume(
             drained_polls = 0;
         }
         if drained_polls >= DRAINED_EMPTY_POLLS || stopped_at.elapsed() > config.drain_timeout {
-            return Ok(());
+            return Ok(consumer.records_lost_to_retention());
         }
     }
 }

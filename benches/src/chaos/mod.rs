@@ -160,12 +160,13 @@ pub async fn run(config: Config, args: ChaosBenchArgs) -> Result<(), String> {
             .map(|c| c.fault_to_replicated_ms)
             .collect();
         println!(
-            "chaos: {} cycles (seed {}) in {:.0} s: records acked {}, lost {}, duplicated {}, out of order {}, misplaced {}, unknown {} (unacked but stored: {}); fault to serving {}; fault to R copies again {}; detection after kill -9 of the owner alone {}",
+            "chaos: {} cycles (seed {}) in {:.0} s: records acked {}, lost {} (skipped by the consumer because retention freed them first: {}), duplicated {}, out of order {}, misplaced {}, unknown {} (unacked but stored: {}); fault to serving {}; fault to R copies again {}; detection after kill -9 of the owner alone {}",
             report.cycles,
             report.seed,
             report.elapsed_s,
             verdict.acked,
             verdict.lost,
+            verdict.skipped_by_retention,
             verdict.duplicated,
             verdict.out_of_order,
             verdict.misplaced,
