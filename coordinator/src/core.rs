@@ -320,18 +320,23 @@ mod tests {
     use super::*;
     use tailstream_wire::messages::StreamConfig;
 
-    /// Issue 21, finding 3: a broker back at its address made the coordinator forget when it
-    /// last heard the old incarnation, so recovery waited out no lease at all for it.
-    #[test]
-    fn a_broker_back_at_its_address_leaves_its_old_lease_to_be_waited_out() {
-        let mut state = State {
+    /// A coordinator's state with no streams and no brokers.
+    fn empty_state() -> State {
+        State {
             metadata: Metadata::default(),
             liveness: Liveness::new(Duration::from_secs(3)),
             heads: HashMap::new(),
             memory_free_bytes: HashMap::new(),
             log_ends: HashMap::new(),
             replication: HashMap::new(),
-        };
+        }
+    }
+
+    /// Issue 21, finding 3: a broker back at its address made the coordinator forget when it
+    /// last heard the old incarnation, so recovery waited out no lease at all for it.
+    #[test]
+    fn a_broker_back_at_its_address_leaves_its_old_lease_to_be_waited_out() {
+        let mut state = empty_state();
         let lease = Duration::from_secs(5);
         let start = Instant::now();
         let old = state
@@ -357,14 +362,7 @@ mod tests {
     /// reported the log after its owner did, and the owner, seeing no change, never re-sent.
     #[test]
     fn only_the_owner_of_a_streamlet_reports_its_logs() {
-        let mut state = State {
-            metadata: Metadata::default(),
-            liveness: Liveness::new(Duration::from_secs(3)),
-            heads: HashMap::new(),
-            memory_free_bytes: HashMap::new(),
-            log_ends: HashMap::new(),
-            replication: HashMap::new(),
-        };
+        let mut state = empty_state();
         let brokers: Vec<ServerId> = (0..2)
             .map(|i| {
                 let addr = format!("b{i}:1");

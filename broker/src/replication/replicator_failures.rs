@@ -95,13 +95,7 @@ impl Replicator {
             .partition(|t| t.seg.is_done());
         self.repairs = ongoing;
         for tracked in finished {
-            let record = record_of(&tracked.seg);
-            let at = self
-                .closed
-                .iter()
-                .position(|r| r.id.segment > record.id.segment)
-                .unwrap_or(self.closed.len());
-            self.closed.insert(at, record);
+            self.close_in_order(record_of(&tracked.seg));
         }
         while let Some(front) = self.closed.front() {
             if self.log().contains_segment(front.id.segment) {
@@ -141,14 +135,18 @@ impl Replicator {
             .partition(|t| is_freed(t, oldest));
         self.repairs = kept;
         for tracked in gone {
-            let record = record_of(&tracked.seg);
-            let at = self
-                .closed
-                .iter()
-                .position(|r| r.id.segment > record.id.segment)
-                .unwrap_or(self.closed.len());
-            self.closed.insert(at, record);
+            self.close_in_order(record_of(&tracked.seg));
         }
+    }
+
+    /// Adds `record` to the closed records, kept in segment order (they are freed oldest first).
+    fn close_in_order(&mut self, record: ClosedRecord) {
+        let at = self
+            .closed
+            .iter()
+            .position(|r| r.id.segment > record.id.segment)
+            .unwrap_or(self.closed.len());
+        self.closed.insert(at, record);
     }
 
     fn free(&mut self, record: ClosedRecord) {
