@@ -10,14 +10,16 @@
 #   (pinned; its wheel carries a current librdkafka) in a virtualenv at target/kafka-venv;
 # - to load the coordinator's web console in a browser (cli/tests/console.rs): chromium;
 # - to cut network partitions between the processes of a test cluster (`bench chaos`'s
-#   partition faults, cli/tests/recovery.rs): nftables, iproute2 and util-linux's `unshare`.
+#   partition faults, cli/tests/recovery.rs): nftables, iproute2 and util-linux's `unshare`;
+# - to keep the coordinator's state on etcd: etcd-server (tests start a local three-member
+#   etcd) and protobuf-compiler (the etcd-client crate compiles etcd's protocol with protoc).
 # Idempotent: installs only what is missing. Debian bookworm (what CI runs on).
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 
-base=(libibverbs-dev librdmacm-dev ibverbs-providers libclang1-14 libclang-common-14-dev busybox-static kcat chromium nftables iproute2 util-linux)
+base=(libibverbs-dev librdmacm-dev ibverbs-providers libclang1-14 libclang-common-14-dev busybox-static kcat chromium nftables iproute2 util-linux etcd-server protobuf-compiler)
 missing=()
 for pkg in "${base[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

@@ -66,6 +66,10 @@ pub struct CoordinatorConfig {
     pub peer_addr: SocketAddr,
     pub admin_addr: SocketAddr,
     pub data_dir: PathBuf,
+    pub store: MetadataStoreKind,
+    pub etcd_endpoints: Vec<String>,
+    pub etcd_prefix: String,
+    pub election_lease_ms: u64,
     pub broker_liveness_timeout_ms: u64,
     pub probe_timeout_ms: u64,
     pub probe_attempts: u32,
@@ -81,6 +85,16 @@ pub struct CoordinatorConfig {
     pub connections_max: u32,
     pub peer_connections_max: u32,
     pub request_body_bytes_max: u32,
+}
+
+/// Where the coordinator keeps the cluster's metadata.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MetadataStoreKind {
+    /// A JSON file in the coordinator's data directory: one coordinator.
+    File,
+    /// etcd: coordinators elect a leader there; the others stand by.
+    Etcd,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -359,6 +373,21 @@ impl Config {
             return invalid(format!(
                 "coordinator.request_body_bytes_max must be at least {COORDINATOR_FRAME_BODY_BYTES_MAX}"
             ));
+        }
+        if coordinator.store == MetadataStoreKind::Etcd {
+            if coordinator.etcd_endpoints.is_empty() {
+                return invalid(
+                    "coordinator.store = \"etcd\" needs coordinator.etcd_endpoints".into(),
+                );
+            }
+            if !coordinator.etcd_prefix.starts_with('/') || coordinator.etcd_prefix.ends_with('/') {
+                return invalid(
+                    "coordinator.etcd_prefix must start with '/' and not end with one".into(),
+                );
+            }
+            if !(1000..=60_000).contains(&coordinator.election_lease_ms) {
+                return invalid("coordinator.election_lease_ms must be in 1000..=60000".into());
+            }
         }
         let kafka = &self.kafka;
         if kafka.connections_max == 0

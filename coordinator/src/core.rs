@@ -250,13 +250,13 @@ impl Coordinator {
         if let Err(what) = crate::metadata::invariants::check_transition(&previous, &next) {
             return Err(ChangeError::Persist(crate::invariant::broken(&what)));
         }
-        drop(previous);
         let store = self.inner.store.clone();
         let started = std::time::Instant::now();
-        let saved = tokio::task::spawn_blocking(move || store.save(&next).map(|()| next))
-            .await
-            .map_err(|e| ChangeError::Persist(e.to_string()))
-            .and_then(|saved| saved.map_err(ChangeError::Persist));
+        let saved =
+            tokio::task::spawn_blocking(move || store.save(&previous, &next).map(|()| next))
+                .await
+                .map_err(|e| ChangeError::Persist(e.to_string()))
+                .and_then(|saved| saved.map_err(ChangeError::Persist));
         let next = match saved {
             Ok(next) => next,
             Err(error) => {

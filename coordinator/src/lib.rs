@@ -3,8 +3,10 @@
 //! - [`metadata`]: the pure state machine: brokers (server ids with generations), streams,
 //!   placement of streamlets, producer ids (unique and enciphered, epochs bumped), the
 //!   assignment version. No I/O.
-//! - [`persist`]: [`persist::MetadataStore`], where that state is saved, and its one
-//!   implementation today: a JSON file in the data directory, replaced atomically.
+//! - [`persist`]: [`persist::MetadataStore`], where that state is saved: a JSON file in the
+//!   data directory, or etcd (one key per object, every write fenced by the leader key).
+//! - [`election`]: leadership on etcd: campaign, lease keep-alive, step down and campaign
+//!   again.
 //! - [`core`]: the live state and the one way to change it (saved off the reader tasks, one
 //!   change at a time), and assignment pushes.
 //! - [`liveness`]: when each broker last heartbeated (memory only).
@@ -26,6 +28,7 @@
 pub mod admin;
 pub mod core;
 pub mod detector;
+pub mod election;
 pub mod groups;
 pub mod invariant;
 pub mod liveness;

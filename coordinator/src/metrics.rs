@@ -20,6 +20,9 @@ pub const PERSIST_LATENCY: &str = "tailstream_coordinator_persist_latency_second
 pub const RPCS: &str = "tailstream_coordinator_rpcs_total";
 pub const GROUP_LAG: &str = "tailstream_coordinator_group_lag_records";
 pub const GROUP_MEMBERS: &str = "tailstream_coordinator_group_members";
+pub const LEADER: &str = "tailstream_coordinator_leader";
+pub const LEADER_TERM: &str = "tailstream_coordinator_leader_term";
+pub const LEADERSHIP_LOST: &str = "tailstream_coordinator_leadership_lost_total";
 pub const INVARIANT_VIOLATIONS: &str = "tailstream_coordinator_invariant_violations_total";
 
 /// Registers every coordinator metric with its help text.
@@ -44,6 +47,10 @@ pub fn describe() {
         (
             STREAMLETS_RECOVERED,
             "Streamlets rebuilt on a new owner and serving again.",
+        ),
+        (
+            LEADERSHIP_LOST,
+            "Times this coordinator stepped down (lease lost, or a write found it deposed).",
         ),
     ] {
         describe_counter!(name, Unit::Count, help);
@@ -86,6 +93,14 @@ pub fn describe() {
             "Serving streamlets with a log short of R complete copies (per their owners' heartbeats): acknowledging on min_insync_replicas until brokers return.",
         ),
         (STREAMS, "Streams."),
+        (
+            LEADER,
+            "1 while this coordinator leads (always, with the file store), 0 while it stands by.",
+        ),
+        (
+            LEADER_TERM,
+            "The term this coordinator leads in (its etcd leader key's create revision).",
+        ),
         (STREAMLETS, "Streamlets over all streams."),
     ] {
         describe_gauge!(name, Unit::Count, help);

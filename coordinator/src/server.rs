@@ -9,6 +9,7 @@ use crate::groups::GroupCoordinator;
 use crate::groups::membership::GroupLimits;
 use crate::groups::offsets::{OffsetLimits, OffsetStore};
 use crate::liveness::Liveness;
+use crate::metadata::Metadata;
 use crate::metrics as m;
 use crate::persist::{MetadataFile, MetadataStore};
 use crate::recovery::orchestrator::{Orchestrator, OrchestratorConfig};
@@ -16,8 +17,10 @@ use crate::service::{ClientFacing, CoordinatorService, PeerFacing};
 use crate::watchdog::{self, WatchdogConfig};
 use std::sync::Arc;
 use std::time::Duration;
+use tailstream_admin::PrometheusHandle;
 use tailstream_config::COORDINATOR_FRAME_BODY_BYTES_MAX;
 use tailstream_config::Config;
+use tailstream_config::MetadataStoreKind;
 use tailstream_net::control::{ControlRuntime, adopt_listener};
 use tailstream_net::server::{ServerLimits, run_until_shutdown, serve};
 use tailstream_net::{BodyBudget, ConnectionLimits, RpcClientConfig};
@@ -28,13 +31,37 @@ use tokio::sync::watch;
 /// How often group lag is exported.
 const GROUP_LAG_EVERY: Duration = Duration::from_secs(1);
 
-/// Binds, prints `tailstream coordinator ready rpc=... peer=... admin=...`, serves until
-/// `shutdown`.
+/// Runs a coordinator until `shutdown`: with the file store, it leads at once; with etcd, it
+/// campaigns and leads while elected (see [`crate::election`]), standing by otherwise.
 pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), String> {
-    let coordinator = &config.coordinator;
     let metrics = tailstream_admin::install_metrics()?;
-    let store: Arc<dyn MetadataStore> = Arc::new(MetadataFile::new(&coordinator.data_dir));
-    let metadata = store.load()?;
+    crate::metrics::describe();
+    match config.coordinator.store {
+        MetadataStoreKind::File => {
+            let store = Arc::new(MetadataFile::new(&config.coordinator.data_dir));
+            let metadata = {
+                let store = store.clone();
+                tokio::task::spawn_blocking(move || store.load())
+                    .await
+                    .map_err(|e| e.to_string())??
+            };
+            metrics::gauge!(crate::metrics::LEADER).set(1.0);
+            lead(&config, metadata, store, metrics, shutdown).await
+        }
+        MetadataStoreKind::Etcd => crate::election::run_elected(config, metrics, shutdown).await,
+    }
+}
+
+/// Binds, prints `tailstream coordinator ready rpc=... peer=... admin=...`, serves `metadata`
+/// (saved through `store`) until `shutdown`.
+pub async fn lead(
+    config: &Config,
+    metadata: Metadata,
+    store: Arc<dyn MetadataStore>,
+    metrics: PrometheusHandle,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), String> {
+    let coordinator = &config.coordinator;
     let rpc_listener = TcpListener::bind(coordinator.rpc_addr)
         .await
         .map_err(|e| format!("binding coordinator rpc {}: {e}", coordinator.rpc_addr))?;
@@ -73,7 +100,6 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
         )),
         Duration::from_millis(coordinator.assign_timeout_ms),
     );
-    crate::metrics::describe();
     // Listings are bounded by `list_timeout` in the orchestrator; a rebuild order may take up
     // to `recovery_timeout`.
     let recovery_calls = RpcClientConfig {

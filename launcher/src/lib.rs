@@ -6,6 +6,10 @@
 //! and exits when its stdin closes, so children never outlive a launcher that was killed.
 //! Brokers can be killed (SIGKILL) and restarted at the same address (a new generation of the
 //! same server), which is what the fault-injection tests do.
+//!
+//! [`etcd::EtcdCluster`] runs a local etcd of N members, for coordinators on etcd.
+
+pub mod etcd;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};

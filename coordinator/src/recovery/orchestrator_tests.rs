@@ -33,7 +33,7 @@ impl MetadataStore for MemoryStore {
     fn load(&self) -> Result<Metadata, String> {
         Ok(Metadata::default())
     }
-    fn save(&self, _: &Metadata) -> Result<(), String> {
+    fn save(&self, _: &Metadata, _: &Metadata) -> Result<(), String> {
         Ok(())
     }
     fn describe(&self) -> String {

@@ -1,26 +1,16 @@
-//! Where the coordinator's metadata lives: the [`MetadataStore`] trait, so a replicated store
-//! can replace the local file later, and [`MetadataFile`], one JSON file on local disk,
-//! replaced atomically: a save writes a temporary file, fsyncs it, renames it over the old one
+//! [`MetadataFile`], the embedded default store: one JSON file on local disk, replaced
+//! atomically: a save writes a temporary file, fsyncs it, renames it over the old one
 //! and fsyncs the directory, so after a crash the file holds either the old or the new state,
 //! never a mix. Saves block; the service runs them on the blocking pool, never on a
 //! connection's reader task.
 
+use super::MetadataStore;
 use crate::metadata::Metadata;
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 const FILE_NAME: &str = "metadata.json";
-
-/// Durable storage of the whole metadata. `save` returns only once the state is durable.
-pub trait MetadataStore: Send + Sync + std::fmt::Debug + 'static {
-    /// The saved state (validated), or an empty one when nothing was saved yet.
-    fn load(&self) -> Result<Metadata, String>;
-    /// Makes `metadata` the saved state, durably. Blocking.
-    fn save(&self, metadata: &Metadata) -> Result<(), String>;
-    /// Where it lives, for log lines.
-    fn describe(&self) -> String;
-}
 
 #[derive(Debug)]
 pub struct MetadataFile {
@@ -62,7 +52,7 @@ impl MetadataStore for MetadataFile {
         }
     }
 
-    fn save(&self, metadata: &Metadata) -> Result<(), String> {
+    fn save(&self, _previous: &Metadata, metadata: &Metadata) -> Result<(), String> {
         let io = |what: &str, e: std::io::Error| format!("{what} in {}: {e}", self.dir.display());
         fs::create_dir_all(&self.dir).map_err(|e| io("creating data dir", e))?;
         let json = serde_json::to_vec_pretty(metadata).map_err(|e| e.to_string())?;
@@ -92,7 +82,7 @@ mod tests {
         metadata
             .register_broker("127.0.0.1:1", "127.0.0.1:3", "127.0.0.1:2", "127.0.0.1:4")
             .unwrap();
-        file.save(&metadata).unwrap();
+        file.save(&Metadata::default(), &metadata).unwrap();
         assert_eq!(file.load().unwrap(), metadata);
         fs::write(file.path(), b"{ not json").unwrap();
         assert!(file.load().is_err());

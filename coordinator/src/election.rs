@@ -1,0 +1,275 @@
+//! Leadership on etcd: coordinators campaign under `{prefix}/leader` (etcd's election API) on
+//! a lease of `election_lease_ms`; the winner leads until its lease is lost (not renewed in
+//! time: it was paused, or cut from etcd) or a write finds it deposed, then steps down and
+//! campaigns again. Losing coordinators wait in the campaign.
+//!
+//! Safety does not rest on this shell: every metadata write compares the leader key's create
+//! revision ([`crate::persist::EtcdStore`]), so a deposed leader that still believes it leads
+//! writes nothing.
+
+use crate::persist::etcd::Fence;
+use etcd_client::{Client, LeaderKey, ResignOptions};
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// What a leader publishes as its election value: where to reach it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderAddress {
+    pub rpc_addr: String,
+    pub peer_addr: String,
+    pub admin_addr: String,
+}
+
+/// A won election.
+#[derive(Debug)]
+pub struct Leadership {
+    pub key: LeaderKey,
+    pub lease_id: i64,
+    /// The leader key's create revision: this leadership's term. Later leaders have higher
+    /// ones.
+    pub term: i64,
+    /// Set (with why) when the lease is lost; the keep-alive task stops then.
+    pub lost: watch::Receiver<Option<String>>,
+    keeper: tokio::task::JoinHandle<()>,
+}
+
+impl Leadership {
+    pub fn fence(&self) -> Fence {
+        Fence {
+            leader_key: self.key.key().to_vec(),
+            create_revision: self.term,
+        }
+    }
+
+    /// Gives leadership up (best effort: an unreachable etcd ends it when the lease runs
+    /// out).
+    pub async fn resign(self, client: &mut Client) {
+        self.keeper.abort();
+        let resigned = client
+            .resign(Some(ResignOptions::new().with_leader(self.key.clone())))
+            .await;
+        if let Err(error) = resigned {
+            tracing::warn!(%error, "resigning leadership failed; its lease will run out");
+        }
+        let _ = client.lease_revoke(self.lease_id).await;
+    }
+}
+
+/// The election's name (a key prefix) for the cluster under `prefix`.
+pub fn election_name(prefix: &str) -> String {
+    format!("{prefix}/leader")
+}
+
+/// etcd leases count whole seconds.
+pub fn lease_seconds(election_lease_ms: u64) -> i64 {
+    election_lease_ms.div_ceil(1000).max(1) as i64
+}
+
+/// Campaigns until this coordinator leads. Returns `Err` only for errors worth giving up on;
+/// a lost etcd connection is retried.
+pub async fn campaign(
+    client: &mut Client,
+    prefix: &str,
+    address: &LeaderAddress,
+    election_lease_ms: u64,
+) -> Result<Leadership, String> {
+    let value = serde_json::to_vec(address).map_err(|e| e.to_string())?;
+    let ttl = lease_seconds(election_lease_ms);
+    loop {
+        let lease_id = match client.lease_grant(ttl, None).await {
+            Ok(granted) => granted.id(),
+            Err(error) => {
+                tracing::warn!(%error, "etcd lease grant failed; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        // Renewed while campaigning too: the campaign may wait for long.
+        let (lost_tx, lost) = watch::channel(None);
+        let keeper = tokio::spawn(keep_alive(client.clone(), lease_id, ttl, lost_tx));
+        match client
+            .campaign(election_name(prefix), value.clone(), lease_id)
+            .await
+        {
+            Ok(mut won) => {
+                let Some(key) = won.take_leader() else {
+                    keeper.abort();
+                    return Err("etcd answered a campaign with no leader key".into());
+                };
+                let term = key.rev();
+                return Ok(Leadership {
+                    key,
+                    lease_id,
+                    term,
+                    lost,
+                    keeper,
+                });
+            }
+            Err(error) => {
+                keeper.abort();
+                let _ = client.lease_revoke(lease_id).await;
+                tracing::warn!(%error, "campaign failed; campaigning again");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+}
+
+/// Renews `lease_id` every third of its TTL; reports it lost when etcd says it expired, or
+/// when no renewal succeeded for a whole TTL (measured on this side: etcd may already have
+/// let it go).
+async fn keep_alive(
+    mut client: Client,
+    lease_id: i64,
+    ttl_seconds: i64,
+    lost: watch::Sender<Option<String>>,
+) {
+    let ttl = Duration::from_secs(ttl_seconds as u64);
+    let mut renewed = Instant::now();
+    let (mut keeper, mut answers) = match client.lease_keep_alive(lease_id).await {
+        Ok(pair) => pair,
+        Err(error) => {
+            let _ = lost.send(Some(format!(
+                "the election lease could not be renewed: {error}"
+            )));
+            return;
+        }
+    };
+    let mut tick = tokio::time::interval(ttl / 3);
+    loop {
+        tick.tick().await;
+        let round = async {
+            keeper.keep_alive().await.map_err(|e| e.to_string())?;
+            match answers.message().await.map_err(|e| e.to_string())? {
+                Some(answer) if answer.ttl() > 0 => Ok(()),
+                _ => Err("etcd says the election lease expired".to_string()),
+            }
+        };
+        let left = ttl.saturating_sub(renewed.elapsed());
+        match tokio::time::timeout(left, round).await {
+            Ok(Ok(())) => renewed = Instant::now(),
+            Ok(Err(why)) if why.contains("expired") => {
+                let _ = lost.send(Some(why));
+                return;
+            }
+            Ok(Err(error)) => {
+                // The keep-alive stream broke (an etcd member went away): open another.
+                tracing::warn!(%error, "renewing the election lease failed");
+                let left = ttl.saturating_sub(renewed.elapsed());
+                if let Ok(Ok(pair)) =
+                    tokio::time::timeout(left, client.lease_keep_alive(lease_id)).await
+                {
+                    (keeper, answers) = pair;
+                }
+            }
+            Err(_) => {}
+        }
+        if renewed.elapsed() >= ttl {
+            let _ = lost.send(Some(format!(
+                "the election lease was not renewed for {} ms",
+                renewed.elapsed().as_millis()
+            )));
+            return;
+        }
+    }
+}
+
+/// A coordinator on etcd: campaigns, leads while elected ([`crate::server::lead`]), steps
+/// down when its lease is lost or a write finds it deposed, and campaigns again, until
+/// `shutdown`.
+pub async fn run_elected(
+    config: tailstream_config::Config,
+    metrics: tailstream_admin::PrometheusHandle,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), String> {
+    use crate::persist::{EtcdStore, MetadataStore};
+    use std::sync::Arc;
+    use tailstream_net::server::shutdown_signalled;
+    let settings = &config.coordinator;
+    let options = etcd_client::ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2))
+        .with_keep_alive_while_idle(true);
+    let mut client = Client::connect(&settings.etcd_endpoints, Some(options))
+        .await
+        .map_err(|e| format!("connecting to etcd {:?}: {e}", settings.etcd_endpoints))?;
+    let store = Arc::new(EtcdStore::new(
+        client.clone(),
+        &settings.etcd_prefix,
+        &settings.etcd_endpoints,
+        tokio::runtime::Handle::current(),
+    ));
+    let address = LeaderAddress {
+        rpc_addr: settings.rpc_addr.to_string(),
+        peer_addr: settings.peer_addr.to_string(),
+        admin_addr: settings.admin_addr.to_string(),
+    };
+    loop {
+        tracing::info!(prefix = %settings.etcd_prefix, "campaigning for leadership");
+        let campaign_started = Instant::now();
+        let leadership = tokio::select! {
+            won = campaign(&mut client, &settings.etcd_prefix, &address, settings.election_lease_ms) => won?,
+            _ = shutdown_signalled(&mut shutdown) => return Ok(()),
+        };
+        store.fence(leadership.fence());
+        let loaded = {
+            let store = store.clone();
+            tokio::task::spawn_blocking(move || store.load())
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|loaded| loaded)
+        };
+        let metadata = match loaded {
+            Ok(metadata) => metadata,
+            Err(error) => {
+                tracing::error!(%error, "elected, but loading the metadata failed; stepping down");
+                leadership.resign(&mut client).await;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        tracing::info!(
+            term = leadership.term,
+            waited_ms = campaign_started.elapsed().as_millis() as u64,
+            "leading: elected and loaded the metadata"
+        );
+        metrics::gauge!(crate::metrics::LEADER).set(1.0);
+        metrics::gauge!(crate::metrics::LEADER_TERM).set(leadership.term as f64);
+        let (term_over, term_shutdown) = watch::channel(false);
+        let why = {
+            let mut lost = leadership.lost.clone();
+            let mut deposed = store.deposed();
+            let mut outer = shutdown.clone();
+            tokio::spawn(async move {
+                let why = tokio::select! {
+                    why = lost.wait_for(Option::is_some) => why.ok().and_then(|w| w.clone()),
+                    why = deposed.wait_for(Option::is_some) => why.ok().and_then(|w| w.clone()),
+                    _ = shutdown_signalled(&mut outer) => None,
+                };
+                let _ = term_over.send(true);
+                why
+            })
+        };
+        let led = crate::server::lead(
+            &config,
+            metadata,
+            store.clone() as Arc<dyn MetadataStore>,
+            metrics.clone(),
+            term_shutdown,
+        )
+        .await;
+        let why = why.await.ok().flatten();
+        metrics::gauge!(crate::metrics::LEADER).set(0.0);
+        leadership.resign(&mut client).await;
+        led?;
+        if *shutdown.borrow() {
+            return Ok(());
+        }
+        metrics::counter!(crate::metrics::LEADERSHIP_LOST).increment(1);
+        tracing::warn!(
+            why = why.as_deref().unwrap_or("unknown"),
+            "stepped down from leadership; campaigning again"
+        );
+    }
+}

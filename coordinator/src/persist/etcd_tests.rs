@@ -1,0 +1,232 @@
+//! The etcd store against a real three-member etcd on 127.0.0.1 (Debian's `etcd-server`).
+//! Without etcd installed these tests say so and pass, unless `TAILSTREAM_REQUIRE_ETCD` is
+//! set (`.ci/run` sets it).
+
+use super::*;
+use crate::election::{self, LeaderAddress};
+use std::sync::Arc;
+use tailstream_launcher::etcd::{EtcdCluster, etcd_installed};
+use tailstream_wire::ServerId;
+use tailstream_wire::messages::StreamConfig;
+
+async fn local_etcd(dir: &std::path::Path) -> Option<EtcdCluster> {
+    if !etcd_installed() {
+        assert!(
+            std::env::var_os("TAILSTREAM_REQUIRE_ETCD").is_none(),
+            "TAILSTREAM_REQUIRE_ETCD is set but etcd is not installed (.ci/install-deps.sh)"
+        );
+        eprintln!("skipped: etcd is not installed (.ci/install-deps.sh installs etcd-server)");
+        return None;
+    }
+    Some(EtcdCluster::start(3, dir).await.expect("a local etcd"))
+}
+
+async fn connect(etcd: &EtcdCluster) -> Client {
+    Client::connect(etcd.endpoints(), None)
+        .await
+        .expect("connect")
+}
+
+fn address(name: &str) -> LeaderAddress {
+    LeaderAddress {
+        rpc_addr: name.into(),
+        peer_addr: name.into(),
+        admin_addr: name.into(),
+    }
+}
+
+/// A store of the cluster `prefix`, led by a freshly elected `name`.
+async fn leading_store(
+    etcd: &EtcdCluster,
+    prefix: &str,
+    name: &str,
+) -> (Arc<EtcdStore>, election::Leadership, Client) {
+    let mut client = connect(etcd).await;
+    let won = election::campaign(&mut client, prefix, &address(name), 2000)
+        .await
+        .expect("elected");
+    let store = Arc::new(EtcdStore::new(
+        client.clone(),
+        prefix,
+        &etcd.endpoints(),
+        Handle::current(),
+    ));
+    store.fence(won.fence());
+    (store, won, client)
+}
+
+async fn save(store: &Arc<EtcdStore>, previous: &Metadata, next: &Metadata) -> Result<(), String> {
+    let (store, previous, next) = (store.clone(), previous.clone(), next.clone());
+    tokio::task::spawn_blocking(move || store.save(&previous, &next))
+        .await
+        .unwrap()
+}
+
+async fn load(store: &Arc<EtcdStore>) -> Result<Metadata, String> {
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || store.load())
+        .await
+        .unwrap()
+}
+
+fn config() -> StreamConfig {
+    StreamConfig {
+        logs_per_streamlet: 1,
+        replicas: 1,
+        segment_size_bytes: 1 << 20,
+        segments_per_group: 4,
+        retention_bytes: 0,
+        retention_ms: 0,
+        min_insync_replicas: 1,
+    }
+}
+
+fn brokers(m: &mut Metadata, count: usize) -> Vec<ServerId> {
+    (0..count)
+        .map(|i| {
+            let addr = format!("b{i}:1");
+            m.register_broker(&addr, &addr, &addr, "")
+                .unwrap()
+                .server_id
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_saved_by_a_leader_load_back_in_a_new_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = local_etcd(dir.path()).await else {
+        return;
+    };
+    let (store, _won, client) = leading_store(&etcd, "/t/round-trip", "a").await;
+    let mut previous = load(&store).await.unwrap();
+    assert_eq!(previous, Metadata::default());
+    let mut next = previous.clone();
+    let live = brokers(&mut next, 3);
+    for step in 0..4 {
+        next.create_stream(&format!("s{step}"), 4, config(), &live)
+            .unwrap();
+        if step == 2 {
+            next.delete_stream("s0").unwrap();
+            let moved = next.declare_crashed(live[1]).unwrap();
+            next.open_recovery(live[1], moved, 5, 1);
+        }
+        save(&store, &previous, &next).await.unwrap();
+        previous = next.clone();
+    }
+    let fresh = EtcdStore::new(
+        client,
+        "/t/round-trip",
+        &etcd.endpoints(),
+        Handle::current(),
+    );
+    assert_eq!(load(&Arc::new(fresh)).await.unwrap(), next);
+    etcd.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leader_writes_nothing_and_steps_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = local_etcd(dir.path()).await else {
+        return;
+    };
+    let prefix = "/t/deposed";
+    let (old, old_term, mut old_client) = leading_store(&etcd, prefix, "old").await;
+    let base = load(&old).await.unwrap();
+    let mut first = base.clone();
+    brokers(&mut first, 2);
+    save(&old, &base, &first).await.unwrap();
+    // The old leader's lease ends behind its back (as when it was paused past it).
+    old_client.lease_revoke(old_term.lease_id).await.unwrap();
+    let (new, new_term, _client) = leading_store(&etcd, prefix, "new").await;
+    assert!(new_term.term > old_term.term, "terms only grow");
+    let mut deposed = old.deposed();
+    let mut stale = first.clone();
+    brokers(&mut stale, 1);
+    let refused = save(&old, &first, &stale).await.unwrap_err();
+    assert!(refused.contains("no longer the leader"), "{refused}");
+    assert!(deposed.wait_for(Option::is_some).await.is_ok());
+    assert!(
+        save(&old, &first, &stale).await.is_err(),
+        "deposed for good"
+    );
+    assert_eq!(load(&new).await.unwrap(), first);
+    etcd.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_this_leader_did_not_see_makes_it_refuse_rather_than_overwrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = local_etcd(dir.path()).await else {
+        return;
+    };
+    let prefix = "/t/behind";
+    let (store, _won, mut client) = leading_store(&etcd, prefix, "a").await;
+    let base = load(&store).await.unwrap();
+    let mut next = base.clone();
+    let live = brokers(&mut next, 2);
+    next.create_stream("s", 2, config(), &live).unwrap();
+    save(&store, &base, &next).await.unwrap();
+    // Someone else (an operator's etcdctl, a bug) rewrites a placement.
+    let key = format!(
+        "{prefix}/{}",
+        layout::keys::placement(next.streams["s"].id, 0)
+    );
+    let value = client.get(key.clone(), None).await.unwrap().kvs()[0]
+        .value()
+        .to_vec();
+    client.put(key, value, None).await.unwrap();
+    let mut later = next.clone();
+    later.streams.get_mut("s").unwrap().placements[0].detail = "changed".into();
+    let refused = save(&store, &next, &later).await.unwrap_err();
+    assert!(refused.contains("changed behind"), "{refused}");
+    etcd.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_too_big_for_one_transaction_is_applied_whole_even_after_a_crash_mid_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = local_etcd(dir.path()).await else {
+        return;
+    };
+    let prefix = "/t/big";
+    let (store, won, mut client) = leading_store(&etcd, prefix, "a").await;
+    let base = load(&store).await.unwrap();
+    let mut next = base.clone();
+    let live = brokers(&mut next, 4);
+    for i in 0..40 {
+        next.create_stream(&format!("s{i}"), 16, config(), &live)
+            .unwrap();
+    }
+    // 40 × 17 keys: several transactions.
+    assert!(pieces(&layout::changes(&base, &next).unwrap()).len() > 1);
+    save(&store, &base, &next).await.unwrap();
+    assert_eq!(load(&store).await.unwrap(), next);
+    assert!(store.list(&store.intent_dir()).await.unwrap().is_empty());
+
+    // A broker crash moves a quarter of the placements: the leader writes its intent and
+    // dies before applying it.
+    let mut crashed = next.clone();
+    let moved = crashed.declare_crashed(live[2]).unwrap();
+    assert!(moved.len() > 100);
+    let ops = layout::changes(&next, &crashed).unwrap();
+    let fence = won.fence();
+    store.write_intent(&fence, &ops).await.unwrap();
+    store.commit(&fence, &ops[..10], true).await.unwrap();
+    client.lease_revoke(won.lease_id).await.unwrap();
+
+    let (successor, _won, _client) = leading_store(&etcd, prefix, "b").await;
+    assert_eq!(
+        load(&successor).await.unwrap(),
+        crashed,
+        "the intent was completed"
+    );
+    assert!(
+        successor
+            .list(&successor.intent_dir())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    etcd.stop().await;
+}
