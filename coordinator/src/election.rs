@@ -220,10 +220,23 @@ pub async fn run_elected(
                 .map_err(|e| e.to_string())
                 .and_then(|loaded| loaded)
         };
-        let metadata = match loaded {
-            Ok(metadata) => metadata,
+        let loaded = match loaded {
+            Ok(metadata) => {
+                let (store, limits) = (store.clone(), crate::server::offset_limits(&config));
+                tokio::task::spawn_blocking(move || {
+                    crate::groups::etcd_offsets::EtcdOffsets::load(store, limits)
+                })
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|offsets| offsets)
+                .map(|offsets| (metadata, offsets))
+            }
+            Err(error) => Err(error),
+        };
+        let (metadata, offsets) = match loaded {
+            Ok(loaded) => loaded,
             Err(error) => {
-                tracing::error!(%error, "elected, but loading the metadata failed; stepping down");
+                tracing::error!(%error, "elected, but loading the state failed; stepping down");
                 leadership.resign(&mut client).await;
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
@@ -255,6 +268,7 @@ pub async fn run_elected(
             &config,
             metadata,
             store.clone() as Arc<dyn MetadataStore>,
+            Arc::new(offsets),
             metrics.clone(),
             term_shutdown,
         )

@@ -7,7 +7,7 @@
 use crate::core::Coordinator;
 use crate::groups::GroupCoordinator;
 use crate::groups::membership::GroupLimits;
-use crate::groups::offsets::{OffsetLimits, OffsetStore};
+use crate::groups::offsets::{CommittedOffsets, OffsetLimits, OffsetStore};
 use crate::liveness::Liveness;
 use crate::metadata::Metadata;
 use crate::metrics as m;
@@ -28,6 +28,14 @@ use tailstream_stubs::{BackupClient, BrokerPeerClient};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+/// The bounds on committed offsets, from the configuration.
+pub fn offset_limits(config: &Config) -> OffsetLimits {
+    OffsetLimits {
+        groups_max: config.coordinator.groups_max as usize,
+        partitions_per_group_max: config.coordinator.group_committed_partitions_max as usize,
+    }
+}
+
 /// How often group lag is exported.
 const GROUP_LAG_EVERY: Duration = Duration::from_secs(1);
 
@@ -45,8 +53,26 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
                     .await
                     .map_err(|e| e.to_string())??
             };
+            let offsets = OffsetStore::open(
+                &config.coordinator.data_dir.join("groups"),
+                offset_limits(&config),
+            )
+            .map_err(|e| {
+                format!(
+                    "opening the committed offsets in {}: {e}",
+                    config.coordinator.data_dir.display()
+                )
+            })?;
             metrics::gauge!(crate::metrics::LEADER).set(1.0);
-            lead(&config, metadata, store, metrics, shutdown).await
+            lead(
+                &config,
+                metadata,
+                store,
+                Arc::new(offsets),
+                metrics,
+                shutdown,
+            )
+            .await
         }
         MetadataStoreKind::Etcd => crate::election::run_elected(config, metrics, shutdown).await,
     }
@@ -58,6 +84,7 @@ pub async fn lead(
     config: &Config,
     metadata: Metadata,
     store: Arc<dyn MetadataStore>,
+    offsets: Arc<dyn CommittedOffsets>,
     metrics: PrometheusHandle,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), String> {
@@ -137,19 +164,6 @@ pub async fn lead(
     drop(on_control);
     // A restarted coordinator resumes whatever recovery was under way.
     orchestrator.wake();
-    let offsets = OffsetStore::open(
-        &coordinator.data_dir.join("groups"),
-        OffsetLimits {
-            groups_max: coordinator.groups_max as usize,
-            partitions_per_group_max: coordinator.group_committed_partitions_max as usize,
-        },
-    )
-    .map_err(|e| {
-        format!(
-            "opening the committed offsets in {}: {e}",
-            coordinator.data_dir.display()
-        )
-    })?;
     let groups = GroupCoordinator::new(
         GroupLimits {
             session_timeout_min: Duration::from_millis(coordinator.group_session_timeout_ms_min),

@@ -6,15 +6,17 @@
 //! answer FindCoordinator for any group; membership lives in memory (members rejoin after a
 //! coordinator restart, as they do after a Kafka coordinator moves), offsets on disk.
 //! `lag` (pure) turns committed offsets and the log ends brokers report into lag per group
-//! and partition.
+//! and partition. Offsets live in the data directory (`offsets`), or on etcd with the metadata
+//! (`etcd_offsets`).
 
+pub mod etcd_offsets;
 pub mod lag;
 pub mod membership;
 pub mod offsets;
 
 use bytes::Bytes;
 use membership::{Answer, Delivery, GroupLimits, Groups, Waiter};
-use offsets::OffsetStore;
+use offsets::CommittedOffsets;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -36,7 +38,7 @@ pub struct GroupCoordinator {
     membership: Mutex<Groups>,
     waiters: Mutex<HashMap<Waiter, oneshot::Sender<Result<Answer, Status>>>>,
     next_waiter: AtomicU64,
-    offsets: Arc<OffsetStore>,
+    offsets: Arc<dyn CommittedOffsets>,
     changed: Notify,
 }
 
@@ -49,12 +51,12 @@ fn refused(status: Status) -> Response {
 }
 
 impl GroupCoordinator {
-    pub fn new(limits: GroupLimits, offsets: OffsetStore) -> Arc<Self> {
+    pub fn new(limits: GroupLimits, offsets: Arc<dyn CommittedOffsets>) -> Arc<Self> {
         Arc::new(Self {
             membership: Mutex::new(Groups::new(limits)),
             waiters: Mutex::new(HashMap::new()),
             next_waiter: AtomicU64::new(1),
-            offsets: Arc::new(offsets),
+            offsets,
             changed: Notify::new(),
         })
     }

@@ -35,7 +35,8 @@ pub struct OffsetLimits {
     pub partitions_per_group_max: usize,
 }
 
-type Committed = BTreeMap<(String, u32), (u64, String)>;
+/// One group's committed offsets: (topic, partition) → (offset, metadata).
+pub type Committed = BTreeMap<(String, u32), (u64, String)>;
 
 #[derive(Debug)]
 struct Inner {
@@ -199,47 +200,13 @@ impl OffsetStore {
 
     /// Commits `offsets` of `group`: on disk (fsynced) when this returns `Ok`.
     pub fn commit(&self, group: &str, offsets: Vec<CommittedOffset>) -> Result<(), OffsetError> {
-        if let Some(long) = offsets
-            .iter()
-            .find(|o| o.metadata.len() > METADATA_BYTES_MAX)
-        {
-            return Err(OffsetError::Refused(
-                format!(
-                    "offset metadata of {} bytes (at most {METADATA_BYTES_MAX})",
-                    long.metadata.len()
-                ),
-                Status::InvalidArgument,
-            ));
-        }
         let mut inner = self.lock();
         if let Some(why) = &inner.broken {
             return Err(OffsetError::Io(std::io::Error::other(format!(
                 "offset commits are refused until the coordinator restarts: {why}"
             ))));
         }
-        let known = inner.groups.get(group);
-        if known.is_none() && inner.groups.len() >= self.limits.groups_max {
-            return Err(OffsetError::Refused(
-                format!(
-                    "{} groups have committed offsets already",
-                    inner.groups.len()
-                ),
-                Status::GroupFull,
-            ));
-        }
-        let new_partitions = offsets
-            .iter()
-            .filter(|o| known.is_none_or(|k| !k.contains_key(&(o.topic.clone(), o.partition))))
-            .count();
-        if known.map_or(0, BTreeMap::len) + new_partitions > self.limits.partitions_per_group_max {
-            return Err(OffsetError::Refused(
-                format!(
-                    "group {group:?} would commit more than {} partitions",
-                    self.limits.partitions_per_group_max
-                ),
-                Status::GroupFull,
-            ));
-        }
+        check_commit(&inner.groups, &self.limits, group, &offsets)?;
         let record = OffsetsRecord {
             group: group.to_owned(),
             offsets,
@@ -353,8 +320,78 @@ impl OffsetStore {
     }
 }
 
+/// Where committed offsets are kept: this file, or etcd ([`super::etcd_offsets`]). Blocking
+/// (called from the blocking pool); a commit is durable when `commit` returns `Ok`.
+pub trait CommittedOffsets: Send + Sync + std::fmt::Debug + 'static {
+    fn commit(&self, group: &str, offsets: Vec<CommittedOffset>) -> Result<(), OffsetError>;
+    /// The committed offsets of `group` for `partitions` (all when `None`); partitions never
+    /// committed are left out.
+    fn fetch(&self, group: &str, partitions: Option<&[TopicPartition]>) -> Vec<CommittedOffset>;
+    /// Every group's committed offsets, by group name.
+    fn snapshot(&self) -> Vec<(String, Vec<CommittedOffset>)>;
+    fn group_count(&self) -> usize;
+}
+
+impl CommittedOffsets for OffsetStore {
+    fn commit(&self, group: &str, offsets: Vec<CommittedOffset>) -> Result<(), OffsetError> {
+        OffsetStore::commit(self, group, offsets)
+    }
+    fn fetch(&self, group: &str, partitions: Option<&[TopicPartition]>) -> Vec<CommittedOffset> {
+        OffsetStore::fetch(self, group, partitions)
+    }
+    fn snapshot(&self) -> Vec<(String, Vec<CommittedOffset>)> {
+        OffsetStore::snapshot(self)
+    }
+    fn group_count(&self) -> usize {
+        OffsetStore::group_count(self)
+    }
+}
+
+/// Refuses a commit that breaks the limits: metadata too long, too many groups, too many
+/// partitions in the group.
+pub fn check_commit(
+    groups: &HashMap<String, Committed>,
+    limits: &OffsetLimits,
+    group: &str,
+    offsets: &[CommittedOffset],
+) -> Result<(), OffsetError> {
+    if let Some(long) = offsets
+        .iter()
+        .find(|o| o.metadata.len() > METADATA_BYTES_MAX)
+    {
+        return Err(OffsetError::Refused(
+            format!(
+                "offset metadata of {} bytes (at most {METADATA_BYTES_MAX})",
+                long.metadata.len()
+            ),
+            Status::InvalidArgument,
+        ));
+    }
+    let known = groups.get(group);
+    if known.is_none() && groups.len() >= limits.groups_max {
+        return Err(OffsetError::Refused(
+            format!("{} groups have committed offsets already", groups.len()),
+            Status::GroupFull,
+        ));
+    }
+    let new_partitions = offsets
+        .iter()
+        .filter(|o| known.is_none_or(|k| !k.contains_key(&(o.topic.clone(), o.partition))))
+        .count();
+    if known.map_or(0, BTreeMap::len) + new_partitions > limits.partitions_per_group_max {
+        return Err(OffsetError::Refused(
+            format!(
+                "group {group:?} would commit more than {} partitions",
+                limits.partitions_per_group_max
+            ),
+            Status::GroupFull,
+        ));
+    }
+    Ok(())
+}
+
 /// One group's offsets as the wire and the offsets file carry them.
-fn as_committed_offsets(committed: &Committed) -> Vec<CommittedOffset> {
+pub fn as_committed_offsets(committed: &Committed) -> Vec<CommittedOffset> {
     committed
         .iter()
         .map(|(key, value)| committed_offset(key, value))
@@ -362,7 +399,7 @@ fn as_committed_offsets(committed: &Committed) -> Vec<CommittedOffset> {
 }
 
 /// One partition's committed offset from the store's (topic, partition) → (offset, metadata).
-fn committed_offset(
+pub fn committed_offset(
     (topic, partition): &(String, u32),
     (offset, metadata): &(u64, String),
 ) -> CommittedOffset {
@@ -379,7 +416,7 @@ fn sync_dir(dir: &Path) -> Result<(), std::io::Error> {
     File::open(dir)?.sync_all()
 }
 
-fn apply(groups: &mut HashMap<String, Committed>, record: OffsetsRecord) {
+pub fn apply(groups: &mut HashMap<String, Committed>, record: OffsetsRecord) {
     let committed = groups.entry(record.group).or_default();
     for offset in record.offsets {
         committed.insert(

@@ -377,6 +377,35 @@ impl EtcdStore {
     }
 }
 
+impl EtcdStore {
+    /// Writes `ops` (keys relative to the prefix) fenced by the leadership, in as many
+    /// transactions as they need, without comparing their revisions: for objects only the
+    /// leader writes and that need no read-modify-write (committed offsets). Blocking. A
+    /// failure deposes this coordinator, as a failed metadata save does.
+    pub fn write(&self, ops: &[Op]) -> Result<(), String> {
+        let written = self.runtime.block_on(async {
+            let fence = self.current_fence()?;
+            tokio::time::timeout(SAVE_TIMEOUT, self.commit_in_pieces(&fence, ops, false))
+                .await
+                .unwrap_or_else(|_| Err("an etcd write timed out (its outcome is unknown)".into()))
+        });
+        if let Err(why) = &written {
+            self.depose(why);
+        }
+        written
+    }
+
+    /// Every key under `dir` (relative to the prefix), with its value. Blocking.
+    pub fn read_dir(&self, dir: &str) -> Result<Vec<(String, Vec<u8>)>, String> {
+        self.runtime.block_on(async {
+            let listed = tokio::time::timeout(LOAD_TIMEOUT, self.list(&self.key(dir)))
+                .await
+                .unwrap_or_else(|_| Err("listing etcd timed out".into()))?;
+            Ok(listed.into_iter().map(|(k, v, _)| (k, v)).collect())
+        })
+    }
+}
+
 /// `ops` cut into transactions that etcd takes.
 fn pieces(ops: &[Op]) -> Vec<&[Op]> {
     let mut pieces = Vec::new();

@@ -230,3 +230,66 @@ async fn a_change_too_big_for_one_transaction_is_applied_whole_even_after_a_cras
     );
     etcd.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_offsets_survive_a_change_of_leader_and_a_deposed_one_commits_nothing() {
+    use crate::groups::etcd_offsets::EtcdOffsets;
+    use crate::groups::offsets::{CommittedOffsets, OffsetLimits};
+    use tailstream_wire::messages::CommittedOffset;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = local_etcd(dir.path()).await else {
+        return;
+    };
+    let prefix = "/t/offsets";
+    let limits = OffsetLimits {
+        groups_max: 10,
+        partitions_per_group_max: 1000,
+    };
+    let offset = |partition, offset| CommittedOffset {
+        topic: "orders/eu".into(),
+        partition,
+        offset,
+        metadata: String::new(),
+    };
+    let (old, old_term, mut old_client) = leading_store(&etcd, prefix, "old").await;
+    let committed = {
+        let old = old.clone();
+        tokio::task::spawn_blocking(move || {
+            let offsets = EtcdOffsets::load(old, limits).unwrap();
+            offsets
+                .commit("g", vec![offset(0, 5), offset(1, 7)])
+                .unwrap();
+            // More partitions than one transaction holds.
+            offsets
+                .commit("g", (0..250).map(|p| offset(p, 100 + p as u64)).collect())
+                .unwrap();
+            offsets.commit("g", vec![offset(0, 500)]).unwrap();
+            offsets
+        })
+        .await
+        .unwrap()
+    };
+    old_client.lease_revoke(old_term.lease_id).await.unwrap();
+    let (new, _term, _client) = leading_store(&etcd, prefix, "new").await;
+    let (reloaded, refused) = tokio::task::spawn_blocking(move || {
+        let refused = committed.commit("g", vec![offset(0, 9999)]).unwrap_err();
+        (EtcdOffsets::load(new, limits).unwrap(), refused)
+    })
+    .await
+    .unwrap();
+    assert!(
+        refused.to_string().contains("no longer the leader"),
+        "{refused}"
+    );
+    let fetched = reloaded.fetch("g", None);
+    assert_eq!(fetched.len(), 250);
+    assert_eq!(
+        fetched.iter().find(|o| o.partition == 0).unwrap().offset,
+        500
+    );
+    assert_eq!(
+        fetched.iter().find(|o| o.partition == 249).unwrap().offset,
+        349
+    );
+    etcd.stop().await;
+}

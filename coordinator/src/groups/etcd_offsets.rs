@@ -1,0 +1,190 @@
+//! [`EtcdOffsets`]: committed offsets on etcd, one key per group and partition, written by the
+//! leader (fenced like every metadata write) before a commit is answered, and read back whole
+//! when a coordinator starts leading.
+//!
+//! A commit is one transaction (etcd's operation bound cuts one of more than 100 partitions
+//! into several: each partition's offset is then committed or not on its own, as a consumer
+//! may commit partitions one by one anyway). What it costs: one etcd transaction, i.e. one
+//! raft round and an fsync on a majority of etcd's members.
+
+use super::offsets::{
+    Committed, CommittedOffsets, OffsetError, OffsetLimits, apply, as_committed_offsets,
+    check_commit, committed_offset,
+};
+use crate::persist::EtcdStore;
+use crate::persist::layout::Op;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tailstream_wire::Status;
+use tailstream_wire::messages::{CommittedOffset, OffsetsRecord, TopicPartition};
+
+/// Where offsets live, below the cluster's prefix.
+const OFFSETS_DIR: &str = "g/";
+
+#[derive(Serialize, Deserialize)]
+struct Value {
+    offset: u64,
+    metadata: String,
+}
+
+/// `text` safe as one segment of a key: '/' and '%' (and nothing else) are percent-encoded,
+/// so group and topic names, which are client input, cannot reach into another key.
+fn escape(text: &str) -> String {
+    text.replace('%', "%25").replace('/', "%2F")
+}
+
+fn unescape(text: &str) -> String {
+    text.replace("%2F", "/").replace("%25", "%")
+}
+
+/// The key of one group's partition.
+pub fn key(group: &str, topic: &str, partition: u32) -> String {
+    format!(
+        "{OFFSETS_DIR}{}/{}/{partition:010}",
+        escape(group),
+        escape(topic)
+    )
+}
+
+/// A listing of the offsets keys read back as groups.
+fn read(listing: Vec<(String, Vec<u8>)>) -> Result<HashMap<String, Committed>, String> {
+    let mut groups: HashMap<String, Committed> = HashMap::new();
+    for (key, value) in listing {
+        let parts: Vec<&str> = key
+            .strip_prefix(OFFSETS_DIR)
+            .unwrap_or(&key)
+            .split('/')
+            .collect();
+        let [group, topic, partition] = parts.as_slice() else {
+            return Err(format!("{key} is not an offsets key"));
+        };
+        let partition: u32 = partition
+            .parse()
+            .map_err(|_| format!("{key}: the partition is not a number"))?;
+        let value: Value =
+            serde_json::from_slice(&value).map_err(|e| format!("{key} is not valid: {e}"))?;
+        groups
+            .entry(unescape(group))
+            .or_default()
+            .insert((unescape(topic), partition), (value.offset, value.metadata));
+    }
+    Ok(groups)
+}
+
+#[derive(Debug)]
+pub struct EtcdOffsets {
+    store: Arc<EtcdStore>,
+    limits: OffsetLimits,
+    /// What etcd holds, as this leader wrote or read it (one commit at a time).
+    groups: Mutex<HashMap<String, Committed>>,
+}
+
+impl EtcdOffsets {
+    /// Reads every committed offset of the cluster. Blocking.
+    pub fn load(store: Arc<EtcdStore>, limits: OffsetLimits) -> Result<Self, String> {
+        let groups = read(store.read_dir(OFFSETS_DIR)?)?;
+        Ok(Self {
+            store,
+            limits,
+            groups: Mutex::new(groups),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Committed>> {
+        self.groups.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl CommittedOffsets for EtcdOffsets {
+    fn commit(&self, group: &str, offsets: Vec<CommittedOffset>) -> Result<(), OffsetError> {
+        // Held across the write: commits apply in the order etcd took them.
+        let mut groups = self.lock();
+        check_commit(&groups, &self.limits, group, &offsets)?;
+        let ops: Vec<Op> = offsets
+            .iter()
+            .map(|o| {
+                let value = serde_json::to_vec(&Value {
+                    offset: o.offset,
+                    metadata: o.metadata.clone(),
+                })
+                .map_err(|e| OffsetError::Refused(e.to_string(), Status::Internal))?;
+                Ok(Op::Put {
+                    key: key(group, &o.topic, o.partition),
+                    value,
+                })
+            })
+            .collect::<Result<_, OffsetError>>()?;
+        self.store
+            .write(&ops)
+            .map_err(|why| OffsetError::Io(std::io::Error::other(why)))?;
+        apply(
+            &mut groups,
+            OffsetsRecord {
+                group: group.to_owned(),
+                offsets,
+            },
+        );
+        Ok(())
+    }
+
+    fn fetch(&self, group: &str, partitions: Option<&[TopicPartition]>) -> Vec<CommittedOffset> {
+        let groups = self.lock();
+        let Some(committed) = groups.get(group) else {
+            return Vec::new();
+        };
+        match partitions {
+            None => as_committed_offsets(committed),
+            Some(wanted) => wanted
+                .iter()
+                .filter_map(|p| {
+                    let key = (p.topic.clone(), p.partition);
+                    committed.get(&key).map(|v| committed_offset(&key, v))
+                })
+                .collect(),
+        }
+    }
+
+    fn snapshot(&self) -> Vec<(String, Vec<CommittedOffset>)> {
+        let mut all: Vec<_> = self
+            .lock()
+            .iter()
+            .map(|(group, committed)| (group.clone(), as_committed_offsets(committed)))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
+    fn group_count(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_with_slashes_and_percents_stay_inside_their_key_and_read_back() {
+        let k = key("a/b%2F", "t/%", 7);
+        assert_eq!(k.matches('/').count(), 3, "{k}");
+        let groups = read(vec![(
+            k,
+            serde_json::to_vec(&Value {
+                offset: 9,
+                metadata: "m".into(),
+            })
+            .unwrap(),
+        )])
+        .unwrap();
+        assert_eq!(
+            groups["a/b%2F"][&("t/%".to_string(), 7)],
+            (9, "m".to_string())
+        );
+    }
+
+    #[test]
+    fn a_key_of_another_shape_is_refused() {
+        assert!(read(vec![("g/x/y".into(), b"{}".to_vec())]).is_err());
+    }
+}
