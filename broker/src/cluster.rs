@@ -29,7 +29,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tailstream_net::RpcClientConfig;
-use tailstream_stubs::{CoordinatorPeerClient, StubError};
+use tailstream_stubs::{CoordinatorAddresses, CoordinatorPeerClient, StubError};
 use tailstream_wire::messages::{
     AssignStreamletsRequest, BrokerHeartbeatRequest, BrokerInfo, LogEnd, LogHead, LogReplicaSet,
     LogReplication, RegisterBrokerRequest, ReportLogBoundsRequest,
@@ -423,12 +423,12 @@ impl ClusterState {
 /// coordinator delays no heartbeat, and a failed report costs no lease. Runs until `shutdown`.
 async fn run_log_bounds_reporter(
     cluster: Arc<ClusterState>,
-    coordinator_addr: String,
+    coordinators: CoordinatorAddresses,
     retry_every: Duration,
     client_config: RpcClientConfig,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut client: Option<CoordinatorPeerClient> = None;
+    let mut client: Option<(String, CoordinatorPeerClient)> = None;
     loop {
         tokio::select! {
             _ = cluster.log_bounds.something_wanted() => {}
@@ -439,18 +439,25 @@ async fn run_log_bounds_reporter(
             continue;
         };
         if client.is_none() {
-            match CoordinatorPeerClient::connect(&coordinator_addr, client_config).await {
-                Ok(connected) => client = Some(connected),
+            let addr = coordinators.current();
+            match CoordinatorPeerClient::connect(&addr, client_config).await {
+                Ok(connected) => client = Some((addr, connected)),
                 Err(error) => {
                     tracing::debug!(%error, "log bounds: connecting to the coordinator failed");
+                    coordinators.unanswered(&addr);
                     continue;
                 }
             }
         }
-        let Some(connected) = &client else { continue };
+        let Some((addr, connected)) = &client else {
+            continue;
+        };
         if let Err(error) = report_log_bounds(&cluster, connected, server_id).await {
             // The membership session handles registration; this only retries.
             tracing::warn!(%error, "reporting log bounds failed; retrying");
+            if error.is_unanswered() {
+                coordinators.unanswered(addr);
+            }
             client = None;
         }
     }
@@ -497,21 +504,25 @@ pub struct Advertised {
 /// Registers and heartbeats until `shutdown`; reconnects and re-registers as needed.
 pub async fn run_membership(
     cluster: Arc<ClusterState>,
-    coordinator_addr: String,
+    coordinator_addrs: String,
     advertised: Advertised,
     heartbeat_interval: Duration,
     client_config: RpcClientConfig,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    // With several coordinators (etcd), only the leader listens: a call that gets no answer
+    // moves on to the next address.
+    let coordinators = CoordinatorAddresses::parse(&coordinator_addrs);
     tokio::spawn(run_log_bounds_reporter(
         cluster.clone(),
-        coordinator_addr.clone(),
+        coordinators.clone(),
         heartbeat_interval,
         client_config,
         shutdown.clone(),
     ));
     let backoff = Duration::from_millis(100);
     loop {
+        let coordinator_addr = coordinators.current();
         let session = membership_session(
             &cluster,
             &coordinator_addr,
@@ -520,8 +531,11 @@ pub async fn run_membership(
             client_config,
         );
         tokio::select! {
-            reason = session => {
+            (reason, unanswered) = session => {
                 tracing::warn!(%reason, coordinator = %coordinator_addr, "coordinator session ended; retrying");
+                if unanswered {
+                    coordinators.unanswered(&coordinator_addr);
+                }
             }
             _ = tailstream_net::server::shutdown_signalled(&mut shutdown) => return,
         }
@@ -533,17 +547,18 @@ pub async fn run_membership(
 }
 
 /// One connection's worth of membership: register (if not yet), then heartbeat until an error
-/// that needs a new connection or a new registration. Returns why it ended.
+/// that needs a new connection or a new registration. Returns why it ended, and whether the
+/// coordinator gave no answer (dead, or a standby: the next session tries the next address).
 async fn membership_session(
     cluster: &ClusterState,
     coordinator_addr: &str,
     advertised: &Advertised,
     heartbeat_interval: Duration,
     client_config: RpcClientConfig,
-) -> String {
+) -> (String, bool) {
     let client = match CoordinatorPeerClient::connect(coordinator_addr, client_config).await {
         Ok(client) => client,
-        Err(error) => return error.to_string(),
+        Err(error) => return (error.to_string(), error.is_unanswered()),
     };
     // A new connection may be to a coordinator that restarted and knows none of what was
     // reported (heads are memory only there): without this, an idle log's head would stay
@@ -560,17 +575,20 @@ async fn membership_session(
         let response = match client.register(&request).await {
             Ok(response) => response,
             Err(StubError::Fatal(why)) => {
-                return format!(
-                    "{coordinator_addr} is not the coordinator's peer listener, or speaks another protocol ({why})"
+                return (
+                    format!(
+                        "{coordinator_addr} is not the coordinator's peer listener, or speaks another protocol ({why})"
+                    ),
+                    false,
                 );
             }
-            Err(error) => return format!("register: {error}"),
+            Err(error) => return (format!("register: {error}"), error.is_unanswered()),
         };
         cluster.registered(response.server_id);
         cluster.lease.renew(sent_at);
         tracing::info!(server_id = %response.server_id, "registered with the coordinator");
         if let Err((_, message)) = cluster.apply_assignments(&response.assignments) {
-            return format!("initial assignment: {message}");
+            return (format!("initial assignment: {message}"), false);
         }
     }
     let mut tick = tokio::time::interval(heartbeat_interval);
@@ -578,7 +596,7 @@ async fn membership_session(
     loop {
         tick.tick().await;
         let Some(server_id) = cluster.server_id() else {
-            return "lost registration".into();
+            return ("lost registration".into(), false);
         };
         let heads = cluster.changed_heads();
         let replication = cluster.changed_replication();
@@ -610,9 +628,12 @@ async fn membership_session(
                 ..
             }) => {
                 cluster.declared_crashed(&format!("the coordinator answered {status}"));
-                return format!("coordinator answered {status}: registering again");
+                return (
+                    format!("coordinator answered {status}: registering again"),
+                    false,
+                );
             }
-            Err(error) => return format!("heartbeat: {error}"),
+            Err(error) => return (format!("heartbeat: {error}"), error.is_unanswered()),
         }
     }
 }

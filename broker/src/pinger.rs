@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tailstream_net::{RpcClientConfig, RpcPool};
-use tailstream_stubs::{BrokerPeerClient, CoordinatorPeerClient, StubError};
+use tailstream_stubs::{BrokerPeerClient, CoordinatorAddresses, CoordinatorPeerClient, StubError};
 use tailstream_wire::ServerId;
 use tailstream_wire::messages::ReportSuspectRequest;
 use tokio::sync::watch;
@@ -22,10 +22,11 @@ pub struct PingConfig {
     pub peers: usize,
 }
 
-/// Pings until `shutdown`, reporting silent peers to the coordinator at `coordinator_addr`.
+/// Pings until `shutdown`, reporting silent peers to the coordinator (whichever of
+/// `coordinator_addrs`, "a,b,c", answers).
 pub async fn run_pinger(
     cluster: Arc<ClusterState>,
-    coordinator_addr: String,
+    coordinator_addrs: String,
     config: PingConfig,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -46,6 +47,7 @@ pub async fn run_pinger(
     });
     let peers = Arc::new(peers);
     let coordinator = Arc::new(coordinator);
+    let coordinators = CoordinatorAddresses::parse(&coordinator_addrs);
     let reported: Arc<std::sync::Mutex<HashMap<ServerId, Instant>>> = Arc::default();
     let mut tick = tokio::time::interval(config.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -71,7 +73,7 @@ pub async fn run_pinger(
         for (peer, addr) in chosen {
             let peers = peers.clone();
             let coordinator = coordinator.clone();
-            let coordinator_addr = coordinator_addr.clone();
+            let coordinators = coordinators.clone();
             let reported = reported.clone();
             let interval = config.interval;
             tokio::spawn(async move {
@@ -97,6 +99,7 @@ pub async fn run_pinger(
                     reporter: me,
                     suspect: peer,
                 };
+                let coordinator_addr = coordinators.current();
                 let report = async {
                     let client = coordinator.get(&coordinator_addr).await?;
                     CoordinatorPeerClient::over(client)
@@ -107,6 +110,9 @@ pub async fn run_pinger(
                 if let Err(error) = report.await {
                     tracing::warn!(%error, "reporting a silent peer failed");
                     coordinator.forget(&coordinator_addr);
+                    if error.is_unanswered() {
+                        coordinators.unanswered(&coordinator_addr);
+                    }
                 }
             });
         }

@@ -3,6 +3,7 @@
 //! while the coordinator is unreachable or has no brokers yet, so a restarting coordinator
 //! costs a caller a wait, not an error.
 
+use crate::addresses::CoordinatorAddresses;
 use crate::error::StubError;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -38,32 +39,45 @@ pub fn client_rpc_config(config: &ClientConfig, request_timeout_ms: u64) -> RpcC
 /// The coordinator's client-facing operations (its `rpc_addr` listener).
 #[derive(Debug)]
 pub struct CoordinatorClient {
-    addr: String,
+    addrs: CoordinatorAddresses,
     pool: RpcPool,
     streams: Mutex<HashMap<String, Arc<StreamMetadata>>>,
 }
 
 impl CoordinatorClient {
-    /// A client of the coordinator at `addr`. Connects lazily; the first call reports an
-    /// unreachable coordinator.
+    /// A client of the coordinator at `addr`, or of whichever of several ("a,b,c") leads.
+    /// Connects lazily; the first call reports an unreachable coordinator.
     pub fn new(addr: &str, config: RpcClientConfig) -> Arc<Self> {
         Arc::new(Self {
-            addr: addr.to_string(),
+            addrs: CoordinatorAddresses::parse(addr),
             pool: RpcPool::new(config),
             streams: Mutex::new(HashMap::new()),
         })
     }
 
-    /// The coordinator's address, as given.
-    pub fn addr(&self) -> &str {
-        &self.addr
+    /// The coordinator's address (or addresses), as given.
+    pub fn addr(&self) -> String {
+        self.addrs.to_string()
     }
 
-    /// Opens the connection now (once), so an unreachable coordinator is reported at start-up
-    /// rather than by the first call.
+    /// Opens a connection now, to the first coordinator that takes it, so an unreachable
+    /// coordinator is reported at start-up rather than by the first call.
     pub async fn connect(&self) -> Result<(), StubError> {
-        self.pool.get(&self.addr).await?;
-        Ok(())
+        let mut last = None;
+        for _ in 0..self.addrs.len().max(1) {
+            let addr = self.addrs.current();
+            match self.pool.get(&addr).await {
+                Ok(_) => return Ok(()),
+                Err(error) => {
+                    self.addrs.unanswered(&addr);
+                    last = Some(error);
+                }
+            }
+        }
+        Err(last.map_or_else(
+            || StubError::Fatal("no coordinator address".into()),
+            Into::into,
+        ))
     }
 
     /// Calls the coordinator, retrying (bounded) while it is unreachable or has no brokers.
@@ -75,7 +89,8 @@ impl CoordinatorClient {
         let mut waited_ms = 0;
         let mut backoff_ms = 50;
         loop {
-            let result = match self.pool.get(&self.addr).await {
+            let addr = self.addrs.current();
+            let result = match self.pool.get(&addr).await {
                 Ok(client) => client.call(opcode, request).await,
                 Err(error) => Err(error),
             };
@@ -88,7 +103,9 @@ impl CoordinatorClient {
                 return Err(error);
             }
             if error.is_unanswered() {
-                self.pool.forget(&self.addr);
+                // A dead or standby coordinator: the next attempt asks the next one.
+                self.pool.forget(&addr);
+                self.addrs.unanswered(&addr);
             }
             tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
             waited_ms += backoff_ms;

@@ -122,7 +122,7 @@ impl GroupMember {
         // A join is answered once the rebalance completes, which may take the whole
         // rebalance timeout.
         let groups = CoordinatorClient::new(
-            cluster.coordinator().addr(),
+            &cluster.coordinator().addr(),
             tailstream_stubs::coordinator::client_rpc_config(
                 client,
                 u64::from(config.member_rebalance_timeout_ms) + 5_000,
