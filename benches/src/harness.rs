@@ -137,6 +137,7 @@ pub async fn start_cluster_with(
         config_file: Some(config_file),
         log_filter: log_filter.into(),
         own_addresses,
+        etcd: None,
     };
     LocalCluster::start(spec).await
 }

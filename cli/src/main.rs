@@ -55,7 +55,7 @@ enum Command {
     /// Run a local cluster: one coordinator and N brokers on 127.0.0.1, until Ctrl-C.
     Dev(commands::dev::DevArgs),
     /// Run a coordinator process.
-    Coordinator(servers::ServerArgs),
+    Coordinator(servers::CoordinatorArgs),
     /// Run a broker process.
     Broker(servers::BrokerArgs),
     /// Create, list and describe streams.

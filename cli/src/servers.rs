@@ -79,6 +79,20 @@ fn shutdown_signal(exit_on_stdin_eof: bool) -> watch::Receiver<bool> {
     rx
 }
 
+/// `tailstream coordinator`: the server arguments, and where its state lives.
+#[derive(Args, Debug)]
+pub struct CoordinatorArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// Keep the cluster's state on etcd at these client URLs ("http://a:2379,http://b:2379"):
+    /// sets `coordinator.store = "etcd"`. Several coordinators may run; one leads.
+    #[arg(long, value_delimiter = ',')]
+    etcd_endpoints: Vec<String>,
+    /// The cluster's key prefix on etcd (`coordinator.etcd_prefix`).
+    #[arg(long)]
+    etcd_prefix: Option<String>,
+}
+
 /// `tailstream broker`: the server arguments, and where the coordinator's peer listener is;
 /// or `tailstream broker kill N`, which crashes a broker of a dev cluster on purpose.
 #[derive(Args, Debug)]
@@ -194,8 +208,18 @@ async fn kill_dev_broker(
     Ok(())
 }
 
-pub async fn run_coordinator(mut config: Config, args: ServerArgs) -> Result<(), String> {
+pub async fn run_coordinator(mut config: Config, args: CoordinatorArgs) -> Result<(), String> {
     let coordinator = &mut config.coordinator;
+    if !args.etcd_endpoints.is_empty() {
+        coordinator.store = tailstream_config::MetadataStoreKind::Etcd;
+        coordinator.etcd_endpoints = args.etcd_endpoints;
+    }
+    if let Some(prefix) = args.etcd_prefix {
+        coordinator.etcd_prefix = prefix;
+    }
+    config.validate().map_err(|e| e.to_string())?;
+    let coordinator = &mut config.coordinator;
+    let args = args.server;
     coordinator.rpc_addr = args.rpc_addr.unwrap_or(coordinator.rpc_addr);
     coordinator.peer_addr = args.peer_addr.unwrap_or(coordinator.peer_addr);
     coordinator.admin_addr = args.admin_addr.unwrap_or(coordinator.admin_addr);

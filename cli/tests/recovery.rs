@@ -8,50 +8,10 @@
 mod common;
 
 use common::load::Load;
-use common::{TEST_TIMEOUT, TestCluster};
+use common::{TEST_TIMEOUT, TestCluster, recovered_stream, wait_until_serving};
 use std::time::{Duration, Instant};
 use tailstream_wire::ServerId;
-use tailstream_wire::messages::{PlacementState, StreamConfig};
-
-/// Small segments and groups, so recovery meets closed segments, open heads and several
-/// groups per log.
-fn recovered_stream(test: &TestCluster) -> StreamConfig {
-    let mut stream = test.stream_config();
-    stream.replicas = 2;
-    stream.logs_per_streamlet = 2;
-    stream.segment_size_bytes = 64 * 1024;
-    stream.segments_per_group = 2;
-    stream
-}
-
-/// Waits until every streamlet of `stream` serves (bounded), returning how long that took.
-async fn wait_until_serving(test: &TestCluster, stream: &str) -> Duration {
-    let started = Instant::now();
-    let cluster = test.client();
-    loop {
-        let metadata = cluster.describe_stream(stream).await.unwrap();
-        if metadata
-            .streamlets
-            .iter()
-            .all(|p| p.state == PlacementState::Serving)
-        {
-            let owners_alive = metadata.streamlets.iter().all(|p| {
-                test.cluster
-                    .brokers()
-                    .any(|b| b.rpc_addr.to_string() == p.owner_addr)
-            });
-            if owners_alive {
-                return started.elapsed();
-            }
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "not serving after 30 s: {:?}",
-            metadata.streamlets
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+use tailstream_wire::messages::PlacementState;
 
 /// The coordinator's `/recoveries`.
 async fn recoveries(test: &TestCluster) -> serde_json::Value {

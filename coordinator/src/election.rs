@@ -205,6 +205,12 @@ pub async fn run_elected(
         peer_addr: settings.peer_addr.to_string(),
         admin_addr: settings.admin_addr.to_string(),
     };
+    // Until it leads it binds nothing: clients and brokers find the leader by trying the
+    // addresses they were given until one answers.
+    println!(
+        "tailstream coordinator standby rpc={} peer={} admin=http://{}",
+        address.rpc_addr, address.peer_addr, address.admin_addr
+    );
     loop {
         tracing::info!(prefix = %settings.etcd_prefix, "campaigning for leadership");
         let campaign_started = Instant::now();

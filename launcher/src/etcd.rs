@@ -44,7 +44,7 @@ pub struct EtcdCluster {
 
 /// Ports nobody listens on now (bound, read, released: a small race with other processes,
 /// which a failed start reports).
-fn free_ports(count: usize) -> Result<Vec<u16>, String> {
+pub fn free_ports(count: usize) -> Result<Vec<u16>, String> {
     let listeners: Vec<std::net::TcpListener> = (0..count)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
         .collect::<Result<_, _>>()

@@ -53,6 +53,19 @@ pub struct ClusterSpec {
     /// coordinator 127.0.0.10, broker i 127.0.0.(11 + i)) instead of all sharing 127.0.0.1,
     /// so a firewall rule can cut the network between processes.
     pub own_addresses: bool,
+    /// Coordinators on etcd instead of one on a file: the first leads, the others stand by.
+    pub etcd: Option<EtcdSpec>,
+}
+
+/// Where coordinators keep their state when on etcd, and how many run.
+#[derive(Clone, Debug)]
+pub struct EtcdSpec {
+    /// etcd's client URLs.
+    pub endpoints: Vec<String>,
+    /// The cluster's key prefix.
+    pub prefix: String,
+    /// Coordinators in all (at least one).
+    pub coordinators: usize,
 }
 
 /// The coordinator's address when processes have addresses of their own.
@@ -119,6 +132,22 @@ async fn spawn(
     admin: SocketAddr,
     extra: &[String],
 ) -> Result<Proc, String> {
+    spawn_until(spec, role, name, data_dir, rpc, admin, extra, false).await
+}
+
+/// [`spawn`], returning at the child's `ready` line, or (with `standby_is_ready`) at a
+/// coordinator's `standby` line: a standby binds nothing until it leads.
+#[allow(clippy::too_many_arguments)]
+async fn spawn_until(
+    spec: &ClusterSpec,
+    role: &str,
+    name: String,
+    data_dir: &Path,
+    rpc: SocketAddr,
+    admin: SocketAddr,
+    extra: &[String],
+    standby_is_ready: bool,
+) -> Result<Proc, String> {
     std::fs::create_dir_all(data_dir)
         .map_err(|e| format!("creating {}: {e}", data_dir.display()))?;
     let log_file = data_dir.join(format!("{name}.log"));
@@ -157,9 +186,13 @@ async fn spawn(
     let stdout = child.stdout.take().ok_or("child has no stdout")?;
     let mut lines = BufReader::new(stdout).lines();
     let prefix = format!("tailstream {role} ready ");
+    let standby = format!("tailstream {role} standby ");
     let ready = tokio::time::timeout(READY_TIMEOUT, async {
         while let Ok(Some(line)) = lines.next_line().await {
             if let Some(rest) = line.strip_prefix(&prefix) {
+                return Some(rest.to_string());
+            }
+            if let Some(rest) = line.strip_prefix(&standby).filter(|_| standby_is_ready) {
                 return Some(rest.to_string());
             }
         }
@@ -225,7 +258,10 @@ fn describe_exit(status: std::process::ExitStatus) -> String {
 #[derive(Debug)]
 pub struct LocalCluster {
     spec: ClusterSpec,
+    /// The coordinator (on etcd: the one started first, which led first).
     pub coordinator: Proc,
+    /// On etcd: the other coordinators, standing by (until one of them leads).
+    pub standbys: Vec<Proc>,
     brokers: Vec<Option<Proc>>,
     /// Addresses (rpc, peer, admin) each broker slot was first bound to, reused on restart.
     broker_addrs: Vec<BrokerAddrs>,
@@ -302,18 +338,24 @@ impl LocalCluster {
                 at(coordinator_admin),
             ),
         };
-        let mut extra = vec!["--peer-addr".to_string(), coordinator_peer.to_string()];
-        extra.extend(spec.source_args(ip));
-        let coordinator = spawn(
-            &spec,
-            "coordinator",
-            "coordinator".into(),
-            &spec.data_dir.join("coordinator"),
-            coordinator_rpc,
-            coordinator_admin,
-            &extra,
-        )
-        .await?;
+        let (coordinator, standbys) = match &spec.etcd {
+            None => {
+                let mut extra = vec!["--peer-addr".to_string(), coordinator_peer.to_string()];
+                extra.extend(spec.source_args(ip));
+                let coordinator = spawn(
+                    &spec,
+                    "coordinator",
+                    "coordinator".into(),
+                    &spec.data_dir.join("coordinator"),
+                    coordinator_rpc,
+                    coordinator_admin,
+                    &extra,
+                )
+                .await?;
+                (coordinator, Vec::new())
+            }
+            Some(etcd) => Self::start_coordinators_on_etcd(&spec, etcd).await?,
+        };
         let _ = std::fs::write(
             Self::coordinator_addr_file(&spec.data_dir),
             coordinator.rpc_addr.to_string(),
@@ -321,6 +363,7 @@ impl LocalCluster {
         let mut cluster = Self {
             spec,
             coordinator,
+            standbys,
             brokers: Vec::new(),
             broker_addrs: Vec::new(),
         };
@@ -356,10 +399,77 @@ impl LocalCluster {
         Ok(cluster)
     }
 
+    /// Coordinators on etcd, each on ports chosen now (a standby binds nothing until it
+    /// leads, so its addresses must be known before): the first is started alone and leads,
+    /// then the standbys.
+    async fn start_coordinators_on_etcd(
+        spec: &ClusterSpec,
+        etcd: &EtcdSpec,
+    ) -> Result<(Proc, Vec<Proc>), String> {
+        let ip = spec.coordinator_ip();
+        let count = etcd.coordinators.max(1);
+        let ports = etcd::free_ports(count * 3)?;
+        let mut started = Vec::with_capacity(count);
+        for i in 0..count {
+            let at = |k: usize| SocketAddr::new(ip, ports[3 * i + k]);
+            let mut extra = vec![
+                "--peer-addr".to_string(),
+                at(1).to_string(),
+                "--etcd-endpoints".to_string(),
+                etcd.endpoints.join(","),
+                "--etcd-prefix".to_string(),
+                etcd.prefix.clone(),
+            ];
+            extra.extend(spec.source_args(ip));
+            let name = if i == 0 {
+                "coordinator".to_string()
+            } else {
+                format!("coordinator-{i}")
+            };
+            let proc = spawn_until(
+                spec,
+                "coordinator",
+                name.clone(),
+                &spec.data_dir.join(&name),
+                at(0),
+                at(2),
+                &extra,
+                i > 0,
+            )
+            .await?;
+            started.push(proc);
+        }
+        let coordinator = started.remove(0);
+        Ok((coordinator, started))
+    }
+
+    /// Every coordinator's client address, "a,b,c" (what clients and tools take).
+    pub fn coordinator_addrs(&self) -> String {
+        std::iter::once(&self.coordinator)
+            .chain(&self.standbys)
+            .map(|c| c.rpc_addr.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Every coordinator's peer address, "a,b,c" (what brokers take).
+    pub fn coordinator_peer_addrs(&self) -> String {
+        std::iter::once(&self.coordinator)
+            .chain(&self.standbys)
+            .map(|c| c.peer_addr.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// SIGKILL of the coordinator started first (on etcd: the first leader).
+    pub async fn kill_coordinator(&mut self) {
+        self.coordinator.kill().await;
+    }
+
     async fn spawn_broker(&self, index: usize, addrs: BrokerAddrs) -> Result<Proc, String> {
         let mut coordinator = vec![
             "--coordinator-peer".to_string(),
-            self.coordinator.peer_addr.to_string(),
+            self.coordinator_peer_addrs(),
             "--peer-addr".to_string(),
             addrs.peer.to_string(),
             "--kafka-addr".to_string(),
@@ -550,6 +660,9 @@ impl LocalCluster {
             stopping.spawn(proc.stop());
         }
         while stopping.join_next().await.is_some() {}
+        for standby in self.standbys {
+            standby.stop().await;
+        }
         self.coordinator.stop().await;
     }
 }

@@ -55,6 +55,7 @@ pub async fn run(
         config_file: config_path,
         log_filter: std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
         own_addresses: false,
+        etcd: None,
     };
     let mut cluster = LocalCluster::start(spec).await?;
     let coordinator = cluster.coordinator_addr();

@@ -11,10 +11,12 @@ pub mod load;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
+use std::time::Instant;
 use tailstream_client::Client;
 use tailstream_config::Config;
-use tailstream_launcher::{ClusterSpec, LocalCluster, Ports};
-use tailstream_wire::messages::StreamConfig;
+use tailstream_launcher::etcd::EtcdCluster;
+use tailstream_launcher::{ClusterSpec, EtcdSpec, LocalCluster, Ports};
+use tailstream_wire::messages::{PlacementState, StreamConfig};
 
 pub const BINARY: &str = env!("CARGO_BIN_EXE_tailstream");
 
@@ -23,6 +25,8 @@ pub const TEST_TIMEOUT: Duration = Duration::from_secs(180);
 
 pub struct TestCluster {
     pub cluster: LocalCluster,
+    /// The local etcd the coordinators keep their state on, when they do.
+    pub etcd: Option<EtcdCluster>,
     pub config: Config,
     pub dir: tempfile::TempDir,
     config_file: Option<PathBuf>,
@@ -32,6 +36,29 @@ impl TestCluster {
     /// `brokers` brokers; `overrides` is TOML overlaid on the embedded config for every process
     /// and for the test's own clients.
     pub async fn start(brokers: u32, overrides: &str) -> TestCluster {
+        Self::start_with(brokers, overrides, 0).await
+    }
+
+    /// [`Self::start`] with `coordinators` coordinators on a local three-member etcd (0: one
+    /// coordinator on its file store). `None` when etcd is not installed (the test says so
+    /// and passes, unless `TAILSTREAM_REQUIRE_ETCD` is set).
+    pub async fn start_on_etcd(
+        brokers: u32,
+        overrides: &str,
+        coordinators: usize,
+    ) -> Option<TestCluster> {
+        if !tailstream_launcher::etcd::etcd_installed() {
+            assert!(
+                std::env::var_os("TAILSTREAM_REQUIRE_ETCD").is_none(),
+                "TAILSTREAM_REQUIRE_ETCD is set but etcd is not installed (.ci/install-deps.sh)"
+            );
+            eprintln!("skipped: etcd is not installed (.ci/install-deps.sh installs etcd-server)");
+            return None;
+        }
+        Some(Self::start_with(brokers, overrides, coordinators.max(1)).await)
+    }
+
+    async fn start_with(brokers: u32, overrides: &str, etcd_coordinators: usize) -> TestCluster {
         // Debugging a failure: TAILSTREAM_KEEP_TEST_DATA keeps every process's data and logs.
         let keep = std::env::var_os("TAILSTREAM_KEEP_TEST_DATA").is_some();
         let dir = tempfile::Builder::new()
@@ -50,6 +77,15 @@ impl TestCluster {
             std::fs::write(&path, overrides).unwrap();
             Some(path)
         };
+        let etcd = if etcd_coordinators > 0 {
+            Some(
+                EtcdCluster::start(3, &dir.path().join("etcd"))
+                    .await
+                    .unwrap(),
+            )
+        } else {
+            None
+        };
         let spec = ClusterSpec {
             binary: BINARY.into(),
             data_dir: dir.path().to_path_buf(),
@@ -58,10 +94,16 @@ impl TestCluster {
             config_file: config_file.clone(),
             log_filter: "info".into(),
             own_addresses: false,
+            etcd: etcd.as_ref().map(|etcd| EtcdSpec {
+                endpoints: etcd.endpoints(),
+                prefix: "/tailstream/test".into(),
+                coordinators: etcd_coordinators,
+            }),
         };
         let cluster = LocalCluster::start(spec).await.unwrap();
         let test = TestCluster {
             cluster,
+            etcd,
             config,
             dir,
             config_file,
@@ -70,8 +112,9 @@ impl TestCluster {
         test
     }
 
+    /// Every coordinator's client address ("a,b,c" on etcd: clients follow the leader).
     pub fn coordinator(&self) -> String {
-        self.cluster.coordinator_addr().to_string()
+        self.cluster.coordinator_addrs()
     }
 
     pub fn client(&self) -> Client {
@@ -191,6 +234,49 @@ impl TestCluster {
 
     pub async fn stop(self) {
         self.cluster.stop().await;
+        if let Some(etcd) = self.etcd {
+            etcd.stop().await;
+        }
+    }
+}
+
+/// Small segments and groups, so recovery meets closed segments, open heads and several
+/// groups per log.
+pub fn recovered_stream(test: &TestCluster) -> StreamConfig {
+    let mut stream = test.stream_config();
+    stream.replicas = 2;
+    stream.logs_per_streamlet = 2;
+    stream.segment_size_bytes = 64 * 1024;
+    stream.segments_per_group = 2;
+    stream
+}
+
+/// Waits until every streamlet of `stream` serves (bounded), returning how long that took.
+pub async fn wait_until_serving(test: &TestCluster, stream: &str) -> Duration {
+    let started = Instant::now();
+    let cluster = test.client();
+    loop {
+        let metadata = cluster.describe_stream(stream).await.unwrap();
+        if metadata
+            .streamlets
+            .iter()
+            .all(|p| p.state == PlacementState::Serving)
+        {
+            let owners_alive = metadata.streamlets.iter().all(|p| {
+                test.cluster
+                    .brokers()
+                    .any(|b| b.rpc_addr.to_string() == p.owner_addr)
+            });
+            if owners_alive {
+                return started.elapsed();
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "not serving after 30 s: {:?}",
+            metadata.streamlets
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -1,0 +1,67 @@
+//! Coordinators on etcd through real processes: three coordinators (one leads, two stand by)
+//! on a local three-member etcd, brokers, producers and a consumer. The leader is killed with
+//! SIGKILL under load; a standby must take over, brokers and clients must follow it, a broker
+//! crash after that must be recovered by the new leader, and every acknowledged record must be
+//! read back exactly once, in per-log order.
+
+#![allow(clippy::unwrap_used)] // tests may unwrap freely (see clippy.toml)
+
+mod common;
+
+use common::load::Load;
+use common::{TEST_TIMEOUT, TestCluster, recovered_stream, wait_until_serving};
+use std::time::{Duration, Instant};
+
+/// Waits until a coordinator answers with `brokers` live brokers; returns how long it took.
+async fn wait_for_a_leader(test: &TestCluster, brokers: usize) -> Duration {
+    let started = Instant::now();
+    let client = test.client();
+    loop {
+        let alive = client
+            .list_brokers()
+            .await
+            .map(|b| b.iter().filter(|b| b.alive).count());
+        if alive.is_ok_and(|alive| alive >= brokers) {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no coordinator led with {brokers} live brokers within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_leader_is_replaced_brokers_follow_and_nothing_acked_is_lost() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let Some(mut test) = TestCluster::start_on_etcd(4, "", 3).await else {
+            return;
+        };
+        test.client()
+            .create_stream("steady", 4, recovered_stream(&test))
+            .await
+            .unwrap();
+        let load = Load::start(&test, "steady", 2);
+        load.wait_for_acks(20_000).await;
+        test.cluster.kill_coordinator().await;
+        let took = wait_for_a_leader(&test, 4).await;
+        eprintln!("a standby led, with every broker heartbeating to it, {took:?} after the kill");
+        // The new leader creates streams and recovers crashes.
+        test.client()
+            .create_stream("after", 2, recovered_stream(&test))
+            .await
+            .unwrap();
+        let acked = load.acked.load(std::sync::atomic::Ordering::Relaxed);
+        load.wait_for_acks(acked + 10_000).await;
+        let victim = test.owner_of("steady", 0).await;
+        test.cluster.kill_broker(victim).await;
+        let serving = wait_until_serving(&test, "steady").await;
+        eprintln!("a broker crash under the new leader: serving again after {serving:?}");
+        let acked = load.finish_and_check().await;
+        assert!(acked > 30_000);
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}
