@@ -418,6 +418,11 @@ impl ClusterState {
     }
 }
 
+/// The lease lengths a broker accepts from the coordinator (a bug or a hostile peer could
+/// otherwise set one that never ends, or ends at once).
+const LEASE_MS_MIN: u64 = 10;
+const LEASE_MS_MAX: u64 = 600_000;
+
 /// Sends the log bounds replicators wait on, at once when one is wanted and at least every
 /// `retry_every` while any is pending, on a connection of its own: a slow save at the
 /// coordinator delays no heartbeat, and a failed report costs no lease. Runs until `shutdown`.
@@ -452,10 +457,26 @@ async fn run_log_bounds_reporter(
         let Some((addr, connected)) = &client else {
             continue;
         };
-        if let Err(error) = report_log_bounds(&cluster, connected, server_id).await {
+        // As heartbeats do: with several coordinators, one that leaves a report unanswered
+        // for a lease is passed over (acknowledgements in new segments wait on this report).
+        let reported = report_log_bounds(&cluster, connected, server_id);
+        let reported = if coordinators.len() > 1 {
+            let deadline = cluster.lease.duration().max(Duration::from_secs(1));
+            tokio::time::timeout(deadline, reported)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(StubError::Retry {
+                        addr: addr.clone(),
+                        reason: format!("no answer within {} ms", deadline.as_millis()),
+                    })
+                })
+        } else {
+            reported.await
+        };
+        if let Err(error) = reported {
             // The membership session handles registration; this only retries.
             tracing::warn!(%error, "reporting log bounds failed; retrying");
-            if error.is_unanswered() {
+            if error.wants_another_coordinator() {
                 coordinators.unanswered(addr);
             }
             client = None;
@@ -523,11 +544,17 @@ pub async fn run_membership(
     let backoff = Duration::from_millis(100);
     loop {
         let coordinator_addr = coordinators.current();
+        // With several coordinators, a heartbeat the current one leaves unanswered for a
+        // lease (at least a second) moves on: a paused leader must not hold brokers until the
+        // new one counts them dead. With one, there is nowhere else to go.
+        let heartbeat_deadline =
+            (coordinators.len() > 1).then(|| cluster.lease.duration().max(Duration::from_secs(1)));
         let session = membership_session(
             &cluster,
             &coordinator_addr,
             &advertised,
             heartbeat_interval,
+            heartbeat_deadline,
             client_config,
         );
         tokio::select! {
@@ -554,11 +581,12 @@ async fn membership_session(
     coordinator_addr: &str,
     advertised: &Advertised,
     heartbeat_interval: Duration,
+    heartbeat_deadline: Option<Duration>,
     client_config: RpcClientConfig,
 ) -> (String, bool) {
     let client = match CoordinatorPeerClient::connect(coordinator_addr, client_config).await {
         Ok(client) => client,
-        Err(error) => return (error.to_string(), error.is_unanswered()),
+        Err(error) => return (error.to_string(), error.wants_another_coordinator()),
     };
     // A new connection may be to a coordinator that restarted and knows none of what was
     // reported (heads are memory only there): without this, an idle log's head would stay
@@ -582,8 +610,26 @@ async fn membership_session(
                     false,
                 );
             }
-            Err(error) => return (format!("register: {error}"), error.is_unanswered()),
+            Err(error) => {
+                return (
+                    format!("register: {error}"),
+                    error.wants_another_coordinator(),
+                );
+            }
         };
+        if !(LEASE_MS_MIN..=LEASE_MS_MAX).contains(&response.lease_ms) {
+            return (
+                format!(
+                    "the coordinator gave a lease of {} ms, outside {LEASE_MS_MIN}..={LEASE_MS_MAX}",
+                    response.lease_ms
+                ),
+                false,
+            );
+        }
+        // One lease length in the cluster: the coordinator's, which recovery waits out.
+        cluster
+            .lease
+            .set_duration(Duration::from_millis(response.lease_ms));
         cluster.registered(response.server_id);
         cluster.lease.renew(sent_at);
         tracing::info!(server_id = %response.server_id, "registered with the coordinator");
@@ -609,7 +655,21 @@ async fn membership_session(
             replication: replication.iter().map(|(_, set)| set.clone()).collect(),
         };
         let sent_at = BootInstant::now();
-        match client.heartbeat(&request).await {
+        let answered = match heartbeat_deadline {
+            Some(deadline) => {
+                match tokio::time::timeout(deadline, client.heartbeat(&request)).await {
+                    Ok(answered) => answered,
+                    Err(_) => {
+                        return (
+                            format!("heartbeat: no answer within {} ms", deadline.as_millis()),
+                            true,
+                        );
+                    }
+                }
+            }
+            None => client.heartbeat(&request).await,
+        };
+        match answered {
             Ok(response) => {
                 cluster.lease.renew(sent_at);
                 cluster.heads_acknowledged(&request.heads);
@@ -633,7 +693,12 @@ async fn membership_session(
                     false,
                 );
             }
-            Err(error) => return (format!("heartbeat: {error}"), error.is_unanswered()),
+            Err(error) => {
+                return (
+                    format!("heartbeat: {error}"),
+                    error.wants_another_coordinator(),
+                );
+            }
         }
     }
 }

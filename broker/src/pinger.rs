@@ -110,7 +110,7 @@ pub async fn run_pinger(
                 if let Err(error) = report.await {
                     tracing::warn!(%error, "reporting a silent peer failed");
                     coordinator.forget(&coordinator_addr);
-                    if error.is_unanswered() {
+                    if error.wants_another_coordinator() {
                         coordinators.unanswered(&coordinator_addr);
                     }
                 }

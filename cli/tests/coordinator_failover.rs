@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::load::Load;
+use common::load::{Load, RECORDS_PER_PRODUCER_MAX};
 use common::{TEST_TIMEOUT, TestCluster, recovered_stream, wait_until_serving};
 use std::time::{Duration, Instant};
 
@@ -60,6 +60,50 @@ async fn a_killed_leader_is_replaced_brokers_follow_and_nothing_acked_is_lost() 
         eprintln!("a broker crash under the new leader: serving again after {serving:?}");
         let acked = load.finish_and_check().await;
         assert!(acked > 30_000);
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}
+
+/// The leader paused past its etcd lease (SIGSTOP), then woken: a standby leads meanwhile, and
+/// the woken one must answer nothing but pings (it renews no broker's lease), step down, and
+/// write nothing; the load runs on throughout and loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_paused_past_its_lease_wakes_deposed_and_changes_nothing() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let Some(test) = TestCluster::start_on_etcd(3, "", 2).await else {
+            return;
+        };
+        test.client()
+            .create_stream("paused", 3, recovered_stream(&test))
+            .await
+            .unwrap();
+        let load = Load::start(&test, "paused", 2);
+        load.wait_for_acks(10_000).await;
+        let paused = test.cluster.coordinator.rpc_addr;
+        test.cluster.signal_coordinator("STOP").unwrap();
+        let took = wait_for_a_leader(&test, 3).await;
+        // (As a client sees it: its first call waits out its timeout on the paused leader.)
+        eprintln!("a client reached the new leader {took:?} after the pause");
+        test.cluster.signal_coordinator("CONT").unwrap();
+        // Woken, it refuses at once (its lease ran out on the boot clock while it slept).
+        let woken = tailstream_stubs::CoordinatorClient::new(
+            &paused.to_string(),
+            tailstream_stubs::coordinator::client_rpc_config(&test.config.client, 2_000),
+        );
+        match woken.list_brokers().await {
+            Ok(_) => panic!("a deposed leader answered"),
+            Err(error) => assert!(
+                error.wants_another_coordinator(),
+                "the woken leader answered {error}"
+            ),
+        }
+        // Producers go on (the load is bounded: at most every record it has).
+        let acked = load.acked.load(std::sync::atomic::Ordering::Relaxed);
+        load.wait_for_acks((acked + 5_000).min(2 * RECORDS_PER_PRODUCER_MAX))
+            .await;
+        load.finish_and_check().await;
         test.stop().await;
     })
     .await

@@ -7,10 +7,13 @@
 //! revision ([`crate::persist::EtcdStore`]), so a deposed leader that still believes it leads
 //! writes nothing.
 
+use crate::leader_lease::LeaderLease;
 use crate::persist::etcd::Fence;
 use etcd_client::{Client, LeaderKey, ResignOptions};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tailstream_net::clock::BootInstant;
 use tokio::sync::watch;
 
 /// What a leader publishes as its election value: where to reach it.
@@ -31,6 +34,8 @@ pub struct Leadership {
     pub term: i64,
     /// Set (with why) when the lease is lost; the keep-alive task stops then.
     pub lost: watch::Receiver<Option<String>>,
+    /// Until when this leadership surely holds (renewed by the keep-alive task).
+    pub valid: Arc<LeaderLease>,
     keeper: tokio::task::JoinHandle<()>,
 }
 
@@ -45,6 +50,7 @@ impl Leadership {
     /// Gives leadership up (best effort: an unreachable etcd ends it when the lease runs
     /// out).
     pub async fn resign(self, client: &mut Client) {
+        self.valid.end();
         self.keeper.abort();
         let resigned = client
             .resign(Some(ResignOptions::new().with_leader(self.key.clone())))
@@ -77,6 +83,7 @@ pub async fn campaign(
     let value = serde_json::to_vec(address).map_err(|e| e.to_string())?;
     let ttl = lease_seconds(election_lease_ms);
     loop {
+        let granted_at = BootInstant::now();
         let lease_id = match client.lease_grant(ttl, None).await {
             Ok(granted) => granted.id(),
             Err(error) => {
@@ -87,7 +94,15 @@ pub async fn campaign(
         };
         // Renewed while campaigning too: the campaign may wait for long.
         let (lost_tx, lost) = watch::channel(None);
-        let keeper = tokio::spawn(keep_alive(client.clone(), lease_id, ttl, lost_tx));
+        let valid = Arc::new(LeaderLease::new());
+        valid.renewed(granted_at, Duration::from_secs(ttl as u64));
+        let keeper = tokio::spawn(keep_alive(
+            client.clone(),
+            lease_id,
+            ttl,
+            lost_tx,
+            valid.clone(),
+        ));
         match client
             .campaign(election_name(prefix), value.clone(), lease_id)
             .await
@@ -103,6 +118,7 @@ pub async fn campaign(
                     lease_id,
                     term,
                     lost,
+                    valid,
                     keeper,
                 });
             }
@@ -124,6 +140,7 @@ async fn keep_alive(
     lease_id: i64,
     ttl_seconds: i64,
     lost: watch::Sender<Option<String>>,
+    valid: Arc<LeaderLease>,
 ) {
     let ttl = Duration::from_secs(ttl_seconds as u64);
     let mut renewed = Instant::now();
@@ -139,6 +156,7 @@ async fn keep_alive(
     let mut tick = tokio::time::interval(ttl / 3);
     loop {
         tick.tick().await;
+        let sent_at = BootInstant::now();
         let round = async {
             keeper.keep_alive().await.map_err(|e| e.to_string())?;
             match answers.message().await.map_err(|e| e.to_string())? {
@@ -148,8 +166,12 @@ async fn keep_alive(
         };
         let left = ttl.saturating_sub(renewed.elapsed());
         match tokio::time::timeout(left, round).await {
-            Ok(Ok(())) => renewed = Instant::now(),
+            Ok(Ok(())) => {
+                renewed = Instant::now();
+                valid.renewed(sent_at, ttl);
+            }
             Ok(Err(why)) if why.contains("expired") => {
+                valid.end();
                 let _ = lost.send(Some(why));
                 return;
             }
@@ -166,6 +188,7 @@ async fn keep_alive(
             Err(_) => {}
         }
         if renewed.elapsed() >= ttl {
+            valid.end();
             let _ = lost.send(Some(format!(
                 "the election lease was not renewed for {} ms",
                 renewed.elapsed().as_millis()
@@ -184,7 +207,6 @@ pub async fn run_elected(
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), String> {
     use crate::persist::{EtcdStore, MetadataStore};
-    use std::sync::Arc;
     use tailstream_net::server::shutdown_signalled;
     let settings = &config.coordinator;
     let options = etcd_client::ConnectOptions::new()
@@ -275,6 +297,7 @@ pub async fn run_elected(
             metadata,
             store.clone() as Arc<dyn MetadataStore>,
             Arc::new(offsets),
+            leadership.valid.clone(),
             metrics.clone(),
             term_shutdown,
         )

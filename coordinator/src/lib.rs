@@ -6,7 +6,8 @@
 //! - [`persist`]: [`persist::MetadataStore`], where that state is saved: a JSON file in the
 //!   data directory, or etcd (one key per object, every write fenced by the leader key).
 //! - [`election`]: leadership on etcd: campaign, lease keep-alive, step down and campaign
-//!   again.
+//!   again; [`leader_lease`]: until when this coordinator surely still leads (nothing but a
+//!   ping is answered after).
 //! - [`core`]: the live state and the one way to change it (saved off the reader tasks, one
 //!   change at a time), and assignment pushes.
 //! - [`liveness`]: when each broker last heartbeated (memory only).
@@ -31,6 +32,7 @@ pub mod detector;
 pub mod election;
 pub mod groups;
 pub mod invariant;
+pub mod leader_lease;
 pub mod liveness;
 pub mod metadata;
 pub mod metrics;

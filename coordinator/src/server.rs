@@ -8,6 +8,7 @@ use crate::core::Coordinator;
 use crate::groups::GroupCoordinator;
 use crate::groups::membership::GroupLimits;
 use crate::groups::offsets::{CommittedOffsets, OffsetLimits, OffsetStore};
+use crate::leader_lease::LeaderLease;
 use crate::liveness::Liveness;
 use crate::metadata::Metadata;
 use crate::metrics as m;
@@ -69,6 +70,7 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
                 metadata,
                 store,
                 Arc::new(offsets),
+                Arc::new(LeaderLease::forever()),
                 metrics,
                 shutdown,
             )
@@ -85,6 +87,7 @@ pub async fn lead(
     metadata: Metadata,
     store: Arc<dyn MetadataStore>,
     offsets: Arc<dyn CommittedOffsets>,
+    leadership: Arc<LeaderLease>,
     metrics: PrometheusHandle,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), String> {
@@ -180,7 +183,14 @@ pub async fn lead(
         offsets,
     );
     tokio::spawn(groups.clone().run_ticker(shutdown.clone()));
-    let service = CoordinatorService::new(core, watchdog, orchestrator, groups);
+    let service = CoordinatorService::new(
+        core,
+        watchdog,
+        orchestrator,
+        groups,
+        leadership,
+        config.broker.lease_ms,
+    );
     tokio::spawn(publish_group_lag(service.clone(), shutdown.clone()));
     let listeners = &config.listeners;
     let limits = |connections_max: u32, budget: &'static str| ServerLimits {

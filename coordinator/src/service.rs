@@ -10,6 +10,7 @@
 use crate::core::{Coordinator, unix_ms};
 use crate::groups::GroupCoordinator;
 use crate::groups::lag::{StreamShape, lag};
+use crate::leader_lease::LeaderLease;
 use crate::metadata::{ProducerIds, producer_ids};
 use crate::recovery::orchestrator::Orchestrator;
 use crate::watchdog::WatchdogHandle;
@@ -38,6 +39,10 @@ pub struct CoordinatorService {
     watchdog: WatchdogHandle,
     orchestrator: Arc<Orchestrator>,
     groups: Arc<GroupCoordinator>,
+    /// Whether this coordinator surely still leads: nothing but a ping is answered otherwise.
+    leadership: Arc<LeaderLease>,
+    /// Told to every broker at registration: one lease length in the cluster.
+    broker_lease_ms: u64,
 }
 
 fn decode<T: Decode>(body: Bytes) -> Result<T, Response> {
@@ -54,6 +59,8 @@ impl CoordinatorService {
         watchdog: WatchdogHandle,
         orchestrator: Arc<Orchestrator>,
         groups: Arc<GroupCoordinator>,
+        leadership: Arc<LeaderLease>,
+        broker_lease_ms: u64,
     ) -> Self {
         Self {
             core,
@@ -61,6 +68,8 @@ impl CoordinatorService {
             watchdog,
             orchestrator,
             groups,
+            leadership,
+            broker_lease_ms,
         }
     }
 
@@ -132,6 +141,7 @@ impl CoordinatorService {
         };
         let core = self.core.clone();
         let orchestrator = self.orchestrator.clone();
+        let (leadership, lease_ms) = (self.leadership.clone(), self.broker_lease_ms);
         later(async move {
             let now_ms = unix_ms();
             let changed = core
@@ -165,6 +175,11 @@ impl CoordinatorService {
             }
             // New members (and the backups they bring) can make lost streamlets whole.
             orchestrator.wake();
+            if !leadership.is_valid() {
+                // Saved, but this answer would start a lease a newer leader does not know
+                // of: the broker registers again, with whoever leads.
+                return Response::error(Status::NotLeader, "this coordinator does not lead now");
+            }
             let mut state = core.lock();
             state.broker_registered(server_id, Instant::now());
             tracing::info!(%server_id, rpc = %rpc_addr, "broker registered");
@@ -172,6 +187,7 @@ impl CoordinatorService {
             Response::ok(&RegisterBrokerResponse {
                 server_id,
                 assignments,
+                lease_ms,
             })
         })
     }
@@ -431,6 +447,15 @@ impl CoordinatorService {
         metrics::counter!(crate::metrics::RPCS, "opcode" => format!("{:?}", request.opcode))
             .increment(1);
         let ready = |result: Result<Response, Response>| Reply::Ready(result.unwrap_or_else(|e| e));
+        if request.opcode != Opcode::Ping && !self.leadership.is_valid() {
+            // Checked as the request is answered (a heartbeat's answer is made here, at once):
+            // a coordinator that may have been replaced renews no broker's lease and tells no
+            // one a state a newer leader may have changed.
+            return Reply::Ready(Response::error(
+                Status::NotLeader,
+                "this coordinator does not lead now: ask another",
+            ));
+        }
         match (facing, request.opcode) {
             (_, Opcode::Ping) => Reply::Ready(Response::empty()),
             (Facing::Peers, Opcode::RegisterBroker) => self.register(request.body),

@@ -243,6 +243,20 @@ fn worker_threads_per_child(brokers: u32) -> usize {
     (cores / brokers.max(1) as usize).max(1)
 }
 
+/// `kill -SIGNAL pid`.
+fn signal_pid(pid: u32, signal: &str) -> Result<(), String> {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .map_err(|e| format!("running kill: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("kill -{signal} {pid} failed"))
+    }
+}
+
 /// How a child ended, for a person.
 fn describe_exit(status: std::process::ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
@@ -466,6 +480,15 @@ impl LocalCluster {
         self.coordinator.kill().await;
     }
 
+    /// Sends `signal` ("STOP", "CONT") to the coordinator started first.
+    pub fn signal_coordinator(&self, signal: &str) -> Result<(), String> {
+        let pid = self
+            .coordinator
+            .pid()
+            .ok_or("the coordinator is not running")?;
+        signal_pid(pid, signal)
+    }
+
     async fn spawn_broker(&self, index: usize, addrs: BrokerAddrs) -> Result<Proc, String> {
         let mut coordinator = vec![
             "--coordinator-peer".to_string(),
@@ -527,16 +550,7 @@ impl LocalCluster {
             .broker(index)
             .and_then(Proc::pid)
             .ok_or_else(|| format!("broker {index} is not running"))?;
-        let status = std::process::Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(pid.to_string())
-            .status()
-            .map_err(|e| format!("running kill: {e}"))?;
-        if status.success() {
-            Ok(())
-        } else {
-            Err(format!("kill -{signal} {pid} failed"))
-        }
+        signal_pid(pid, signal)
     }
 
     /// Starts broker `index` again at the addresses it had (a new generation of that server).

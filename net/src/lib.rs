@@ -15,9 +15,11 @@
 //! - [`source`]: the address outgoing connections come from (one per process in a test
 //!   cluster, so partitions can be cut between processes).
 //! - [`metrics`]: the listener metrics' names.
+//! - [`clock`]: the boot-time clock leases are judged on.
 
 pub mod budget;
 pub mod client;
+pub mod clock;
 pub mod control;
 pub mod error;
 pub mod listener;

@@ -98,12 +98,13 @@ impl CoordinatorClient {
                 Ok(response) => return Ok(response),
                 Err(error) => StubError::from(error),
             };
-            let retry = error.is_unanswered() || error.status() == Some(Status::NoBrokers);
+            let retry =
+                error.wants_another_coordinator() || error.status() == Some(Status::NoBrokers);
             if !retry || waited_ms >= CONTROL_RETRY_MS_MAX {
                 return Err(error);
             }
-            if error.is_unanswered() {
-                // A dead or standby coordinator: the next attempt asks the next one.
+            if error.wants_another_coordinator() {
+                // A dead, standby or deposed coordinator: the next attempt asks the next one.
                 self.pool.forget(&addr);
                 self.addrs.unanswered(&addr);
             }

@@ -62,6 +62,12 @@ impl StubError {
     pub fn is_unanswered(&self) -> bool {
         matches!(self, StubError::Retry { .. })
     }
+
+    /// The coordinator called did not answer, or answered that it does not lead: the caller
+    /// tries the next coordinator it knows.
+    pub fn wants_another_coordinator(&self) -> bool {
+        self.is_unanswered() || self.status() == Some(tailstream_wire::Status::NotLeader)
+    }
 }
 
 impl From<RpcError> for StubError {

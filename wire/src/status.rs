@@ -112,6 +112,9 @@ statuses! {
     Busy = 52,
     /// The operation did not complete in time.
     Timeout = 53,
+    /// This coordinator does not lead (or can no longer be sure it does): ask another of the
+    /// coordinators.
+    NotLeader = 54,
 
     /// The consumer group is rebalancing: rejoin it.
     RebalanceInProgress = 60,
@@ -148,6 +151,7 @@ impl Status {
                 | Status::StaleEpoch
                 | Status::Recovering
                 | Status::RebalanceInProgress
+                | Status::NotLeader
         )
     }
 

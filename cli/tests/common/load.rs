@@ -20,7 +20,7 @@ pub struct Load {
 
 /// Bounds each producer; the pacing below spreads them over several seconds, so the faults
 /// injected while they run land in the middle of the load.
-const RECORDS_PER_PRODUCER_MAX: u64 = 100_000;
+pub const RECORDS_PER_PRODUCER_MAX: u64 = 100_000;
 const PACE_EVERY_RECORDS: u64 = 16;
 
 impl Load {

@@ -198,6 +198,9 @@ wire_message! {
     pub struct RegisterBrokerResponse {
         pub server_id: ServerId,
         pub assignments: AssignStreamletsRequest,
+        /// The broker's lease length: the coordinator's setting (`broker.lease_ms` of its
+        /// configuration), which its recoveries wait out, so both sides count the same.
+        pub lease_ms: u64,
     }
 }
 
