@@ -79,9 +79,13 @@ fn shutdown_signal(exit_on_stdin_eof: bool) -> watch::Receiver<bool> {
     rx
 }
 
-/// `tailstream coordinator`: the server arguments, and where its state lives.
+/// `tailstream coordinator`: the server arguments, and where its state lives; or
+/// `tailstream coordinator migrate`, which moves a file-store cluster's state into etcd.
 #[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct CoordinatorArgs {
+    #[command(subcommand)]
+    action: Option<CoordinatorAction>,
     #[command(flatten)]
     server: ServerArgs,
     /// Keep the cluster's state on etcd at these client URLs ("http://a:2379,http://b:2379"):
@@ -91,6 +95,55 @@ pub struct CoordinatorArgs {
     /// The cluster's key prefix on etcd (`coordinator.etcd_prefix`).
     #[arg(long)]
     etcd_prefix: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum CoordinatorAction {
+    /// Move a file-store cluster's coordinator state (metadata, recoveries, committed
+    /// offsets) into etcd. Stop its coordinator first; brokers keep their data. Refused when
+    /// the prefix already holds metadata.
+    Migrate(MigrateArgs),
+}
+
+#[derive(Args, Debug)]
+struct MigrateArgs {
+    /// The file-store coordinator's data directory (`coordinator.data_dir`).
+    #[arg(long)]
+    from_dir: PathBuf,
+    /// etcd's client URLs.
+    #[arg(long, value_delimiter = ',', required = true)]
+    etcd_endpoints: Vec<String>,
+    /// The cluster's key prefix on etcd (default: `coordinator.etcd_prefix`).
+    #[arg(long)]
+    etcd_prefix: Option<String>,
+}
+
+/// `tailstream coordinator migrate`.
+async fn migrate(config: &Config, args: MigrateArgs) -> Result<(), String> {
+    let prefix = args
+        .etcd_prefix
+        .unwrap_or_else(|| config.coordinator.etcd_prefix.clone());
+    let migrated = tailstream_coordinator::migrate::migrate(
+        &args.from_dir,
+        &args.etcd_endpoints,
+        &prefix,
+        tailstream_coordinator::server::offset_limits(config),
+    )
+    .await?;
+    println!(
+        "migrated {} streams, {} brokers ({} keys) and {} groups' offsets ({} partitions) from {} to etcd under {prefix}",
+        migrated.streams,
+        migrated.brokers,
+        migrated.metadata_keys,
+        migrated.groups,
+        migrated.offsets,
+        args.from_dir.display()
+    );
+    println!(
+        "start the coordinators with --etcd-endpoints {} --etcd-prefix {prefix}",
+        args.etcd_endpoints.join(",")
+    );
+    Ok(())
 }
 
 /// `tailstream broker`: the server arguments, and where the coordinator's peer listener is;
@@ -209,6 +262,9 @@ async fn kill_dev_broker(
 }
 
 pub async fn run_coordinator(mut config: Config, args: CoordinatorArgs) -> Result<(), String> {
+    if let Some(CoordinatorAction::Migrate(migrate_args)) = args.action {
+        return migrate(&config, migrate_args).await;
+    }
     let coordinator = &mut config.coordinator;
     if !args.etcd_endpoints.is_empty() {
         coordinator.store = tailstream_config::MetadataStoreKind::Etcd;

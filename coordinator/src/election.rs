@@ -103,10 +103,14 @@ pub async fn campaign(
             lost_tx,
             valid.clone(),
         ));
-        match client
-            .campaign(election_name(prefix), value.clone(), lease_id)
-            .await
-        {
+        let mut lease_lost = lost.clone();
+        let campaigned = tokio::select! {
+            won = client.campaign(election_name(prefix), value.clone(), lease_id) => won
+                .map_err(|e| e.to_string()),
+            // The lease ran out while waiting: a key won on it would be gone already.
+            _ = lease_lost.wait_for(Option::is_some) => Err("the campaign's lease was lost".into()),
+        };
+        match campaigned {
             Ok(mut won) => {
                 let Some(key) = won.take_leader() else {
                     keeper.abort();
@@ -161,7 +165,9 @@ async fn keep_alive(
             keeper.keep_alive().await.map_err(|e| e.to_string())?;
             match answers.message().await.map_err(|e| e.to_string())? {
                 Some(answer) if answer.ttl() > 0 => Ok(()),
-                _ => Err("etcd says the election lease expired".to_string()),
+                Some(_) => Err("etcd says the election lease expired".to_string()),
+                // The stream ended (an etcd member went away): reopened below.
+                None => Err("the keep-alive stream closed".to_string()),
             }
         };
         let left = ttl.saturating_sub(renewed.elapsed());
@@ -216,12 +222,6 @@ pub async fn run_elected(
     let mut client = Client::connect(&settings.etcd_endpoints, Some(options))
         .await
         .map_err(|e| format!("connecting to etcd {:?}: {e}", settings.etcd_endpoints))?;
-    let store = Arc::new(EtcdStore::new(
-        client.clone(),
-        &settings.etcd_prefix,
-        &settings.etcd_endpoints,
-        tokio::runtime::Handle::current(),
-    ));
     let address = LeaderAddress {
         rpc_addr: settings.rpc_addr.to_string(),
         peer_addr: settings.peer_addr.to_string(),
@@ -240,6 +240,15 @@ pub async fn run_elected(
             won = campaign(&mut client, &settings.etcd_prefix, &address, settings.election_lease_ms) => won?,
             _ = shutdown_signalled(&mut shutdown) => return Ok(()),
         };
+        // A store of this term's own: tasks of an earlier term that still hold theirs (a
+        // rebuild finishing late) write with that term's fence, deposed for good, never with
+        // this one's, and their failures depose nothing of this term.
+        let store = Arc::new(EtcdStore::new(
+            client.clone(),
+            &settings.etcd_prefix,
+            &settings.etcd_endpoints,
+            tokio::runtime::Handle::current(),
+        ));
         store.fence(leadership.fence());
         let loaded = {
             let store = store.clone();
@@ -303,6 +312,7 @@ pub async fn run_elected(
         )
         .await;
         let why = why.await.ok().flatten();
+        store.end_term();
         metrics::gauge!(crate::metrics::LEADER).set(0.0);
         leadership.resign(&mut client).await;
         led?;

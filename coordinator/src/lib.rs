@@ -20,6 +20,7 @@
 //! - [`groups`]: consumer groups: membership (Kafka's classic group protocol, a pure state
 //!   machine) and committed offsets (durable, in the data directory), behind one shell.
 //! - [`metrics`]: every exported metric's name.
+//! - [`migrate`]: a file-store cluster's state into etcd.
 //! - [`service`]: the RPC handlers, split by listener: clients (streams, brokers, producer
 //!   ids) and peers (register, heartbeat).
 //! - [`admin`]: the admin HTTP routes: JSON for operators and the console page itself.
@@ -36,6 +37,7 @@ pub mod leader_lease;
 pub mod liveness;
 pub mod metadata;
 pub mod metrics;
+pub mod migrate;
 pub mod persist;
 pub mod recovery;
 pub mod server;

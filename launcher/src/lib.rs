@@ -243,6 +243,16 @@ fn worker_threads_per_child(brokers: u32) -> usize {
     (cores / brokers.max(1) as usize).max(1)
 }
 
+/// A coordinator's arguments for keeping its state on `etcd`.
+fn etcd_args(etcd: &EtcdSpec) -> Vec<String> {
+    vec![
+        "--etcd-endpoints".to_string(),
+        etcd.endpoints.join(","),
+        "--etcd-prefix".to_string(),
+        etcd.prefix.clone(),
+    ]
+}
+
 /// `kill -SIGNAL pid`.
 fn signal_pid(pid: u32, signal: &str) -> Result<(), String> {
     let status = std::process::Command::new("kill")
@@ -426,14 +436,8 @@ impl LocalCluster {
         let mut started = Vec::with_capacity(count);
         for i in 0..count {
             let at = |k: usize| SocketAddr::new(ip, ports[3 * i + k]);
-            let mut extra = vec![
-                "--peer-addr".to_string(),
-                at(1).to_string(),
-                "--etcd-endpoints".to_string(),
-                etcd.endpoints.join(","),
-                "--etcd-prefix".to_string(),
-                etcd.prefix.clone(),
-            ];
+            let mut extra = vec!["--peer-addr".to_string(), at(1).to_string()];
+            extra.extend(etcd_args(etcd));
             extra.extend(spec.source_args(ip));
             let name = if i == 0 {
                 "coordinator".to_string()
@@ -592,6 +596,22 @@ impl LocalCluster {
             self.coordinator.peer_addr.to_string(),
         ];
         peer.extend(self.spec.source_args(self.spec.coordinator_ip()));
+        if let Some(etcd) = &self.spec.etcd {
+            // On etcd it comes back a standby (another leads by now, or it wins again).
+            peer.extend(etcd_args(etcd));
+            self.coordinator = spawn_until(
+                &self.spec,
+                "coordinator",
+                "coordinator".into(),
+                &self.spec.data_dir.join("coordinator"),
+                rpc,
+                admin,
+                &peer,
+                true,
+            )
+            .await?;
+            return Ok(());
+        }
         let dir = self.spec.data_dir.join("coordinator");
         let spawned = spawn(
             &self.spec,

@@ -4,7 +4,8 @@ use clap::Args;
 use std::path::PathBuf;
 use std::time::Duration;
 use tailstream_config::Config;
-use tailstream_launcher::{ClusterSpec, LocalCluster, Ports};
+use tailstream_launcher::etcd::EtcdCluster;
+use tailstream_launcher::{ClusterSpec, EtcdSpec, LocalCluster, Ports};
 
 #[derive(Args, Debug)]
 pub struct DevArgs {
@@ -22,6 +23,16 @@ pub struct DevArgs {
     /// broker stays down and the cluster carries on without it.
     #[arg(long)]
     restart_after_ms: Option<u64>,
+    /// Coordinators to start (more than one needs etcd: one leads, the others stand by).
+    #[arg(long, default_value_t = 1)]
+    coordinators: usize,
+    /// Keep the coordinators' state on a local three-member etcd started here (Debian's
+    /// `etcd`), with its data under the data directory.
+    #[arg(long, conflicts_with = "etcd_endpoints")]
+    etcd: bool,
+    /// Keep the coordinators' state on the etcd already running at these client URLs.
+    #[arg(long, value_delimiter = ',')]
+    etcd_endpoints: Vec<String>,
 }
 
 pub async fn run(
@@ -47,6 +58,33 @@ pub async fn run(
         }
     };
     let binary = std::env::current_exe().map_err(|e| format!("locating tailstream: {e}"))?;
+    let on_etcd = args.etcd || !args.etcd_endpoints.is_empty();
+    if args.coordinators == 0 || (args.coordinators > 1 && !on_etcd) {
+        return Err(
+            "--coordinators must be 1, or more with --etcd / --etcd-endpoints (one leads)".into(),
+        );
+    }
+    let local_etcd = if args.etcd {
+        if !tailstream_launcher::etcd::etcd_installed() {
+            return Err(
+                "--etcd needs Debian's etcd-server (`.ci/install-deps.sh` installs it)".into(),
+            );
+        }
+        let etcd = EtcdCluster::start(3, &data_dir.join("etcd")).await?;
+        println!("tailstream dev: etcd {}", etcd.endpoints().join(","));
+        Some(etcd)
+    } else {
+        None
+    };
+    let endpoints = match &local_etcd {
+        Some(etcd) => etcd.endpoints(),
+        None => args.etcd_endpoints.clone(),
+    };
+    let etcd = on_etcd.then(|| EtcdSpec {
+        endpoints,
+        prefix: config.coordinator.etcd_prefix.clone(),
+        coordinators: args.coordinators,
+    });
     let spec = ClusterSpec {
         binary,
         data_dir: data_dir.clone(),
@@ -55,15 +93,21 @@ pub async fn run(
         config_file: config_path,
         log_filter: std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
         own_addresses: false,
-        etcd: None,
+        etcd,
     };
     let mut cluster = LocalCluster::start(spec).await?;
-    let coordinator = cluster.coordinator_addr();
-    let registered = wait_for_brokers(&config, &coordinator.to_string(), brokers).await?;
+    let coordinator = cluster.coordinator_addrs();
+    let registered = wait_for_brokers(&config, &coordinator, brokers).await?;
     println!(
         "tailstream dev: coordinator {coordinator} (brokers register at {})",
-        cluster.coordinator.peer_addr
+        cluster.coordinator_peer_addrs()
     );
+    for standby in &cluster.standbys {
+        println!(
+            "tailstream dev: {} stands by (leads if the leader goes): rpc {} admin http://{}",
+            standby.name, standby.rpc_addr, standby.admin_addr
+        );
+    }
     println!(
         "tailstream dev: console http://{}/ (the coordinator's admin port)",
         cluster.coordinator.admin_addr
@@ -157,6 +201,9 @@ pub async fn run(
     };
     println!("tailstream dev: stopping");
     cluster.stop().await;
+    if let Some(etcd) = local_etcd {
+        etcd.stop().await;
+    }
     println!("tailstream dev: stopped");
     outcome
 }

@@ -47,6 +47,29 @@ pub fn key(group: &str, topic: &str, partition: u32) -> String {
     )
 }
 
+/// The writes that commit `offsets` of `group`.
+pub fn commit_ops(group: &str, offsets: &[CommittedOffset]) -> Result<Vec<Op>, String> {
+    // A partition named twice is committed at its last offset, as the file store applies
+    // it: etcd refuses a transaction that puts one key twice.
+    let mut last: std::collections::BTreeMap<(&str, u32), &CommittedOffset> = Default::default();
+    for offset in offsets {
+        last.insert((offset.topic.as_str(), offset.partition), offset);
+    }
+    last.into_values()
+        .map(|o| {
+            let value = serde_json::to_vec(&Value {
+                offset: o.offset,
+                metadata: o.metadata.clone(),
+            })
+            .map_err(|e| e.to_string())?;
+            Ok(Op::Put {
+                key: key(group, &o.topic, o.partition),
+                value,
+            })
+        })
+        .collect()
+}
+
 /// A listing of the offsets keys read back as groups.
 fn read(listing: Vec<(String, Vec<u8>)>) -> Result<HashMap<String, Committed>, String> {
     let mut groups: HashMap<String, Committed> = HashMap::new();
@@ -101,20 +124,8 @@ impl CommittedOffsets for EtcdOffsets {
         // Held across the write: commits apply in the order etcd took them.
         let mut groups = self.lock();
         check_commit(&groups, &self.limits, group, &offsets)?;
-        let ops: Vec<Op> = offsets
-            .iter()
-            .map(|o| {
-                let value = serde_json::to_vec(&Value {
-                    offset: o.offset,
-                    metadata: o.metadata.clone(),
-                })
-                .map_err(|e| OffsetError::Refused(e.to_string(), Status::Internal))?;
-                Ok(Op::Put {
-                    key: key(group, &o.topic, o.partition),
-                    value,
-                })
-            })
-            .collect::<Result<_, OffsetError>>()?;
+        let ops = commit_ops(group, &offsets)
+            .map_err(|why| OffsetError::Refused(why, Status::Internal))?;
         self.store
             .write(&ops)
             .map_err(|why| OffsetError::Io(std::io::Error::other(why)))?;
@@ -181,6 +192,22 @@ mod tests {
             groups["a/b%2F"][&("t/%".to_string(), 7)],
             (9, "m".to_string())
         );
+    }
+
+    #[test]
+    fn a_partition_named_twice_in_a_commit_is_written_once_at_its_last_offset() {
+        let offset = |o| CommittedOffset {
+            topic: "t".into(),
+            partition: 1,
+            offset: o,
+            metadata: String::new(),
+        };
+        let ops = commit_ops("g", &[offset(5), offset(9)]).unwrap();
+        assert_eq!(ops.len(), 1);
+        let Op::Put { value, .. } = &ops[0] else {
+            panic!("a put")
+        };
+        assert_eq!(serde_json::from_slice::<Value>(value).unwrap().offset, 9);
     }
 
     #[test]

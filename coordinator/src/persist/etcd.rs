@@ -108,6 +108,11 @@ impl EtcdStore {
         self.deposed.subscribe()
     }
 
+    /// This store's term is over: it writes nothing more (a new term gets a new store).
+    pub fn end_term(&self) {
+        self.depose("the term this store served is over");
+    }
+
     fn depose(&self, why: &str) {
         *self.fence.lock().unwrap_or_else(|p| p.into_inner()) = None;
         self.deposed.send_replace(Some(why.to_string()));
@@ -383,6 +388,7 @@ impl EtcdStore {
     /// leader writes and that need no read-modify-write (committed offsets). Blocking. A
     /// failure deposes this coordinator, as a failed metadata save does.
     pub fn write(&self, ops: &[Op]) -> Result<(), String> {
+        check_sizes(ops)?;
         let written = self.runtime.block_on(async {
             let fence = self.current_fence()?;
             tokio::time::timeout(SAVE_TIMEOUT, self.commit_in_pieces(&fence, ops, false))
@@ -403,6 +409,18 @@ impl EtcdStore {
                 .unwrap_or_else(|_| Err("listing etcd timed out".into()))?;
             Ok(listed.into_iter().map(|(k, v, _)| (k, v)).collect())
         })
+    }
+}
+
+/// Refuses ops that no transaction could carry.
+fn check_sizes(ops: &[Op]) -> Result<(), String> {
+    match ops.iter().find(|op| op.size_bytes() > TXN_BYTES_MAX) {
+        Some(op) => Err(format!(
+            "{} would be {} bytes in etcd, more than one transaction carries ({TXN_BYTES_MAX})",
+            op.key(),
+            op.size_bytes()
+        )),
+        None => Ok(()),
     }
 }
 
@@ -439,6 +457,9 @@ impl MetadataStore for EtcdStore {
     }
 
     fn save(&self, previous: &Metadata, next: &Metadata) -> Result<(), String> {
+        // Refused before anything is written (and without stepping down): an object etcd
+        // would never take, applied as an intent, would stop every later leader.
+        check_sizes(&layout::changes(previous, next)?)?;
         let saved = self.runtime.block_on(async {
             tokio::time::timeout(SAVE_TIMEOUT, self.save_async(previous, next))
                 .await

@@ -293,3 +293,60 @@ async fn committed_offsets_survive_a_change_of_leader_and_a_deposed_one_commits_
     );
     etcd.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_store_cluster_migrates_whole_and_a_prefix_with_metadata_is_refused() {
+    use crate::groups::etcd_offsets::EtcdOffsets;
+    use crate::groups::offsets::{CommittedOffsets, OffsetLimits, OffsetStore};
+    use crate::persist::MetadataFile;
+    use tailstream_wire::messages::CommittedOffset;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = local_etcd(&dir.path().join("etcd")).await else {
+        return;
+    };
+    let from = dir.path().join("coordinator");
+    let limits = OffsetLimits {
+        groups_max: 10,
+        partitions_per_group_max: 100,
+    };
+    let mut metadata = Metadata::default();
+    let live = brokers(&mut metadata, 3);
+    metadata
+        .create_stream("orders", 4, config(), &live)
+        .unwrap();
+    let moved = metadata.declare_crashed(live[0]).unwrap();
+    metadata.open_recovery(live[0], moved, 9, 1);
+    MetadataFile::new(&from)
+        .save(&Metadata::default(), &metadata)
+        .unwrap();
+    let committed = CommittedOffset {
+        topic: "orders".into(),
+        partition: 3,
+        offset: 77,
+        metadata: "m".into(),
+    };
+    OffsetStore::open(&from.join("groups"), limits)
+        .unwrap()
+        .commit("readers", vec![committed.clone()])
+        .unwrap();
+
+    let endpoints = etcd.endpoints();
+    let migrated = crate::migrate::migrate(&from, &endpoints, "/t/migrated", limits)
+        .await
+        .unwrap();
+    assert_eq!(
+        (migrated.streams, migrated.groups, migrated.offsets),
+        (1, 1, 1)
+    );
+    let (store, won, mut client) = leading_store(&etcd, "/t/migrated", "after").await;
+    assert_eq!(load(&store).await.unwrap(), metadata);
+    let offsets = tokio::task::spawn_blocking(move || EtcdOffsets::load(store, limits).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(offsets.fetch("readers", None), vec![committed]);
+    won.resign(&mut client).await;
+    let again = crate::migrate::migrate(&from, &endpoints, "/t/migrated", limits).await;
+    let refused = again.unwrap_err();
+    assert!(refused.contains("already holds metadata"), "{refused}");
+    etcd.stop().await;
+}
