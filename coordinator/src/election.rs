@@ -52,13 +52,17 @@ impl Leadership {
     pub async fn resign(self, client: &mut Client) {
         self.valid.end();
         self.keeper.abort();
-        let resigned = client
-            .resign(Some(ResignOptions::new().with_leader(self.key.clone())))
-            .await;
-        if let Err(error) = resigned {
-            tracing::warn!(%error, "resigning leadership failed; its lease will run out");
+        // Bounded: with etcd unreachable, a shutdown must not wait on it.
+        let bound = Duration::from_secs(1);
+        let resign = client.resign(Some(ResignOptions::new().with_leader(self.key.clone())));
+        match tokio::time::timeout(bound, resign).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "resigning leadership failed; its lease will run out");
+            }
+            Err(_) => tracing::warn!("resigning leadership timed out; its lease will run out"),
         }
-        let _ = client.lease_revoke(self.lease_id).await;
+        let _ = tokio::time::timeout(bound, client.lease_revoke(self.lease_id)).await;
     }
 }
 
