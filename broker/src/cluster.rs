@@ -418,6 +418,15 @@ impl ClusterState {
     }
 }
 
+/// How long a coordinator may leave a heartbeat or report unanswered before the next one is
+/// tried: a lease, at least a second; none with a single coordinator (nowhere else to go).
+fn answer_deadline(
+    cluster: &ClusterState,
+    coordinators: &CoordinatorAddresses,
+) -> Option<Duration> {
+    (coordinators.len() > 1).then(|| cluster.lease.duration().max(Duration::from_secs(1)))
+}
+
 /// The lease lengths a broker accepts from the coordinator (a bug or a hostile peer could
 /// otherwise set one that never ends, or ends at once).
 const LEASE_MS_MIN: u64 = 10;
@@ -460,8 +469,7 @@ async fn run_log_bounds_reporter(
         // As heartbeats do: with several coordinators, one that leaves a report unanswered
         // for a lease is passed over (acknowledgements in new segments wait on this report).
         let reported = report_log_bounds(&cluster, connected, server_id);
-        let reported = if coordinators.len() > 1 {
-            let deadline = cluster.lease.duration().max(Duration::from_secs(1));
+        let reported = if let Some(deadline) = answer_deadline(&cluster, &coordinators) {
             tokio::time::timeout(deadline, reported)
                 .await
                 .unwrap_or_else(|_| {
@@ -547,8 +555,7 @@ pub async fn run_membership(
         // With several coordinators, a heartbeat the current one leaves unanswered for a
         // lease (at least a second) moves on: a paused leader must not hold brokers until the
         // new one counts them dead. With one, there is nowhere else to go.
-        let heartbeat_deadline =
-            (coordinators.len() > 1).then(|| cluster.lease.duration().max(Duration::from_secs(1)));
+        let heartbeat_deadline = answer_deadline(&cluster, &coordinators);
         let session = membership_session(
             &cluster,
             &coordinator_addr,

@@ -8,8 +8,8 @@
 //! raft round and an fsync on a majority of etcd's members.
 
 use super::offsets::{
-    Committed, CommittedOffsets, OffsetError, OffsetLimits, apply, as_committed_offsets,
-    check_commit, committed_offset,
+    Committed, CommittedOffsets, OffsetError, OffsetLimits, apply, check_commit, fetch_from,
+    snapshot_of,
 };
 use crate::persist::EtcdStore;
 use crate::persist::layout::Op;
@@ -140,30 +140,11 @@ impl CommittedOffsets for EtcdOffsets {
     }
 
     fn fetch(&self, group: &str, partitions: Option<&[TopicPartition]>) -> Vec<CommittedOffset> {
-        let groups = self.lock();
-        let Some(committed) = groups.get(group) else {
-            return Vec::new();
-        };
-        match partitions {
-            None => as_committed_offsets(committed),
-            Some(wanted) => wanted
-                .iter()
-                .filter_map(|p| {
-                    let key = (p.topic.clone(), p.partition);
-                    committed.get(&key).map(|v| committed_offset(&key, v))
-                })
-                .collect(),
-        }
+        fetch_from(&self.lock(), group, partitions)
     }
 
     fn snapshot(&self) -> Vec<(String, Vec<CommittedOffset>)> {
-        let mut all: Vec<_> = self
-            .lock()
-            .iter()
-            .map(|(group, committed)| (group.clone(), as_committed_offsets(committed)))
-            .collect();
-        all.sort_by(|a, b| a.0.cmp(&b.0));
-        all
+        snapshot_of(&self.lock())
     }
 
     fn group_count(&self) -> usize {

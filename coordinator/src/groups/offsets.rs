@@ -228,20 +228,7 @@ impl OffsetStore {
         group: &str,
         partitions: Option<&[TopicPartition]>,
     ) -> Vec<CommittedOffset> {
-        let inner = self.lock();
-        let Some(committed) = inner.groups.get(group) else {
-            return Vec::new();
-        };
-        match partitions {
-            None => as_committed_offsets(committed),
-            Some(wanted) => wanted
-                .iter()
-                .filter_map(|p| {
-                    let key = (p.topic.clone(), p.partition);
-                    committed.get(&key).map(|v| committed_offset(&key, v))
-                })
-                .collect(),
-        }
+        fetch_from(&self.lock().groups, group, partitions)
     }
 
     /// Rewrites the file as one record per group once it is `COMPACT_RATIO` times that.
@@ -304,14 +291,7 @@ impl OffsetStore {
 
     /// Every group's committed offsets, by group name.
     pub fn snapshot(&self) -> Vec<(String, Vec<CommittedOffset>)> {
-        let inner = self.lock();
-        let mut groups: Vec<_> = inner
-            .groups
-            .iter()
-            .map(|(group, committed)| (group.clone(), as_committed_offsets(committed)))
-            .collect();
-        groups.sort_by(|a, b| a.0.cmp(&b.0));
-        groups
+        snapshot_of(&self.lock().groups)
     }
 
     /// Groups with committed offsets.
@@ -345,6 +325,38 @@ impl CommittedOffsets for OffsetStore {
     fn group_count(&self) -> usize {
         OffsetStore::group_count(self)
     }
+}
+
+/// The committed offsets of `group` in `groups` for `partitions` (all when `None`);
+/// partitions never committed are left out. Both stores answer fetches with it.
+pub fn fetch_from(
+    groups: &HashMap<String, Committed>,
+    group: &str,
+    partitions: Option<&[TopicPartition]>,
+) -> Vec<CommittedOffset> {
+    let Some(committed) = groups.get(group) else {
+        return Vec::new();
+    };
+    match partitions {
+        None => as_committed_offsets(committed),
+        Some(wanted) => wanted
+            .iter()
+            .filter_map(|p| {
+                let key = (p.topic.clone(), p.partition);
+                committed.get(&key).map(|v| committed_offset(&key, v))
+            })
+            .collect(),
+    }
+}
+
+/// Every group's committed offsets in `groups`, by group name.
+pub fn snapshot_of(groups: &HashMap<String, Committed>) -> Vec<(String, Vec<CommittedOffset>)> {
+    let mut all: Vec<_> = groups
+        .iter()
+        .map(|(group, committed)| (group.clone(), as_committed_offsets(committed)))
+        .collect();
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    all
 }
 
 /// Refuses a commit that breaks the limits: metadata too long, too many groups, too many
@@ -391,7 +403,7 @@ pub fn check_commit(
 }
 
 /// One group's offsets as the wire and the offsets file carry them.
-pub fn as_committed_offsets(committed: &Committed) -> Vec<CommittedOffset> {
+fn as_committed_offsets(committed: &Committed) -> Vec<CommittedOffset> {
     committed
         .iter()
         .map(|(key, value)| committed_offset(key, value))
@@ -399,7 +411,7 @@ pub fn as_committed_offsets(committed: &Committed) -> Vec<CommittedOffset> {
 }
 
 /// One partition's committed offset from the store's (topic, partition) → (offset, metadata).
-pub fn committed_offset(
+fn committed_offset(
     (topic, partition): &(String, u32),
     (offset, metadata): &(u64, String),
 ) -> CommittedOffset {
