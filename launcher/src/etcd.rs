@@ -143,8 +143,9 @@ impl EtcdCluster {
             .args(["--initial-cluster", &initial_cluster])
             .args(["--initial-cluster-state", state])
             .args(["--initial-cluster-token", "tailstream-local"])
-            // Loopback: fast heartbeats, so a killed leader is replaced within a second.
-            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            // etcd's own defaults: shorter ones made its members hold elections of their own
+            // on a loaded 2-core machine, and each cost the coordinators' leader its lease.
+            .args(["--heartbeat-interval", "100", "--election-timeout", "1000"])
             .args(["--logger", "zap", "--log-level", "warn"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
