@@ -5,12 +5,12 @@
 # - to run the rdma functional test on real verbs: qemu (from bookworm-backports, which
 #   coexists with the preinstalled qemu-utils) and a static busybox, for
 #   ../shared/tools/rdma-vm/rxe-vm.sh;
-# - to run Kafka's own clients against the Kafka listener (cli/tests/kafka_clients.rs and
+# - to run Kafka's own clients against the Kafka listener (cli/tests/cluster/kafka_clients.rs and
 #   kafka_delivery.rs): kcat (librdkafka) from Debian, and kafka-python and confluent-kafka
 #   (pinned; its wheel carries a current librdkafka) in a virtualenv at target/kafka-venv;
-# - to load the coordinator's web console in a browser (cli/tests/console.rs): chromium;
+# - to load the coordinator's web console in a browser (cli/tests/cluster/console.rs): chromium;
 # - to cut network partitions between the processes of a test cluster (`bench chaos`'s
-#   partition faults, cli/tests/recovery.rs): nftables, iproute2 and util-linux's `unshare`;
+#   partition faults, cli/tests/cluster/recovery.rs): nftables, iproute2 and util-linux's `unshare`;
 # - to keep the coordinator's state on etcd: etcd-server (tests start a local three-member
 #   etcd) and protobuf-compiler (the etcd-client crate compiles etcd's protocol with protoc).
 # Idempotent: installs only what is missing. Debian bookworm (what CI runs on).

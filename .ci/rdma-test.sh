@@ -10,13 +10,15 @@ if [ ! -f "$VM" ]; then
   echo "rdma-test: $VM not found (it comes with ../shared)" >&2
   exit 1
 fi
-# Built with the same profile as the test suite, so nothing is compiled twice.
-binary=$(cargo test -p tailstream-broker --features rdma --test rdma --profile ci --locked --no-run \
+# Built with the same profile and workspace-wide feature set as the test suite, so only what the
+# rdma feature changes is compiled again (the workspace's tokio features include async-rdma's
+# `full` set for the same reason).
+binary=$(cargo test --workspace --features tailstream-broker/rdma --test rdma --profile ci --locked --no-run \
   --message-format=json 2>/dev/null |
   sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
 if [ -z "$binary" ]; then
   echo "rdma-test: building the test binary failed" >&2
-  cargo test -p tailstream-broker --features rdma --test rdma --profile ci --locked --no-run
+  cargo test --workspace --features tailstream-broker/rdma --test rdma --profile ci --locked --no-run
   exit 1
 fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/tailstream-rdma-XXXXXX")

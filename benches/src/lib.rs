@@ -13,7 +13,7 @@
 //! - [`recovery`]: `tailstream bench recovery`: fills one streamlet, kills its owner, and
 //!   reports detection, each recovery phase and kill-to-serving time.
 //! - [`chaos`]: `tailstream bench chaos`: random crashes under a running load, and the
-//!   exactly-once checker (`cli/tests/recovery.rs` runs five cycles of it in CI).
+//!   exactly-once checker (`cli/tests/cluster/recovery.rs` runs five cycles of it in CI).
 //! - [`plot`]: `tailstream bench plot`: bench JSON lines to SVG figures.
 //! - [`floor`]: what the kernel alone costs: the same bytes over raw loopback TCP, and a round
 //!   trip to an idle thread.

@@ -11,9 +11,7 @@
 //!   stored offset and another batch at a used sequence is an error; transactional producers
 //!   are refused at once.
 
-#![allow(clippy::unwrap_used)] // tests may unwrap freely (see clippy.toml)
-
-mod common;
+use crate::common;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use common::{TEST_TIMEOUT, TestCluster};

@@ -2,9 +2,7 @@
 //! budget (retention frees it; without retention producers get backpressure), and the admin
 //! endpoints serve health, metrics and state.
 
-#![allow(clippy::unwrap_used)] // tests may unwrap freely (see clippy.toml)
-
-mod common;
+use crate::common;
 
 use common::{TEST_TIMEOUT, TestCluster};
 use std::time::Duration;

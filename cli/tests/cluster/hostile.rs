@@ -6,9 +6,7 @@
 //! stays under a stated bound. Attackers connect from 127.0.0.2 (another host, as far as the
 //! servers can tell); the legitimate client stays on 127.0.0.1.
 
-#![allow(clippy::unwrap_used)] // tests may unwrap freely (see clippy.toml)
-
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::hostile::{

@@ -5,9 +5,7 @@
 //! without reading is answered in order, at the pace it reads. Meanwhile the broker's memory
 //! stays flat, legitimate clients keep working and nothing bad lands in the log.
 
-#![allow(clippy::unwrap_used)] // tests may unwrap freely (see clippy.toml)
-
-mod common;
+use crate::common;
 
 use bytes::{BufMut, BytesMut};
 use common::hostile::{connect_from_elsewhere, metric, round_trip, rss_bytes};

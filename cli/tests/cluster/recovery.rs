@@ -3,9 +3,7 @@
 //! backups, during another recovery, with the coordinator killed mid-recovery, or paused as a
 //! zombie), and every acknowledged record must be read back exactly once, in per-log order.
 
-#![allow(clippy::unwrap_used)] // tests may unwrap freely (see clippy.toml)
-
-mod common;
+use crate::common;
 
 use common::load::Load;
 use common::{TEST_TIMEOUT, TestCluster, recovered_stream, wait_until_serving};

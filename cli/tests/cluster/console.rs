@@ -7,9 +7,8 @@
 //! is skipped, unless `TAILSTREAM_REQUIRE_CHROMIUM` is set (as `.ci/run` does), when it fails.
 //! `TAILSTREAM_CONSOLE_SCREENSHOT=path.png` also saves a screenshot (how `docs/console.png`
 //! is made).
-#![allow(clippy::unwrap_used)] // tests may unwrap freely (see clippy.toml)
 
-mod common;
+use crate::common;
 
 use common::{TEST_TIMEOUT, TestCluster};
 use std::path::{Path, PathBuf};

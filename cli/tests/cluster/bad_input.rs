@@ -2,9 +2,7 @@
 //! malformed bodies, corrupt batches, bad positions. Each gets an error status or loses its
 //! own connection; the broker keeps serving everyone else, and stored data is untouched.
 
-#![allow(clippy::unwrap_used)] // tests may unwrap freely (see clippy.toml)
-
-mod common;
+use crate::common;
 
 use bytes::{Bytes, BytesMut};
 use common::{TEST_TIMEOUT, TestCluster};

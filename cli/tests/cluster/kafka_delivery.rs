@@ -15,9 +15,7 @@
 //! librdkafka re-sends, in its new epoch, messages whose first attempt may have been stored
 //! (confluentinc/librdkafka#4953); within one epoch the broker stores a batch once.
 
-#![allow(clippy::unwrap_used)] // tests may unwrap freely (see clippy.toml)
-
-mod common;
+use crate::common;
 
 use common::kafka::{bootstrap, python_with, required, run};
 use common::{TEST_TIMEOUT, TestCluster};

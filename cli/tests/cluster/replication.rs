@@ -2,9 +2,7 @@
 //! and in order per log, while a backup is killed with SIGKILL, with one-sided (tcp) and RPC
 //! replication; a killed backup restarts holding the replicas it had.
 
-#![allow(clippy::unwrap_used)] // tests may unwrap freely (see clippy.toml)
-
-mod common;
+use crate::common;
 
 use common::load::Load;
 use common::{TEST_TIMEOUT, TestCluster};

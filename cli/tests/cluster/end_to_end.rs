@@ -1,9 +1,7 @@
 //! End to end through real processes: the CLI contract, many producers and consumers with the
 //! exactly-once checker, and consumers resuming from saved positions.
 
-#![allow(clippy::unwrap_used)] // tests may unwrap freely (see clippy.toml)
-
-mod common;
+use crate::common;
 
 use common::ledger::{Ledger, value};
 use common::{TEST_TIMEOUT, TestCluster};

@@ -5,9 +5,8 @@
 //! The clients are installed by `.ci/install-deps.sh` (kcat from Debian, kafka-python from
 //! PyPI into `target/kafka-venv`). Without them these tests say so and pass, unless
 //! `TAILSTREAM_REQUIRE_KAFKA_CLIENTS` is set (as `.ci/run` does), when a missing client fails.
-#![allow(clippy::unwrap_used)] // tests may unwrap freely (see clippy.toml)
 
-mod common;
+use crate::common;
 
 use common::kafka::{bootstrap, kcat, required, run};
 use common::{TEST_TIMEOUT, TestCluster};
