@@ -25,6 +25,7 @@ use crate::lease::{BootInstant, Lease};
 use crate::log_bounds::LogBoundsBook;
 use crate::replication::placements::{LogKey, Publisher, ReplicaPlacements};
 use crate::storage::{Store, Streamlet};
+use crate::term_fence::{TermFence, stale};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -80,6 +81,8 @@ pub struct ClusterState {
     /// Logs' heads and oldest kept segments: what replicators need saved at the coordinator
     /// before they commit into a new head or free old replicas.
     log_bounds: Arc<LogBoundsBook>,
+    /// The newest coordinator term seen: orders and answers of older ones are refused.
+    term: TermFence,
 }
 
 impl ClusterState {
@@ -100,6 +103,7 @@ impl ClusterState {
             created,
             lease: Arc::new(Lease::new(lease)),
             log_bounds: Arc::default(),
+            term: TermFence::default(),
         };
         (state, created_rx)
     }
@@ -112,6 +116,11 @@ impl ClusterState {
     /// What the coordinator durably knows of each replicated log's kept segments.
     pub fn log_bounds(&self) -> &Arc<LogBoundsBook> {
         &self.log_bounds
+    }
+
+    /// The newest coordinator term seen.
+    pub fn term(&self) -> &TermFence {
+        &self.term
     }
 
     /// Whether this broker may serve now.
@@ -265,6 +274,12 @@ impl ClusterState {
         &self,
         request: &AssignStreamletsRequest,
     ) -> Result<(), (Status, String)> {
+        if let Err(newest) = self.term.admit(request.term) {
+            return Err((
+                Status::StaleTerm,
+                stale("an assignment", request.term, newest),
+            ));
+        }
         let mut membership = self.lock();
         match membership.server_id {
             Some(me) if me == request.target => {}
@@ -678,6 +693,11 @@ async fn membership_session(
         };
         match answered {
             Ok(response) => {
+                // A deposed leader's answer renews nothing and changes nothing: the leader
+                // is elsewhere.
+                if let Err(newest) = cluster.term.admit(response.term) {
+                    return (stale("a heartbeat answer", response.term, newest), true);
+                }
                 cluster.lease.renew(sent_at);
                 cluster.heads_acknowledged(&request.heads);
                 cluster.ends_acknowledged(&request.log_ends);

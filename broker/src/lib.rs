@@ -18,6 +18,7 @@
 //!   of the tcp backend.
 //! - [`cluster`]: the broker's side of membership: register with the coordinator, heartbeat,
 //!   apply streamlet assignments.
+//! - [`term_fence`]: the newest coordinator term seen; orders of older terms are refused.
 //! - [`log_bounds`]: what the coordinator durably knows of each replicated log's head and
 //!   oldest kept segment (a record commits only in a head it knows; a replica is freed only
 //!   past the oldest it knows).
@@ -49,5 +50,6 @@ pub mod recovery;
 pub mod replication;
 pub mod server;
 pub mod service;
+pub mod term_fence;
 /// Storage is its own crate; `storage::` paths name it.
 pub use tailstream_storage as storage;

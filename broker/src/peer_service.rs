@@ -11,10 +11,13 @@
 use crate::backup::BackupService;
 use crate::cluster::ClusterState;
 use crate::recovery::Recovery;
+use crate::term_fence::stale;
 use bytes::Bytes;
 use std::sync::Arc;
 use tailstream_net::{Reply, Request, Response, Service};
-use tailstream_wire::messages::{AssignStreamletsRequest, RecoverStreamletRequest};
+use tailstream_wire::messages::{
+    AssignStreamletsRequest, ListReplicasRequest, RecoverStreamletRequest,
+};
 use tailstream_wire::{Decode, Opcode, Status};
 
 #[derive(Debug)]
@@ -51,6 +54,12 @@ impl PeerService {
                 ));
             }
         };
+        if let Err(newest) = self.cluster.term().admit(request.term) {
+            return Reply::Ready(Response::error(
+                Status::StaleTerm,
+                stale("a rebuild order", request.term, newest),
+            ));
+        }
         let recovery = self.recovery.clone();
         let rebuild = self.data.spawn(async move {
             let stream = request.assignment.stream_name.clone();
@@ -73,6 +82,20 @@ impl PeerService {
         }))
     }
 
+    /// A listing that fences crashed generations is a coordinator's order: refused whole
+    /// when its term is older than one seen. (A malformed body is the backup's to refuse.)
+    fn refuse_stale_fence(&self, body: &Bytes) -> Option<Reply> {
+        let request = ListReplicasRequest::decode_exact(body.clone()).ok()?;
+        if request.fence.is_empty() {
+            return None;
+        }
+        let newest = self.cluster.term().admit(request.term).err()?;
+        Some(Reply::Ready(Response::error(
+            Status::StaleTerm,
+            stale("a fencing listing", request.term, newest),
+        )))
+    }
+
     fn assign(&self, body: Bytes) -> Reply {
         let request = match AssignStreamletsRequest::decode_exact(body) {
             Ok(request) => request,
@@ -92,6 +115,11 @@ impl PeerService {
 
 impl Service for PeerService {
     fn dispatch(&self, request: Request) -> Reply {
+        if request.opcode == Opcode::ListReplicas
+            && let Some(refused) = self.refuse_stale_fence(&request.body)
+        {
+            return refused;
+        }
         if let Some(reply) = self.backup.dispatch(request.opcode, request.body.clone()) {
             return reply;
         }

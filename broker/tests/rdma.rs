@@ -109,6 +109,7 @@ async fn valid_bytes(client: &RpcClient) -> u32 {
         .call(
             Opcode::ListReplicas,
             &ListReplicasRequest {
+                term: Default::default(),
                 primary: None,
                 fence: Vec::new(),
             },
@@ -273,6 +274,7 @@ async fn a_fenced_primary_s_rdma_writes_fail_at_the_nic_and_what_it_wrote_stays_
         .call(
             Opcode::ListReplicas,
             &ListReplicasRequest {
+                term: Default::default(),
                 primary: None,
                 fence: vec![primary],
             },

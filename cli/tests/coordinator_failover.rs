@@ -11,6 +11,11 @@ mod common;
 use common::load::{Load, RECORDS_PER_PRODUCER_MAX};
 use common::{TEST_TIMEOUT, TestCluster, recovered_stream, wait_until_serving};
 use std::time::{Duration, Instant};
+use tailstream_net::{RpcClient, RpcClientConfig, RpcError};
+use tailstream_wire::messages::{
+    AssignStreamletsRequest, Empty, ListReplicasRequest, ListReplicasResponse,
+};
+use tailstream_wire::{CoordinatorTerm, Opcode, Status};
 
 /// Each test runs a three-member etcd, three coordinators, brokers and a load: two at once
 /// overload a 2-core machine (etcd members miss heartbeats, leadership flaps), so they take
@@ -37,6 +42,50 @@ async fn wait_for_a_leader(test: &TestCluster, brokers: usize) -> Duration {
     }
 }
 
+/// Orders of `stale` (an earlier leader's term) sent to every live broker, each of which would
+/// do harm if obeyed: an assignment at a far newer version with no streamlets (drop them all),
+/// and a listing that fences every live broker. Each must be refused for its term.
+async fn stale_orders_are_refused(test: &TestCluster, stale: CoordinatorTerm) {
+    let brokers = test.client().list_brokers().await.unwrap();
+    let live: Vec<_> = brokers.iter().filter(|b| b.alive && !b.crashed).collect();
+    for broker in &live {
+        let client = RpcClient::connect(&broker.peer_addr, RpcClientConfig::default())
+            .await
+            .unwrap();
+        let assign = AssignStreamletsRequest {
+            term: stale,
+            target: broker.server_id,
+            version: u64::MAX / 4,
+            assignments: Vec::new(),
+            brokers: Vec::new(),
+        };
+        let fence = ListReplicasRequest {
+            term: stale,
+            primary: None,
+            fence: live.iter().map(|b| b.server_id).collect(),
+        };
+        let refusals = [
+            client
+                .call::<_, Empty>(Opcode::AssignStreamlets, &assign)
+                .await
+                .err(),
+            client
+                .call::<_, ListReplicasResponse>(Opcode::ListReplicas, &fence)
+                .await
+                .err(),
+        ];
+        for refusal in refusals {
+            match refusal {
+                Some(RpcError::Status {
+                    status: Status::StaleTerm,
+                    ..
+                }) => {}
+                other => panic!("{} took an order of {stale}: {other:?}", broker.server_id),
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_leader_is_replaced_brokers_follow_and_nothing_acked_is_lost() {
     let _turn = ONE_AT_A_TIME.lock().await;
@@ -50,9 +99,21 @@ async fn a_killed_leader_is_replaced_brokers_follow_and_nothing_acked_is_lost() 
             .unwrap();
         let load = Load::start(&test, "steady", 2);
         load.wait_for_acks(20_000).await;
+        let before = test.client().describe_leadership().await.unwrap();
+        assert_eq!(before.store, "etcd");
+        assert_eq!(before.standbys.len(), 2, "two standbys: {before:?}");
         test.cluster.kill_coordinator().await;
         let took = wait_for_a_leader(&test, 4).await;
         eprintln!("a standby led, with every broker heartbeating to it, {took:?} after the kill");
+        let after = test.client().describe_leadership().await.unwrap();
+        assert!(after.term > before.term, "{after:?} after {before:?}");
+        assert!(
+            before.standbys.iter().any(|s| s.rpc_addr == after.leader.rpc_addr),
+            "a standby leads now: {after:?}"
+        );
+        // The killed leader's orders, had it sent any late, change nothing: every broker has
+        // seen the new term by now (it heartbeats to the new leader).
+        stale_orders_are_refused(&test, before.term).await;
         // The new leader creates streams and recovers crashes.
         test.client()
             .create_stream("after", 2, recovered_stream(&test))

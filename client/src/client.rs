@@ -115,6 +115,13 @@ impl Client {
         Ok(self.cluster.coordinator().list_recoveries().await?)
     }
 
+    /// Who leads the coordinators, in which term, and who stands by.
+    pub async fn describe_leadership(
+        &self,
+    ) -> Result<tailstream_wire::messages::DescribeLeadershipResponse, ClientError> {
+        Ok(self.cluster.coordinator().describe_leadership().await?)
+    }
+
     /// Every stream.
     pub async fn list_streams(&self) -> Result<Vec<StreamMetadata>, ClientError> {
         Ok(self.cluster.coordinator().list_streams().await?)

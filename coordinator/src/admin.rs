@@ -6,6 +6,7 @@
 //!   segment memory it had free at its last heartbeat.
 //! - `/streams`: every stream's settings and streamlets (owner, epoch, state), and per log
 //!   the head segment and committed offset its owner last reported.
+//! - `/leadership`: the leader (this coordinator), its term, the store, and the standbys.
 //! - `/recoveries`, `/groups`: recoveries with their phase times; groups with members and lag.
 //! - `/brokers/{server}/{view}`: a broker's own `streamlets` (appended and committed positions,
 //!   replica placement), `memory` or `backup` view, fetched by the coordinator so the console
@@ -33,7 +34,8 @@ const BROKER_VIEW_BYTES_MAX: usize = 8 << 20;
 
 /// Every admin route but `/healthz` and `/metrics` (the admin crate adds those).
 pub fn routes(service: Arc<CoordinatorService>) -> Router {
-    let (brokers, streams, recoveries, groups, proxy) = (
+    let (brokers, streams, recoveries, groups, leadership, proxy) = (
+        service.clone(),
         service.clone(),
         service.clone(),
         service.clone(),
@@ -53,6 +55,13 @@ pub fn routes(service: Arc<CoordinatorService>) -> Router {
         )
         .route("/groups", get(move || ready(groups_json(&groups))))
         .route(
+            "/leadership",
+            get(move || {
+                let service = leadership.clone();
+                async move { axum::Json(leadership_json(&service).await) }
+            }),
+        )
+        .route(
             "/brokers/{server}/{view}",
             get(move |Path((server, view)): Path<(String, String)>| {
                 let service = proxy.clone();
@@ -63,6 +72,24 @@ pub fn routes(service: Arc<CoordinatorService>) -> Router {
 
 fn ready(value: Value) -> std::future::Ready<axum::Json<Value>> {
     std::future::ready(axum::Json(value))
+}
+
+async fn leadership_json(service: &CoordinatorService) -> Value {
+    let described = service.describe_leadership().await;
+    let info = |c: &tailstream_wire::messages::CoordinatorInfo| {
+        json!({
+            "rpc_addr": c.rpc_addr,
+            "peer_addr": c.peer_addr,
+            "admin_url": format!("http://{}", c.admin_addr),
+        })
+    };
+    json!({
+        "term": described.term.0,
+        "store": described.store,
+        "leader": info(&described.leader),
+        "standbys": described.standbys.iter().map(info).collect::<Vec<_>>(),
+        "standbys_error": (!described.standbys_error.is_empty()).then_some(described.standbys_error),
+    })
 }
 
 fn brokers_json(service: &CoordinatorService) -> Value {

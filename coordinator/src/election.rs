@@ -256,10 +256,12 @@ pub async fn run_elected(
         store.fence(leadership.fence());
         let loaded = {
             let store = store.clone();
-            tokio::task::spawn_blocking(move || store.load())
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|loaded| loaded)
+            tokio::task::spawn_blocking(move || {
+                crate::server::take_term(store.as_ref(), store.load()?)
+            })
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|loaded| loaded)
         };
         let loaded = match loaded {
             Ok(metadata) => {
@@ -284,12 +286,12 @@ pub async fn run_elected(
             }
         };
         tracing::info!(
-            term = leadership.term,
+            term = metadata.term.0,
+            leader_key_revision = leadership.term,
             waited_ms = campaign_started.elapsed().as_millis() as u64,
             "leading: elected and loaded the metadata"
         );
         metrics::gauge!(crate::metrics::LEADER).set(1.0);
-        metrics::gauge!(crate::metrics::LEADER_TERM).set(leadership.term as f64);
         let (term_over, term_shutdown) = watch::channel(false);
         let why = {
             let mut lost = leadership.lost.clone();
@@ -311,6 +313,7 @@ pub async fn run_elected(
             store.clone() as Arc<dyn MetadataStore>,
             Arc::new(offsets),
             leadership.valid.clone(),
+            Some((client.clone(), settings.etcd_prefix.clone())),
             metrics.clone(),
             term_shutdown,
         )

@@ -34,6 +34,7 @@ pub mod election;
 pub mod groups;
 pub mod invariant;
 pub mod leader_lease;
+pub mod leadership_view;
 pub mod liveness;
 pub mod metadata;
 pub mod metrics;

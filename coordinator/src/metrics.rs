@@ -99,7 +99,7 @@ pub fn describe() {
         ),
         (
             LEADER_TERM,
-            "The term this coordinator leads in (its etcd leader key's create revision).",
+            "The term this coordinator leads in (the saved term plus one, taken when it began to lead; every order it gives names it).",
         ),
         (STREAMLETS, "Streamlets over all streams."),
     ] {

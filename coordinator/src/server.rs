@@ -9,6 +9,7 @@ use crate::groups::GroupCoordinator;
 use crate::groups::membership::GroupLimits;
 use crate::groups::offsets::{CommittedOffsets, OffsetLimits, OffsetStore};
 use crate::leader_lease::LeaderLease;
+use crate::leadership_view::LeadershipView;
 use crate::liveness::Liveness;
 use crate::metadata::Metadata;
 use crate::metrics as m;
@@ -26,6 +27,8 @@ use tailstream_net::control::{ControlRuntime, adopt_listener};
 use tailstream_net::server::{ServerLimits, run_until_shutdown, serve};
 use tailstream_net::{BodyBudget, ConnectionLimits, RpcClientConfig};
 use tailstream_stubs::{BackupClient, BrokerPeerClient};
+use tailstream_wire::CoordinatorTerm;
+use tailstream_wire::messages::CoordinatorInfo;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -35,6 +38,23 @@ pub fn offset_limits(config: &Config) -> OffsetLimits {
         groups_max: config.coordinator.groups_max as usize,
         partitions_per_group_max: config.coordinator.group_committed_partitions_max as usize,
     }
+}
+
+/// The metadata a new leader serves: what was saved, with the term after the saved one,
+/// saved before anything is served (on etcd, fenced: a leader already deposed saves nothing
+/// and does not lead). Every order it gives names that term, and brokers that have seen it
+/// refuse the orders of every earlier one.
+pub fn take_term(store: &dyn MetadataStore, saved: Metadata) -> Result<Metadata, String> {
+    let mut next = saved.clone();
+    next.term = CoordinatorTerm(
+        saved
+            .term
+            .0
+            .checked_add(1)
+            .ok_or("the coordinator's terms are used up")?,
+    );
+    store.save(&saved, &next)?;
+    Ok(next)
 }
 
 /// How often group lag is exported.
@@ -50,7 +70,7 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
             let store = Arc::new(MetadataFile::new(&config.coordinator.data_dir));
             let metadata = {
                 let store = store.clone();
-                tokio::task::spawn_blocking(move || store.load())
+                tokio::task::spawn_blocking(move || take_term(store.as_ref(), store.load()?))
                     .await
                     .map_err(|e| e.to_string())??
             };
@@ -71,6 +91,7 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
                 store,
                 Arc::new(offsets),
                 Arc::new(LeaderLease::forever()),
+                None,
                 metrics,
                 shutdown,
             )
@@ -81,13 +102,15 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
 }
 
 /// Binds, prints `tailstream coordinator ready rpc=... peer=... admin=...`, serves `metadata`
-/// (saved through `store`) until `shutdown`.
+/// (saved through `store`) until `shutdown`. `election` is the etcd client and cluster prefix
+/// it was elected under (the standbys are listed from there), `None` on the file store.
 pub async fn lead(
     config: &Config,
     metadata: Metadata,
     store: Arc<dyn MetadataStore>,
     offsets: Arc<dyn CommittedOffsets>,
     leadership: Arc<LeaderLease>,
+    election: Option<(etcd_client::Client, String)>,
     metrics: PrometheusHandle,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), String> {
@@ -104,7 +127,18 @@ pub async fn lead(
     let rpc_addr = rpc_listener.local_addr().map_err(|e| e.to_string())?;
     let peer_addr = peer_listener.local_addr().map_err(|e| e.to_string())?;
     let admin_addr = admin_listener.local_addr().map_err(|e| e.to_string())?;
+    let own = CoordinatorInfo {
+        rpc_addr: rpc_addr.to_string(),
+        peer_addr: peer_addr.to_string(),
+        admin_addr: admin_addr.to_string(),
+    };
+    let view = match election {
+        Some((client, prefix)) => LeadershipView::elected(own, client, &prefix),
+        None => LeadershipView::alone(own),
+    };
+    metrics::gauge!(crate::metrics::LEADER_TERM).set(metadata.term.0 as f64);
     tracing::info!(
+        term = metadata.term.0,
         streams = metadata.streams.len(),
         brokers = metadata.brokers.len(),
         "coordinator metadata loaded from {}",
@@ -189,6 +223,7 @@ pub async fn lead(
         orchestrator,
         groups,
         leadership,
+        view,
         config.broker.lease_ms,
     );
     tokio::spawn(publish_group_lag(service.clone(), shutdown.clone()));
@@ -262,5 +297,29 @@ async fn publish_group_lag(service: CoordinatorService, mut shutdown: watch::Rec
         for (group, count, _) in members {
             metrics::gauge!(m::GROUP_MEMBERS, "group" => group).set(count as f64);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_leader_takes_a_term_above_the_saved_one_and_saves_it_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = MetadataFile::new(&dir.path().join("coordinator"));
+        let first = take_term(&file, file.load().unwrap()).unwrap();
+        assert_eq!(first.term, CoordinatorTerm(1));
+        assert_eq!(file.load().unwrap().term, CoordinatorTerm(1), "saved");
+        let second = take_term(&file, file.load().unwrap()).unwrap();
+        assert_eq!(second.term, CoordinatorTerm(2), "terms only grow");
+        let mut exhausted = second.clone();
+        exhausted.term = CoordinatorTerm(u64::MAX);
+        assert!(take_term(&file, exhausted).is_err());
+        assert_eq!(
+            file.load().unwrap().term,
+            CoordinatorTerm(2),
+            "nothing saved"
+        );
     }
 }

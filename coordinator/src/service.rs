@@ -11,6 +11,7 @@ use crate::core::{Coordinator, unix_ms};
 use crate::groups::GroupCoordinator;
 use crate::groups::lag::{StreamShape, lag};
 use crate::leader_lease::LeaderLease;
+use crate::leadership_view::LeadershipView;
 use crate::metadata::{ProducerIds, producer_ids};
 use crate::recovery::orchestrator::Orchestrator;
 use crate::watchdog::WatchdogHandle;
@@ -22,10 +23,10 @@ use tailstream_net::{Reply, Request, Response, Service};
 use tailstream_wire::messages::{
     AllocateProducerIdRequest, AllocateProducerIdResponse, BrokerHeartbeatRequest,
     BrokerHeartbeatResponse, ConsumerGroupSummary, CreateStreamRequest, DeleteStreamRequest,
-    DescribeConsumerGroupsResponse, DescribeStreamRequest, ListBrokersResponse,
-    ListRecoveriesResponse, ListStreamsResponse, PartitionLagInfo, RecoverySummary,
-    RegisterBrokerRequest, RegisterBrokerResponse, ReportLogBoundsRequest, ReportLogBoundsResponse,
-    ReportSuspectRequest,
+    DescribeConsumerGroupsResponse, DescribeLeadershipResponse, DescribeStreamRequest,
+    ListBrokersResponse, ListRecoveriesResponse, ListStreamsResponse, PartitionLagInfo,
+    RecoverySummary, RegisterBrokerRequest, RegisterBrokerResponse, ReportLogBoundsRequest,
+    ReportLogBoundsResponse, ReportSuspectRequest,
 };
 use tailstream_wire::{Decode, Opcode, ProducerEpoch, ServerId, Status};
 
@@ -41,6 +42,8 @@ pub struct CoordinatorService {
     groups: Arc<GroupCoordinator>,
     /// Whether this coordinator surely still leads: nothing but a ping is answered otherwise.
     leadership: Arc<LeaderLease>,
+    /// Who leads (this one), and who stands by.
+    view: LeadershipView,
     /// Told to every broker at registration: one lease length in the cluster.
     broker_lease_ms: u64,
 }
@@ -60,6 +63,7 @@ impl CoordinatorService {
         orchestrator: Arc<Orchestrator>,
         groups: Arc<GroupCoordinator>,
         leadership: Arc<LeaderLease>,
+        view: LeadershipView,
         broker_lease_ms: u64,
     ) -> Self {
         Self {
@@ -69,8 +73,15 @@ impl CoordinatorService {
             orchestrator,
             groups,
             leadership,
+            view,
             broker_lease_ms,
         }
+    }
+
+    /// This leader, its term, and the coordinators standing by.
+    pub async fn describe_leadership(&self) -> DescribeLeadershipResponse {
+        let term = self.core.lock().metadata.term;
+        self.view.describe(term).await
     }
 
     /// Lag of every group's committed partitions, and the groups with members now.
@@ -213,6 +224,7 @@ impl CoordinatorService {
             .then(|| state.assignments_for(request.server_id));
         let brokers = state.broker_infos();
         Ok(Response::ok(&BrokerHeartbeatResponse {
+            term: state.metadata.term,
             assignments,
             brokers,
             retired: state.metadata.retired(),
@@ -466,6 +478,10 @@ impl CoordinatorService {
             (_, Opcode::CreateStream) => self.create_stream(request.body),
             (_, Opcode::DescribeStream) => ready(self.describe_stream(request.body)),
             (_, Opcode::DeleteStream) => self.delete_stream(request.body),
+            (_, Opcode::DescribeLeadership) => {
+                let service = self.clone();
+                later(async move { Response::ok(&service.describe_leadership().await) })
+            }
             (_, Opcode::ListRecoveries) => Reply::Ready(Response::ok(&self.list_recoveries())),
             (_, Opcode::ListStreams) => Reply::Ready(Response::ok(&self.snapshot().1)),
             (_, Opcode::ListBrokers) => Reply::Ready(Response::ok(&self.snapshot().0)),

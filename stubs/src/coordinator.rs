@@ -12,11 +12,11 @@ use tailstream_config::ClientConfig;
 use tailstream_net::{RpcClientConfig, RpcPool};
 use tailstream_wire::messages::{
     AllocateProducerIdRequest, AllocateProducerIdResponse, BrokerInfo, CreateStreamRequest,
-    DeleteStreamRequest, DescribeConsumerGroupsResponse, DescribeStreamRequest, Empty,
-    GroupHeartbeatRequest, GroupJoinRequest, GroupJoinResponse, GroupLeaveRequest,
-    GroupSyncRequest, GroupSyncResponse, ListBrokersResponse, ListRecoveriesResponse,
-    ListStreamsResponse, OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse,
-    ProducerSession, RecoverySummary, StreamConfig, StreamMetadata,
+    DeleteStreamRequest, DescribeConsumerGroupsResponse, DescribeLeadershipResponse,
+    DescribeStreamRequest, Empty, GroupHeartbeatRequest, GroupJoinRequest, GroupJoinResponse,
+    GroupLeaveRequest, GroupSyncRequest, GroupSyncResponse, ListBrokersResponse,
+    ListRecoveriesResponse, ListStreamsResponse, OffsetCommitRequest, OffsetFetchRequest,
+    OffsetFetchResponse, ProducerSession, RecoverySummary, StreamConfig, StreamMetadata,
 };
 use tailstream_wire::{Decode, Encode, Opcode, Status};
 
@@ -191,6 +191,11 @@ impl CoordinatorClient {
     pub async fn list_streams(&self) -> Result<Vec<StreamMetadata>, StubError> {
         let response: ListStreamsResponse = self.call(Opcode::ListStreams, &Empty {}).await?;
         Ok(response.streams)
+    }
+
+    /// Who leads, in which term, and who stands by.
+    pub async fn describe_leadership(&self) -> Result<DescribeLeadershipResponse, StubError> {
+        self.call(Opcode::DescribeLeadership, &Empty {}).await
     }
 
     /// Every broker the coordinator knows, alive or not.

@@ -3,8 +3,8 @@
 
 use crate::codec::{DecodeError, WireReader, WireWrite};
 use crate::ids::{
-    BatchSequence, GroupId, LogId, OwnershipEpoch, ProducerEpoch, ProducerId, RecordOffset,
-    ReplicaEpoch, SegmentId, SegmentPosition, ServerId, StreamId, StreamletId,
+    BatchSequence, CoordinatorTerm, GroupId, LogId, OwnershipEpoch, ProducerEpoch, ProducerId,
+    RecordOffset, ReplicaEpoch, SegmentId, SegmentPosition, ServerId, StreamId, StreamletId,
 };
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -67,6 +67,7 @@ id_field!(RecordOffset, u64);
 id_field!(SegmentPosition, u32);
 id_field!(BatchSequence, u32);
 id_field!(OwnershipEpoch, u32);
+id_field!(CoordinatorTerm, u64);
 id_field!(ReplicaEpoch, u32);
 
 /// A producer epoch travels as a u16 holding `0..=i16::MAX` (Kafka's valid epochs).

@@ -84,6 +84,8 @@ opcodes! {
     DeleteStream = 24,
     /// Client → coordinator: the most recent recoveries and their phase times.
     ListRecoveries = 25,
+    /// Client → coordinator: the leader, its term and the standbys.
+    DescribeLeadership = 26,
     /// Broker → coordinator: a peer did not answer its pings (the coordinator checks it
     /// itself before declaring it crashed).
     ReportSuspect = 13,

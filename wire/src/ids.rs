@@ -83,6 +83,15 @@ id_type!(
     "replica epoch "
 );
 
+id_type!(
+    /// A coordinator's term of leadership: every order a coordinator gives (assignments,
+    /// rebuilds, fences) names it, and a broker that has seen a newer term refuses an older
+    /// one's orders, so a deposed leader that wakes up cannot move anything. Only increases:
+    /// each leader takes the saved term plus one before it leads.
+    CoordinatorTerm(u64),
+    "term "
+);
+
 impl OwnershipEpoch {
     /// The epoch after this one, or `None` when they are used up.
     pub fn next(self) -> Option<Self> {

@@ -115,6 +115,9 @@ statuses! {
     /// This coordinator does not lead (or can no longer be sure it does): ask another of the
     /// coordinators.
     NotLeader = 54,
+    /// An order from a coordinator term older than one this server has seen: its sender was
+    /// deposed, and the order is void.
+    StaleTerm = 55,
 
     /// The consumer group is rebalancing: rejoin it.
     RebalanceInProgress = 60,

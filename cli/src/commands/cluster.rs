@@ -6,6 +6,7 @@ use clap::Subcommand;
 use serde_json::{Value, json};
 use tailstream_client::{BrokerInfo, PlacementState, RecoverySummary, StreamMetadata};
 use tailstream_config::Config;
+use tailstream_wire::messages::{CoordinatorInfo, DescribeLeadershipResponse};
 
 #[derive(Subcommand, Debug)]
 pub enum ClusterCommand {
@@ -24,9 +25,14 @@ pub async fn run(config: Config, coordinator: &str, command: ClusterCommand) -> 
     let brokers = cluster.list_brokers().await.map_err(|e| e.to_string())?;
     let streams = cluster.list_streams().await.map_err(|e| e.to_string())?;
     let recoveries = cluster.list_recoveries().await.map_err(|e| e.to_string())?;
+    let leadership = cluster
+        .describe_leadership()
+        .await
+        .map_err(|e| e.to_string())?;
     if json {
         let value = json!({
             "coordinator": coordinator,
+            "leadership": leadership_json(&leadership),
             "brokers": brokers.iter().map(broker_json).collect::<Vec<_>>(),
             "streams": streams.iter().map(stream_json).collect::<Vec<_>>(),
             "recoveries": recoveries.iter().map(recovery_json).collect::<Vec<_>>(),
@@ -34,6 +40,7 @@ pub async fn run(config: Config, coordinator: &str, command: ClusterCommand) -> 
         println!("{value}");
         return Ok(());
     }
+    print_leadership(&leadership);
     let alive = brokers.iter().filter(|b| b.alive && !b.crashed).count();
     println!(
         "coordinator {coordinator}: {} brokers, {alive} alive",
@@ -236,4 +243,35 @@ impl StateCounts {
             lost: count(PlacementState::Lost),
         }
     }
+}
+
+fn leadership_json(leadership: &DescribeLeadershipResponse) -> Value {
+    let info = |c: &CoordinatorInfo| json!({ "rpc_addr": c.rpc_addr, "peer_addr": c.peer_addr, "admin_addr": c.admin_addr });
+    json!({
+        "term": leadership.term.0,
+        "store": leadership.store,
+        "leader": info(&leadership.leader),
+        "standbys": leadership.standbys.iter().map(info).collect::<Vec<_>>(),
+        "standbys_error": (!leadership.standbys_error.is_empty())
+            .then_some(&leadership.standbys_error),
+    })
+}
+
+fn print_leadership(leadership: &DescribeLeadershipResponse) {
+    let standbys = if !leadership.standbys_error.is_empty() {
+        format!("standbys unknown ({})", leadership.standbys_error)
+    } else if leadership.standbys.is_empty() {
+        "no standbys".to_string()
+    } else {
+        let rpc: Vec<&str> = leadership
+            .standbys
+            .iter()
+            .map(|s| s.rpc_addr.as_str())
+            .collect();
+        format!("standbys {}", rpc.join(", "))
+    };
+    println!(
+        "leader {} (term {}, {} store), {standbys}",
+        leadership.leader.rpc_addr, leadership.term.0, leadership.store
+    );
 }

@@ -291,6 +291,7 @@ pub async fn list_replicas(peer_addr: &str) -> Vec<tailstream_wire::messages::Re
         .call(
             tailstream_wire::Opcode::ListReplicas,
             &ListReplicasRequest {
+                term: Default::default(),
                 primary: None,
                 fence: Vec::new(),
             },

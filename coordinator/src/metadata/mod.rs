@@ -27,7 +27,7 @@ pub use recovery::{RecoveryPhase, RecoveryRecord};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use tailstream_wire::messages::{PlacementState, StreamConfig};
-use tailstream_wire::{OwnershipEpoch, ServerId, Status, StreamId, StreamletId};
+use tailstream_wire::{CoordinatorTerm, OwnershipEpoch, ServerId, Status, StreamId, StreamletId};
 use thiserror::Error;
 
 /// Producer ids are persisted in blocks of this many, so allocating one is not a disk write.
@@ -154,6 +154,10 @@ pub struct Metadata {
     #[serde(default)]
     pub deleted_streams: Vec<StreamId>,
     pub next_recovery_id: u64,
+    /// The term of the latest coordinator to lead (each takes this plus one, saved, before it
+    /// leads): every order it gives names it. Absent (0) in files written before it existed.
+    #[serde(default)]
+    pub term: CoordinatorTerm,
 }
 
 impl Metadata {
@@ -167,6 +171,7 @@ impl Metadata {
             ("next_stream_id", self.next_stream_id),
             ("producer_id_ceiling", self.producer_id_ceiling),
             ("next_recovery_id", self.next_recovery_id),
+            ("term", self.term.0),
         ];
         for (name, value) in counters {
             if value > HEADROOM {

@@ -202,6 +202,7 @@ impl Metadata {
             }
         }
         AssignStreamletsRequest {
+            term: self.term,
             target: server,
             version: self.version,
             assignments,

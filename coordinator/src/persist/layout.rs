@@ -20,8 +20,8 @@
 use crate::metadata::{BrokerRecord, Crash, Metadata, Placement, RecoveryRecord, StreamRecord};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
-use tailstream_wire::StreamId;
 use tailstream_wire::messages::StreamConfig;
+use tailstream_wire::{CoordinatorTerm, StreamId};
 
 /// Everything the metadata keys live under, below the cluster's prefix.
 pub const METADATA_DIR: &str = "m/";
@@ -57,6 +57,8 @@ pub struct Counters {
     pub producer_id_ceiling: u64,
     pub producer_id_key: Option<u64>,
     pub next_recovery_id: u64,
+    #[serde(default)]
+    pub term: CoordinatorTerm,
 }
 
 /// A stream without its placements (each has a key of its own).
@@ -75,6 +77,7 @@ fn counters(m: &Metadata) -> Counters {
         producer_id_ceiling: m.producer_id_ceiling,
         producer_id_key: m.producer_id_key,
         next_recovery_id: m.next_recovery_id,
+        term: m.term,
     }
 }
 
@@ -244,6 +247,7 @@ pub fn read(listing: &BTreeMap<String, Vec<u8>>) -> Result<Metadata, String> {
                 metadata.producer_id_ceiling = c.producer_id_ceiling;
                 metadata.producer_id_key = c.producer_id_key;
                 metadata.next_recovery_id = c.next_recovery_id;
+                metadata.term = c.term;
             }
             ["crashes"] => metadata.crashes = decode::<Vec<Crash>>(key, value)?,
             ["deleted-streams"] => metadata.deleted_streams = decode(key, value)?,

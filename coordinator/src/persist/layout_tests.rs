@@ -28,6 +28,7 @@ fn cluster() -> (Metadata, Vec<ServerId>) {
     m.create_stream("a", 3, config(), &brokers).unwrap();
     m.create_stream("b", 2, config(), &brokers).unwrap();
     m.raise_producer_id_ceiling(0, 42);
+    m.term = tailstream_wire::CoordinatorTerm(5);
     (m, brokers)
 }
 

@@ -19,7 +19,9 @@ use tailstream_stubs::{BackupApi, BrokerPeerApi, RebuildFault};
 use tailstream_wire::messages::{
     ListReplicasRequest, LogBounds, RecoverStreamletRequest, StreamletAssignment,
 };
-use tailstream_wire::{GroupId, LogId, SegmentId, ServerId, StreamId, StreamletId};
+use tailstream_wire::{
+    CoordinatorTerm, GroupId, LogId, SegmentId, ServerId, StreamId, StreamletId,
+};
 use tokio::sync::{Notify, watch};
 
 /// How often lost streamlets are planned again (a backup holding what they miss may return).
@@ -263,9 +265,11 @@ impl Orchestrator {
                 .members()
                 .map(|b| (b.server_id, b.peer_addr.clone()))
                 .collect();
-            (members, state.metadata.crashed())
+            (members, (state.metadata.crashed(), state.metadata.term))
         };
+        let (fence, term) = fence;
         let request = ListReplicasRequest {
+            term,
             primary: None,
             fence,
         };
@@ -384,14 +388,14 @@ impl Orchestrator {
                     }
                 }
                 metadata.settle_recoveries(unix_ms());
-                let version = metadata.version;
+                let (version, term) = (metadata.version, metadata.term);
                 Ok(rebuilds
                     .into_iter()
                     .map(|(key, target, target_addr, assignment, plan)| Rebuild {
                         key,
                         target,
                         target_addr,
-                        request: request_for(target, version, assignment, plan),
+                        request: request_for(term, target, version, assignment, plan),
                     })
                     .collect::<Vec<_>>())
             })
@@ -552,12 +556,14 @@ impl Orchestrator {
 }
 
 fn request_for(
+    term: CoordinatorTerm,
     target: ServerId,
     version: u64,
     assignment: StreamletAssignment,
     plan: super::planner::Plan,
 ) -> RecoverStreamletRequest {
     RecoverStreamletRequest {
+        term,
         target,
         version,
         assignment,

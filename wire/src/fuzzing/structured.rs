@@ -44,6 +44,8 @@ fn decode_body(opcode: Option<Opcode>, is_response: bool, body: Bytes) {
         (Opcode::DeleteStream, true) => decode!(Empty),
         (Opcode::ListRecoveries, false) => decode!(Empty),
         (Opcode::ListRecoveries, true) => decode!(ListRecoveriesResponse),
+        (Opcode::DescribeLeadership, false) => decode!(Empty),
+        (Opcode::DescribeLeadership, true) => decode!(DescribeLeadershipResponse),
         (Opcode::CreateStream | Opcode::DescribeStream, true) => decode!(StreamMetadata),
         (Opcode::ListStreams, _) => decode!(ListStreamsResponse),
         (Opcode::ListBrokers, _) => decode!(ListBrokersResponse),

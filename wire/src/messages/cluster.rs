@@ -4,8 +4,8 @@
 #[cfg(test)]
 use super::small_vec;
 use crate::ids::{
-    LogId, OwnershipEpoch, ProducerEpoch, ProducerId, RecordOffset, ReplicaEpoch, SegmentId,
-    ServerId, StreamId, StreamletId,
+    CoordinatorTerm, LogId, OwnershipEpoch, ProducerEpoch, ProducerId, RecordOffset, ReplicaEpoch,
+    SegmentId, ServerId, StreamId, StreamletId,
 };
 use crate::wire_message;
 
@@ -181,6 +181,9 @@ wire_message! {
 wire_message! {
     /// The full set of streamlets a broker owns, as of a coordinator metadata version.
     pub struct AssignStreamletsRequest {
+        /// The term of the coordinator that sends it: refused by a broker that has seen a
+        /// newer one.
+        pub term: CoordinatorTerm,
         pub target: ServerId,
         pub version: u64,
         #[cfg_attr(test, proptest(strategy = "small_vec::<StreamletAssignment>()"))]
@@ -309,6 +312,9 @@ wire_message! {
     /// always the membership: which brokers exist, at which generation, and which are alive
     /// (what primaries choose backups from, and what backups fence old generations with).
     pub struct BrokerHeartbeatResponse {
+        /// The answering coordinator's term (an answer from an older term than the broker has
+        /// seen is ignored whole).
+        pub term: CoordinatorTerm,
         pub assignments: Option<AssignStreamletsRequest>,
         #[cfg_attr(test, proptest(strategy = "small_vec::<BrokerInfo>()"))]
         pub brokers: Vec<BrokerInfo>,
@@ -371,6 +377,30 @@ wire_message! {
     pub struct ListBrokersResponse {
         #[cfg_attr(test, proptest(strategy = "small_vec::<BrokerInfo>()"))]
         pub brokers: Vec<BrokerInfo>,
+    }
+}
+
+wire_message! {
+    /// Where one coordinator process is reached.
+    pub struct CoordinatorInfo {
+        pub rpc_addr: String,
+        pub peer_addr: String,
+        pub admin_addr: String,
+    }
+}
+
+wire_message! {
+    /// Who leads the coordinators, in which term, and who stands by.
+    pub struct DescribeLeadershipResponse {
+        pub term: CoordinatorTerm,
+        /// Where the metadata is kept: `file` (one coordinator, no standbys) or `etcd`.
+        pub store: String,
+        pub leader: CoordinatorInfo,
+        /// Coordinators waiting to lead, next in line first (empty when the list could not be
+        /// read: `standbys_error` says why).
+        #[cfg_attr(test, proptest(strategy = "small_vec::<CoordinatorInfo>()"))]
+        pub standbys: Vec<CoordinatorInfo>,
+        pub standbys_error: String,
     }
 }
 

@@ -96,6 +96,7 @@ mod tests {
         list_recoveries: ListRecoveriesResponse,
         list_streams: ListStreamsResponse,
         list_brokers: ListBrokersResponse,
+        describe_leadership: DescribeLeadershipResponse,
         produce_response: ProduceResponse,
         fetch_request: FetchRequest,
         fetch_response: FetchResponse,

@@ -4,7 +4,7 @@
 #[cfg(test)]
 use super::small_vec;
 use super::{ReplicaId, StreamletAssignment};
-use crate::ids::{GroupId, LogId, ReplicaEpoch, SegmentId, ServerId};
+use crate::ids::{CoordinatorTerm, GroupId, LogId, ReplicaEpoch, SegmentId, ServerId};
 use crate::wire_message;
 
 wire_message! {
@@ -59,6 +59,8 @@ wire_message! {
     /// the closed copies, replicate the recovered head afresh). It is served once an
     /// assignment says it is no longer recovering.
     pub struct RecoverStreamletRequest {
+        /// The ordering coordinator's term: refused by a broker that has seen a newer one.
+        pub term: CoordinatorTerm,
         pub target: ServerId,
         /// The coordinator's metadata version when it gave the order: an older assignment
         /// never drops what this order rebuilds.

@@ -5,7 +5,9 @@
 use super::{small_bytes, small_vec};
 use crate::codec::{Decode, DecodeError, Encode, WireReader};
 use crate::field::WireField;
-use crate::ids::{GroupId, LogId, ReplicaEpoch, SegmentId, ServerId, StreamId, StreamletId};
+use crate::ids::{
+    CoordinatorTerm, GroupId, LogId, ReplicaEpoch, SegmentId, ServerId, StreamId, StreamletId,
+};
 use crate::wire_message;
 use bytes::{Bytes, BytesMut};
 
@@ -80,6 +82,10 @@ wire_message! {
     /// The backup first fences every generation in `fence` (declared crashed) and only then
     /// lists: nothing a crashed primary writes lands after the listing.
     pub struct ListReplicasRequest {
+        /// With a non-empty `fence`, the ordering coordinator's term: a backup that has seen a
+        /// newer one refuses the whole request. A listing that fences nothing is a read, and
+        /// names no term (0).
+        pub term: CoordinatorTerm,
         pub primary: Option<ServerId>,
         #[cfg_attr(test, proptest(strategy = "small_vec::<ServerId>()"))]
         pub fence: Vec<ServerId>,

@@ -1,0 +1,63 @@
+//! [`TermFence`]: the newest coordinator term this broker has seen. Every order a coordinator
+//! gives (an assignment, a rebuild, a listing that fences) names its term; an order from an
+//! older term than one already seen comes from a deposed leader (one paused past its lease
+//! between deciding and sending, say) and is refused whole, as is a heartbeat answer from one.
+//!
+//! Why that suffices: a new leader hands no streamlet over before a broker lease has passed
+//! since it began to lead, and every live broker heartbeats to it within that lease, so by the
+//! first hand-over of the new term every live broker refuses the old term's orders. An old
+//! order arriving earlier is one its leader gave while it still led.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use tailstream_wire::CoordinatorTerm;
+
+#[derive(Debug, Default)]
+pub struct TermFence {
+    newest: AtomicU64,
+}
+
+impl TermFence {
+    /// Takes `term` as seen: `Ok` when no newer one was, else `Err` with the newest.
+    pub fn admit(&self, term: CoordinatorTerm) -> Result<(), CoordinatorTerm> {
+        let before = self.newest.fetch_max(term.0, Ordering::AcqRel);
+        if term.0 >= before {
+            Ok(())
+        } else {
+            Err(CoordinatorTerm(before))
+        }
+    }
+
+    /// The newest term seen (0 before any).
+    pub fn newest(&self) -> CoordinatorTerm {
+        CoordinatorTerm(self.newest.load(Ordering::Acquire))
+    }
+}
+
+/// The refusal of an order from `term`, `newest` having been seen.
+pub fn stale(what: &str, term: CoordinatorTerm, newest: CoordinatorTerm) -> String {
+    format!("{what} from coordinator {term}, but {newest} has led since: refused")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orders_of_the_newest_term_pass_and_older_ones_are_refused() {
+        let fence = TermFence::default();
+        assert_eq!(fence.admit(CoordinatorTerm(3)), Ok(()));
+        assert_eq!(
+            fence.admit(CoordinatorTerm(3)),
+            Ok(()),
+            "the same term again"
+        );
+        assert_eq!(fence.admit(CoordinatorTerm(2)), Err(CoordinatorTerm(3)));
+        assert_eq!(
+            fence.newest(),
+            CoordinatorTerm(3),
+            "a refusal changes nothing"
+        );
+        assert_eq!(fence.admit(CoordinatorTerm(5)), Ok(()));
+        assert_eq!(fence.admit(CoordinatorTerm(4)), Err(CoordinatorTerm(5)));
+    }
+}
