@@ -108,7 +108,10 @@ async fn a_killed_leader_is_replaced_brokers_follow_and_nothing_acked_is_lost() 
         let after = test.client().describe_leadership().await.unwrap();
         assert!(after.term > before.term, "{after:?} after {before:?}");
         assert!(
-            before.standbys.iter().any(|s| s.rpc_addr == after.leader.rpc_addr),
+            before
+                .standbys
+                .iter()
+                .any(|s| s.rpc_addr == after.leader.rpc_addr),
             "a standby leads now: {after:?}"
         );
         // The killed leader's orders, had it sent any late, change nothing: every broker has

@@ -307,16 +307,18 @@ pub async fn run_elected(
                 why
             })
         };
-        let led = crate::server::lead(
+        let led = Box::pin(crate::server::lead(
             &config,
             metadata,
             store.clone() as Arc<dyn MetadataStore>,
             Arc::new(offsets),
-            leadership.valid.clone(),
-            Some((client.clone(), settings.etcd_prefix.clone())),
+            crate::server::Term {
+                lease: leadership.valid.clone(),
+                election: Some((client.clone(), settings.etcd_prefix.clone())),
+            },
             metrics.clone(),
             term_shutdown,
-        )
+        ))
         .await;
         let why = why.await.ok().flatten();
         store.end_term();

@@ -85,32 +85,55 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
                 )
             })?;
             metrics::gauge!(crate::metrics::LEADER).set(1.0);
-            lead(
+            Box::pin(lead(
                 &config,
                 metadata,
                 store,
                 Arc::new(offsets),
-                Arc::new(LeaderLease::forever()),
-                None,
+                Term {
+                    lease: Arc::new(LeaderLease::forever()),
+                    election: None,
+                },
                 metrics,
                 shutdown,
-            )
+            ))
             .await
         }
-        MetadataStoreKind::Etcd => crate::election::run_elected(config, metrics, shutdown).await,
+        MetadataStoreKind::Etcd => {
+            Box::pin(crate::election::run_elected(config, metrics, shutdown)).await
+        }
+    }
+}
+
+/// What a coordinator leads with.
+pub struct Term {
+    /// Whether it surely still leads: nothing but a ping is answered otherwise.
+    pub lease: Arc<LeaderLease>,
+    /// The etcd client and cluster prefix it was elected under (the standbys are listed from
+    /// there); `None` on the file store.
+    pub election: Option<(etcd_client::Client, String)>,
+}
+
+impl std::fmt::Debug for Term {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Term")
+            .field("lease", &self.lease)
+            .field(
+                "election",
+                &self.election.as_ref().map(|(_, prefix)| prefix),
+            )
+            .finish()
     }
 }
 
 /// Binds, prints `tailstream coordinator ready rpc=... peer=... admin=...`, serves `metadata`
-/// (saved through `store`) until `shutdown`. `election` is the etcd client and cluster prefix
-/// it was elected under (the standbys are listed from there), `None` on the file store.
+/// (saved through `store`) until `shutdown`.
 pub async fn lead(
     config: &Config,
     metadata: Metadata,
     store: Arc<dyn MetadataStore>,
     offsets: Arc<dyn CommittedOffsets>,
-    leadership: Arc<LeaderLease>,
-    election: Option<(etcd_client::Client, String)>,
+    term: Term,
     metrics: PrometheusHandle,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), String> {
@@ -132,6 +155,10 @@ pub async fn lead(
         peer_addr: peer_addr.to_string(),
         admin_addr: admin_addr.to_string(),
     };
+    let Term {
+        lease: leadership,
+        election,
+    } = term;
     let view = match election {
         Some((client, prefix)) => LeadershipView::elected(own, client, &prefix),
         None => LeadershipView::alone(own),

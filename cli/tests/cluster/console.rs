@@ -144,7 +144,10 @@ async fn the_console_shows_brokers_streams_replicas_and_groups_without_errors() 
             assert!(dom.contains(&addr), "broker {addr} is not shown: {dom}");
         }
         let leader = test.cluster.coordinator.rpc_addr.to_string();
-        assert!(dom.contains(&leader), "the leader {leader} is not shown: {dom}");
+        assert!(
+            dom.contains(&leader),
+            "the leader {leader} is not shown: {dom}"
+        );
         for shown in [
             "Coordinators",
             "leader",
