@@ -33,6 +33,7 @@ pub mod chaos;
 pub mod consume;
 pub mod cpu;
 pub mod e2e;
+pub mod failover;
 pub mod floor;
 pub mod harness;
 pub mod kafka;

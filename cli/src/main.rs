@@ -83,6 +83,9 @@ enum BenchCommand {
     /// Fill one streamlet, kill its owner, report detection, each recovery phase and
     /// kill-to-serving time.
     Recovery(tailstream_bench::recovery::RecoveryBenchArgs),
+    /// Kill the leading coordinator (alone, then with a broker) on a local etcd; report kill
+    /// to new leader and kill to serving again.
+    Failover(tailstream_bench::failover::FailoverBenchArgs),
     /// Crash brokers at random under a running load; check every acked record is read back
     /// exactly once, in order.
     Chaos(tailstream_bench::chaos::ChaosBenchArgs),
@@ -154,6 +157,9 @@ fn main() -> ExitCode {
             }
             Command::Bench(BenchCommand::Recovery(args)) => {
                 tailstream_bench::recovery::run(config, args).await
+            }
+            Command::Bench(BenchCommand::Failover(args)) => {
+                tailstream_bench::failover::run(config, args).await
             }
             Command::Bench(BenchCommand::Chaos(args)) => {
                 tailstream_bench::chaos::run(config, args).await

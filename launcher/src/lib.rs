@@ -484,6 +484,54 @@ impl LocalCluster {
         self.coordinator.kill().await;
     }
 
+    /// Every coordinator process: the one started first, then the standbys (on etcd any of
+    /// them may lead by now).
+    pub fn coordinators(&self) -> impl Iterator<Item = &Proc> {
+        std::iter::once(&self.coordinator).chain(&self.standbys)
+    }
+
+    fn coordinator_at(&mut self, rpc: SocketAddr) -> Result<&mut Proc, String> {
+        std::iter::once(&mut self.coordinator)
+            .chain(&mut self.standbys)
+            .find(|c| c.rpc_addr == rpc)
+            .ok_or_else(|| format!("no coordinator of this cluster listens at {rpc}"))
+    }
+
+    /// SIGKILL of the coordinator at `rpc` (on etcd: whichever leads now, say).
+    pub async fn kill_coordinator_at(&mut self, rpc: SocketAddr) -> Result<(), String> {
+        self.coordinator_at(rpc)?.kill().await;
+        Ok(())
+    }
+
+    /// Starts the (killed) coordinator at `rpc` again, on etcd, at the same addresses and data
+    /// directory: it comes back a standby (or wins, if no other leads).
+    pub async fn restart_coordinator_at(&mut self, rpc: SocketAddr) -> Result<(), String> {
+        let etcd = self
+            .spec
+            .etcd
+            .clone()
+            .ok_or("restart_coordinator_at is for coordinators on etcd")?;
+        let spec = self.spec.clone();
+        let slot = self.coordinator_at(rpc)?;
+        slot.kill().await;
+        let mut extra = vec!["--peer-addr".to_string(), slot.peer_addr.to_string()];
+        extra.extend(etcd_args(&etcd));
+        extra.extend(spec.source_args(spec.coordinator_ip()));
+        let name = slot.name.clone();
+        *slot = spawn_until(
+            &spec,
+            "coordinator",
+            name.clone(),
+            &spec.data_dir.join(&name),
+            slot.rpc_addr,
+            slot.admin_addr,
+            &extra,
+            true,
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Sends `signal` ("STOP", "CONT") to the coordinator started first.
     pub fn signal_coordinator(&self, signal: &str) -> Result<(), String> {
         let pid = self
