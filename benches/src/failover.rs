@@ -9,6 +9,12 @@
 //!   streamlet serves on another broker (`kill_to_serving_ms`): the crash is detected and
 //!   recovered by a leader that did not exist when it happened.
 //!
+//! After the runs, two faults of etcd itself: one member killed for `--etcd-down-s` (nothing
+//! should change: the same term leads throughout), then two of the three (quorum lost: no
+//! coordinator can renew its leadership, so none leads) for as long, both restarted after; it
+//! reports the longest time without an acknowledgement during each, and the time from the
+//! restart to a leader serving with every broker.
+//!
 //! Between runs it waits until every log has R copies again. It also reports, per run, the
 //! longest time no producer was acknowledged while the leader alone was down
 //! (`ack_gap_ms`): producers need no coordinator while their streamlets stay where they are.
@@ -49,9 +55,27 @@ pub struct FailoverBenchArgs {
     /// Native producers writing throughout, each as fast as it is acknowledged.
     #[arg(long, default_value_t = 2)]
     pub producers: u32,
+    /// How long each etcd fault (one member down, then quorum lost) lasts; 0 skips them.
+    #[arg(long, default_value_t = 5)]
+    pub etcd_down_s: u64,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// One fault of etcd.
+#[derive(Debug, Serialize)]
+pub struct EtcdFault {
+    /// Members killed (of 3).
+    pub members_down: usize,
+    pub down_ms: u64,
+    pub term_before: u64,
+    /// The term leading once the members were back and every broker heartbeated to it.
+    pub term_after: u64,
+    /// The longest time without an acknowledgement from the kill until the members were back.
+    pub ack_gap_ms: u64,
+    /// From the members' restart until a coordinator leads with every broker.
+    pub restart_to_leader_ms: u64,
 }
 
 /// One run's two leader kills.
@@ -74,6 +98,7 @@ pub struct FailoverReport {
     pub coordinators: usize,
     pub election_lease_ms: u64,
     pub runs: Vec<FailoverRun>,
+    pub etcd_faults: Vec<EtcdFault>,
     pub records_acked: u64,
 }
 
@@ -119,6 +144,17 @@ fn print_table(report: &FailoverReport) {
         "leader and a broker killed -> streamlet serving again: {}",
         crate::chaos::median_max(&serving)
     );
+    for fault in &report.etcd_faults {
+        println!(
+            "etcd: {} of 3 members down for {} ms: term {} -> {}, longest time without an ack {} ms, restart to leader {} ms",
+            fault.members_down,
+            fault.down_ms,
+            fault.term_before,
+            fault.term_after,
+            fault.ack_gap_ms,
+            fault.restart_to_leader_ms
+        );
+    }
     println!(
         "no producer acknowledged while the leader alone was down: {}; {} records acknowledged in all",
         crate::chaos::median_max(&gaps),
@@ -137,11 +173,11 @@ pub async fn measure(config: Config, args: &FailoverBenchArgs) -> Result<Failove
         return Err("--brokers must be at least --replicas + 2".into());
     }
     let data_dir = harness::BenchDir::new("tailstream-failover-")?;
-    let etcd = EtcdCluster::start(3, &data_dir.path().join("etcd")).await?;
+    let mut etcd = EtcdCluster::start(3, &data_dir.path().join("etcd")).await?;
     let started = start(&config, args, data_dir.path(), etcd.endpoints()).await;
     let result = match started {
         Ok(mut local) => {
-            let result = kill_leaders(&config, &mut local, args).await;
+            let result = kill_leaders(&config, &mut local, &mut etcd, args).await;
             local.stop().await;
             result
         }
@@ -181,6 +217,7 @@ async fn start(
 async fn kill_leaders(
     config: &Config,
     local: &mut LocalCluster,
+    etcd: &mut EtcdCluster,
     args: &FailoverBenchArgs,
 ) -> Result<FailoverReport, String> {
     // Polls answer within a second or move on to the next coordinator.
@@ -206,6 +243,20 @@ async fn kill_leaders(
             }
         }
     }
+    let mut etcd_faults = Vec::new();
+    if args.etcd_down_s > 0 {
+        for members_down in [1, 2] {
+            let down = Duration::from_secs(args.etcd_down_s);
+            let fault = etcd_fault(&poll, etcd, &load, args.brokers, members_down, down).await;
+            match fault {
+                Ok(fault) => etcd_faults.push(fault),
+                Err(error) => {
+                    load.stop().await;
+                    return Err(format!("{members_down} etcd members down: {error}"));
+                }
+            }
+        }
+    }
     let records_acked = load.stop().await;
     Ok(FailoverReport {
         brokers: args.brokers,
@@ -213,6 +264,7 @@ async fn kill_leaders(
         coordinators: args.coordinators,
         election_lease_ms: config.coordinator.election_lease_ms,
         runs,
+        etcd_faults,
         records_acked,
     })
 }
@@ -311,6 +363,48 @@ async fn once(
         kill_to_serving_ms,
         ack_gap_ms,
     })
+}
+
+/// Kills `members_down` etcd members for `down`, then restarts them.
+async fn etcd_fault(
+    poll: &CoordinatorClient,
+    etcd: &mut EtcdCluster,
+    load: &Load,
+    brokers: u32,
+    members_down: usize,
+    down: Duration,
+) -> Result<EtcdFault, String> {
+    let (_, term_before) = leader(poll).await?;
+    load.take_gap();
+    let killed = Instant::now();
+    for member in 0..members_down {
+        etcd.kill(member).await;
+    }
+    tokio::time::sleep(down).await;
+    let ack_gap_ms = load.take_gap();
+    let down_ms = killed.elapsed().as_millis() as u64;
+    let restarted = Instant::now();
+    for member in 0..members_down {
+        etcd.restart(member).await?;
+    }
+    etcd.wait_healthy(WAIT_MAX).await?;
+    let term_after = wait_for_leader_with(poll, brokers).await?;
+    Ok(EtcdFault {
+        members_down,
+        down_ms,
+        term_before: term_before.0,
+        term_after: term_after.0,
+        ack_gap_ms,
+        restart_to_leader_ms: restarted.elapsed().as_millis() as u64,
+    })
+}
+
+/// Until a coordinator leads (at any term) with `brokers` brokers alive.
+async fn wait_for_leader_with(
+    poll: &CoordinatorClient,
+    brokers: u32,
+) -> Result<CoordinatorTerm, String> {
+    wait_for_new_leader(poll, CoordinatorTerm(0), brokers).await
 }
 
 /// Producers writing as fast as they are acknowledged, counting acknowledgements and timing
