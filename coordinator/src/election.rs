@@ -221,8 +221,13 @@ pub async fn run_elected(
     let settings = &config.coordinator;
     let options = etcd_client::ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(2))
-        .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2))
-        .with_keep_alive_while_idle(true);
+        // etcd answers a client that pings more often than every 5 s (its
+        // `--grpc-keepalive-min-time`), or pings with no call open, with GOAWAY: every call on
+        // the connection then breaks, a waiting campaign among them (it loses its place in
+        // line). A dead member is noticed by the calls themselves (the lease keep-alive runs
+        // every third of the election lease).
+        .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+        .with_keep_alive_while_idle(false);
     let mut client = Client::connect(&settings.etcd_endpoints, Some(options))
         .await
         .map_err(|e| format!("connecting to etcd {:?}: {e}", settings.etcd_endpoints))?;

@@ -22,6 +22,8 @@ use tailstream_wire::{Decode, Encode, Opcode, Status};
 
 /// How long calls keep retrying a coordinator that is restarting or has no brokers.
 const CONTROL_RETRY_MS_MAX: u64 = 10_000;
+/// The longest pause between attempts while looking for the leading coordinator.
+const LEADER_SEARCH_BACKOFF_MS_MAX: u64 = 100;
 
 /// The connection settings of a client's calls (clients, tools, the Kafka front end), each
 /// answered within `request_timeout_ms`.
@@ -103,14 +105,20 @@ impl CoordinatorClient {
             if !retry || waited_ms >= CONTROL_RETRY_MS_MAX {
                 return Err(error);
             }
-            if error.wants_another_coordinator() {
+            let backoff_ms_max = if error.wants_another_coordinator() {
                 // A dead, standby or deposed coordinator: the next attempt asks the next one.
                 self.pool.forget(&addr);
                 self.addrs.unanswered(&addr);
-            }
+                // Looking for the leader stays brisk (a refused connection costs nothing):
+                // a pause grown to a second while no coordinator led would be waited out
+                // after a new one began to, a second of unavailability of its own.
+                LEADER_SEARCH_BACKOFF_MS_MAX
+            } else {
+                1000
+            };
             tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
             waited_ms += backoff_ms;
-            backoff_ms = (backoff_ms * 2).min(1000);
+            backoff_ms = (backoff_ms * 2).min(backoff_ms_max);
         }
     }
 
