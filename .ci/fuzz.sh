@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every fuzz target for a bounded time (FUZZ_SECONDS each, default 12) and prints the
+# Runs every fuzz target for a bounded time (FUZZ_SECONDS each, default 8) and prints the
 # edges (libFuzzer's `cov:`) each reached. Installs what it needs: a nightly toolchain
 # (minimal profile) and cargo-fuzz. Starts from the committed corpus in fuzz/corpus/<target>
 # and never writes back to it (new inputs go to a scratch copy), so the committed corpus
@@ -8,7 +8,7 @@
 # Any crash fails the script and leaves the reproducing input in fuzz/artifacts/<target>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SECONDS_EACH=${FUZZ_SECONDS:-12}
+SECONDS_EACH=${FUZZ_SECONDS:-8}
 CARGO_FUZZ_VERSION=0.13.2
 
 if ! rustup toolchain list | grep -q '^nightly'; then

@@ -102,11 +102,21 @@ async fn a_killed_leader_is_replaced_brokers_follow_and_nothing_acked_is_lost() 
         let before = test.client().describe_leadership().await.unwrap();
         assert_eq!(before.store, "etcd");
         assert_eq!(before.standbys.len(), 2, "two standbys: {before:?}");
+        // A standby binds nothing until it leads, so a port of the next in line may be taken
+        // meanwhile: elected, it must step down and stand by again, and the one after it lead.
+        let next = test.cluster.standbys[0].rpc_addr.to_string();
+        let squatter = std::net::TcpListener::bind(test.cluster.standbys[0].admin_addr).unwrap();
         test.cluster.kill_coordinator().await;
         let took = wait_for_a_leader(&test, 4).await;
         eprintln!("a standby led, with every broker heartbeating to it, {took:?} after the kill");
         let after = test.client().describe_leadership().await.unwrap();
         assert!(after.term > before.term, "{after:?} after {before:?}");
+        assert_ne!(after.leader.rpc_addr, next, "it leads without its admin port");
+        assert!(
+            !test.cluster.standbys[0].has_exited(),
+            "a coordinator that could not bind gave up instead of standing by again"
+        );
+        drop(squatter);
         assert!(
             before
                 .standbys

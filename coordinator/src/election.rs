@@ -325,11 +325,19 @@ pub async fn run_elected(
             term_shutdown,
         ))
         .await;
-        let why = why.await.ok().flatten();
+        let why = match &led {
+            Ok(()) => why.await.ok().flatten(),
+            // It could not start leading (its listeners, say: a standby binds nothing until
+            // it leads, and meanwhile another process may have taken one of its ports): the
+            // term ends now, so that another coordinator leads instead of none.
+            Err(error) => {
+                why.abort();
+                Some(format!("leading failed: {error}"))
+            }
+        };
         store.end_term();
         metrics::gauge!(crate::metrics::LEADER).set(0.0);
         leadership.resign(&mut client).await;
-        led?;
         if *shutdown.borrow() {
             return Ok(());
         }
@@ -338,5 +346,12 @@ pub async fn run_elected(
             why = why.as_deref().unwrap_or("unknown"),
             "stepped down from leadership; campaigning again"
         );
+        if led.is_err() {
+            // Behind the others in line now; not at once, so a lasting fault is not a loop.
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = shutdown_signalled(&mut shutdown) => return Ok(()),
+            }
+        }
     }
 }
