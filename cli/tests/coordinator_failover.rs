@@ -111,7 +111,10 @@ async fn a_killed_leader_is_replaced_brokers_follow_and_nothing_acked_is_lost() 
         eprintln!("a standby led, with every broker heartbeating to it, {took:?} after the kill");
         let after = test.client().describe_leadership().await.unwrap();
         assert!(after.term > before.term, "{after:?} after {before:?}");
-        assert_ne!(after.leader.rpc_addr, next, "it leads without its admin port");
+        assert_ne!(
+            after.leader.rpc_addr, next,
+            "it leads without its admin port"
+        );
         assert!(
             !test.cluster.standbys[0].has_exited(),
             "a coordinator that could not bind gave up instead of standing by again"
