@@ -653,6 +653,9 @@ async fn membership_session(
             .lease
             .set_duration(Duration::from_millis(response.lease_ms));
         cluster.registered(response.server_id);
+        // The registering leader's term is the current one, even if an earlier
+        // incarnation saw a higher one (see `TermFence::reset_to`).
+        cluster.term.reset_to(response.assignments.term);
         cluster.lease.renew(sent_at);
         tracing::info!(server_id = %response.server_id, "registered with the coordinator");
         if let Err((_, message)) = cluster.apply_assignments(&response.assignments) {

@@ -27,6 +27,15 @@ impl TermFence {
         }
     }
 
+    /// Takes `term` as the newest, even below what was seen: for the answer to a registration
+    /// only. A coordinator answers one only while it surely leads, so its term is the
+    /// current one; a lower term than seen means the saved term went back (an etcd restored
+    /// from a snapshot, a coordinator's lost data directory), and refusing the leader there
+    /// would leave this broker unable to serve until restarted.
+    pub fn reset_to(&self, term: CoordinatorTerm) {
+        self.newest.store(term.0, Ordering::Release);
+    }
+
     /// The newest term seen (0 before any).
     pub fn newest(&self) -> CoordinatorTerm {
         CoordinatorTerm(self.newest.load(Ordering::Acquire))
@@ -59,5 +68,12 @@ mod tests {
         );
         assert_eq!(fence.admit(CoordinatorTerm(5)), Ok(()));
         assert_eq!(fence.admit(CoordinatorTerm(4)), Err(CoordinatorTerm(5)));
+        fence.reset_to(CoordinatorTerm(1));
+        assert_eq!(
+            fence.admit(CoordinatorTerm(1)),
+            Ok(()),
+            "a registration's term"
+        );
+        assert_eq!(fence.admit(CoordinatorTerm(0)), Err(CoordinatorTerm(1)));
     }
 }
