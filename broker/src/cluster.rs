@@ -83,6 +83,9 @@ pub struct ClusterState {
     log_bounds: Arc<LogBoundsBook>,
     /// The newest coordinator term seen: orders and answers of older ones are refused.
     term: TermFence,
+    /// The address of the coordinator whose answer renewed the lease last: only its word
+    /// that it leads no more extends the lease (another's says nothing of it).
+    renewed_by: Mutex<String>,
 }
 
 impl ClusterState {
@@ -104,6 +107,7 @@ impl ClusterState {
             lease: Arc::new(Lease::new(lease)),
             log_bounds: Arc::default(),
             term: TermFence::default(),
+            renewed_by: Mutex::new(String::new()),
         };
         (state, created_rx)
     }
@@ -121,6 +125,41 @@ impl ClusterState {
     /// The newest coordinator term seen.
     pub fn term(&self) -> &TermFence {
         &self.term
+    }
+
+    /// The coordinator at `coordinator_addr` answered a heartbeat (or registration) sent at
+    /// `sent_at`: the lease runs on from it.
+    fn lease_renewed(&self, coordinator_addr: &str, sent_at: BootInstant) {
+        self.lease.renew(sent_at);
+        let mut renewed_by = self.renewed_by.lock().unwrap_or_else(|p| p.into_inner());
+        if renewed_by.as_str() != coordinator_addr {
+            *renewed_by = coordinator_addr.to_string();
+        }
+    }
+
+    /// The coordinator at `coordinator_addr` leads no more (`why`): if it renewed the lease
+    /// last, no leader renews anything now and none hands anything over until a new one has
+    /// waited out the leaderless lease, so the lease runs on for that long after its last
+    /// renewal (see `lease`).
+    fn leader_gone(&self, coordinator_addr: &str, why: &str) {
+        if !self.may_extend_on_word_of(coordinator_addr) {
+            return;
+        }
+        if let Some(left) = self.lease.extend_leaderless() {
+            metrics::counter!(crate::metrics::LEADERLESS_EXTENSIONS).increment(1);
+            tracing::warn!(
+                coordinator = %coordinator_addr,
+                %why,
+                left_ms = left.as_millis() as u64,
+                "the coordinator that renewed this broker's lease leads no more: serving on without a leader"
+            );
+        }
+    }
+
+    /// Whether `coordinator_addr` renewed the lease last, and it runs on no extension yet.
+    fn may_extend_on_word_of(&self, coordinator_addr: &str) -> bool {
+        let renewed_by = self.renewed_by.lock().unwrap_or_else(|p| p.into_inner());
+        renewed_by.as_str() == coordinator_addr && !self.lease.is_extended()
     }
 
     /// Whether this broker may serve now.
@@ -583,6 +622,11 @@ pub async fn run_membership(
             (reason, unanswered) = session => {
                 tracing::warn!(%reason, coordinator = %coordinator_addr, "coordinator session ended; retrying");
                 if unanswered {
+                    if cluster.may_extend_on_word_of(&coordinator_addr)
+                        && nothing_listens_at(&coordinator_addr).await
+                    {
+                        cluster.leader_gone(&coordinator_addr, "nothing listens at its address");
+                    }
                     coordinators.unanswered(&coordinator_addr);
                 }
             }
@@ -648,15 +692,25 @@ async fn membership_session(
                 false,
             );
         }
+        if !(response.lease_ms..=LEASE_MS_MAX).contains(&response.leaderless_lease_ms) {
+            return (
+                format!(
+                    "the coordinator gave a leaderless lease of {} ms, outside {}..={LEASE_MS_MAX}",
+                    response.leaderless_lease_ms, response.lease_ms
+                ),
+                false,
+            );
+        }
         // One lease length in the cluster: the coordinator's, which recovery waits out.
-        cluster
-            .lease
-            .set_duration(Duration::from_millis(response.lease_ms));
+        cluster.lease.set_durations(
+            Duration::from_millis(response.lease_ms),
+            Duration::from_millis(response.leaderless_lease_ms),
+        );
         cluster.registered(response.server_id);
         // The registering leader's term is the current one, even if an earlier
         // incarnation saw a higher one (see `TermFence::reset_to`).
         cluster.term.reset_to(response.assignments.term);
-        cluster.lease.renew(sent_at);
+        cluster.lease_renewed(coordinator_addr, sent_at);
         tracing::info!(server_id = %response.server_id, "registered with the coordinator");
         if let Err((_, message)) = cluster.apply_assignments(&response.assignments) {
             return (format!("initial assignment: {message}"), false);
@@ -701,7 +755,7 @@ async fn membership_session(
                 if let Err(newest) = cluster.term.admit(response.term) {
                     return (stale("a heartbeat answer", response.term, newest), true);
                 }
-                cluster.lease.renew(sent_at);
+                cluster.lease_renewed(coordinator_addr, sent_at);
                 cluster.heads_acknowledged(&request.heads);
                 cluster.ends_acknowledged(&request.log_ends);
                 cluster.replication_acknowledged(replication);
@@ -724,6 +778,9 @@ async fn membership_session(
                 );
             }
             Err(error) => {
+                if error.status() == Some(Status::NotLeader) {
+                    cluster.leader_gone(coordinator_addr, "it answered NotLeader");
+                }
                 return (
                     format!("heartbeat: {error}"),
                     error.wants_another_coordinator(),
@@ -732,3 +789,17 @@ async fn membership_session(
         }
     }
 }
+
+/// Whether nothing listens at `coordinator_addr` (its process is gone, or it is a standby,
+/// which binds nothing): a refused connection, told apart from silence, which proves nothing.
+async fn nothing_listens_at(coordinator_addr: &str) -> bool {
+    let connect = tailstream_net::source::connect(coordinator_addr);
+    matches!(
+        tokio::time::timeout(REFUSAL_CHECK_TIMEOUT, connect).await,
+        Ok(Err(error)) if error.kind() == std::io::ErrorKind::ConnectionRefused
+    )
+}
+
+/// How long the check for a refused connection waits (a refusal comes back within a round
+/// trip; anything slower is silence).
+const REFUSAL_CHECK_TIMEOUT: Duration = Duration::from_millis(250);

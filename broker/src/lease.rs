@@ -3,6 +3,16 @@
 //! silent broker's streamlets over only once that lease has surely run out, so a broker
 //! cut off (or paused) must stop answering producers by then on its own.
 //!
+//! **Without a leader the lease runs longer.** When the coordinator that last renewed it
+//! answers that it no longer leads, or nothing listens at its address any more (its process is
+//! gone), no leader renews anything and none hands anything over: the broker then serves on
+//! until `leaderless` after that last renewal (a new leader's failover, a loss of etcd quorum
+//! cost producers nothing). What makes that safe is on the coordinator's side: every leader
+//! waits `leaderless` from the start of its term (and from the end of any lapse of its own
+//! lease, when its answers said "not leading") before it hands over a broker it has not heard
+//! from since. A broker that merely cannot reach the leader (a partition, a paused leader) has
+//! no such evidence and keeps the short lease.
+//!
 //! The lease is checked twice per produce: when the request is admitted, and again when its
 //! acknowledgement is about to leave ([`crate::data_plane::CommitWaiter::wait`]); a batch
 //! admitted before a pause is never acknowledged after the lease ran out meanwhile (the
@@ -22,22 +32,36 @@ pub struct Lease {
     /// In nanoseconds: the coordinator tells it at registration (one setting, the
     /// coordinator's, which is also what recovery waits out).
     duration_nanos: AtomicU64,
+    /// How long after the last renewal the lease may run once its leader is known to lead no
+    /// more (the coordinator's `leaderless_lease_ms`, told at registration too).
+    leaderless_nanos: AtomicU64,
     /// The lease's end on the boot-time clock (0: no lease).
     until: AtomicU64,
+    /// When the last renewal's heartbeat was sent (0: never).
+    renewed_at: AtomicU64,
+    /// The leaderless extension's end (0: none since the last renewal).
+    extended_until: AtomicU64,
 }
 
 impl Lease {
     pub fn new(duration: Duration) -> Self {
         Self {
             duration_nanos: AtomicU64::new(nanos(duration)),
+            leaderless_nanos: AtomicU64::new(nanos(duration)),
             until: AtomicU64::new(0),
+            renewed_at: AtomicU64::new(0),
+            extended_until: AtomicU64::new(0),
         }
     }
 
-    /// From now on each renewal runs for `duration` (the coordinator's lease length).
-    pub fn set_duration(&self, duration: Duration) {
+    /// From now on each renewal runs for `duration` (the coordinator's lease length), and a
+    /// leaderless extension to `leaderless` after the last renewal (never shorter than a
+    /// lease).
+    pub fn set_durations(&self, duration: Duration, leaderless: Duration) {
         self.duration_nanos
             .store(nanos(duration), Ordering::Release);
+        self.leaderless_nanos
+            .store(nanos(leaderless.max(duration)), Ordering::Release);
     }
 
     pub fn duration(&self) -> Duration {
@@ -45,20 +69,50 @@ impl Lease {
     }
 
     /// The coordinator answered a heartbeat (or registration) sent at `sent_at`: the lease
-    /// runs until `duration` after it (never shortened by a late answer to an older one).
+    /// runs until `duration` after it (never shortened by a late answer to an older one). A
+    /// leader renews it, so any leaderless extension is over.
     pub fn renew(&self, sent_at: BootInstant) {
         self.until
             .fetch_max(sent_at.plus(self.duration()).nanos(), Ordering::AcqRel);
+        self.renewed_at.fetch_max(sent_at.nanos(), Ordering::AcqRel);
+        self.extended_until.store(0, Ordering::Release);
+    }
+
+    /// The coordinator that renewed the lease last leads no more (it said so, or nothing
+    /// listens at its address): the lease runs until `leaderless` after that renewal. Returns
+    /// how long it has left then (`None`: never renewed, nothing to extend).
+    pub fn extend_leaderless(&self) -> Option<Duration> {
+        let renewed_at = self.renewed_at.load(Ordering::Acquire);
+        if renewed_at == 0 || self.until.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let leaderless = Duration::from_nanos(self.leaderless_nanos.load(Ordering::Acquire));
+        let end = BootInstant::from_nanos(renewed_at).plus(leaderless).nanos();
+        self.extended_until.fetch_max(end, Ordering::AcqRel);
+        Some(Duration::from_nanos(
+            end.saturating_sub(BootInstant::now().nanos()),
+        ))
+    }
+
+    /// Whether the lease runs on an extension now (its leader gone, no new one heard).
+    pub fn is_extended(&self) -> bool {
+        let now = BootInstant::now().nanos();
+        now >= self.until.load(Ordering::Acquire)
+            && now < self.extended_until.load(Ordering::Acquire)
     }
 
     /// Whether this broker may serve, and acknowledge, now.
     pub fn is_valid(&self) -> bool {
-        BootInstant::now().nanos() < self.until.load(Ordering::Acquire)
+        let now = BootInstant::now().nanos();
+        now < self.until.load(Ordering::Acquire)
+            || now < self.extended_until.load(Ordering::Acquire)
     }
 
     /// This incarnation is no longer a member: nothing more is served under it.
     pub fn revoke(&self) {
         self.until.store(0, Ordering::Release);
+        self.extended_until.store(0, Ordering::Release);
+        self.renewed_at.store(0, Ordering::Release);
     }
 }
 
@@ -85,5 +139,39 @@ mod tests {
         assert!(lease.is_valid());
         lease.revoke();
         assert!(!lease.is_valid());
+    }
+
+    #[test]
+    fn a_leaderless_extension_runs_from_the_last_renewal_and_ends_at_the_next() {
+        let lease = Lease::new(Duration::from_millis(30));
+        lease.set_durations(Duration::from_millis(30), Duration::from_millis(300));
+        assert_eq!(
+            lease.extend_leaderless(),
+            None,
+            "nothing to extend before a renewal"
+        );
+        assert!(!lease.is_valid());
+        lease.renew(BootInstant::now());
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(!lease.is_valid(), "the short lease ran out");
+        let left = lease.extend_leaderless().unwrap();
+        assert!(left > Duration::from_millis(200) && left <= Duration::from_millis(260));
+        assert!(lease.is_valid() && lease.is_extended());
+        // A leader renews: the short lease again, the extension over.
+        lease.renew(BootInstant::now());
+        assert!(!lease.is_extended());
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(!lease.is_valid(), "a renewal ended the extension");
+        // An extension counts from the last renewal, not from the evidence.
+        let renewed = BootInstant::now();
+        lease.renew(renewed);
+        std::thread::sleep(Duration::from_millis(320));
+        lease.extend_leaderless();
+        assert!(!lease.is_valid(), "an extension past its end gives nothing");
+        lease.renew(BootInstant::now());
+        lease.extend_leaderless();
+        lease.revoke();
+        assert!(!lease.is_valid(), "a revoked lease has no extension either");
+        assert_eq!(lease.extend_leaderless(), None);
     }
 }

@@ -32,6 +32,7 @@ pub const LOGS_UNDER_REPLICATED: &str = "tailstream_logs_under_replicated";
 pub const LOGS_BELOW_MIN_INSYNC: &str = "tailstream_logs_below_min_insync";
 pub const PRODUCE_NOT_ENOUGH_REPLICAS: &str = "tailstream_produce_not_enough_replicas_total";
 pub const ACKS_WITHHELD_LEASE_EXPIRED: &str = "tailstream_acks_withheld_lease_expired_total";
+pub const LEADERLESS_EXTENSIONS: &str = "tailstream_lease_leaderless_extensions_total";
 
 const COUNTERS: &[(&str, Unit, &str)] = &[
     (
@@ -84,6 +85,11 @@ const COUNTERS: &[(&str, Unit, &str)] = &[
         ACKS_WITHHELD_LEASE_EXPIRED,
         Unit::Count,
         "Committed produce requests answered LeaseExpired instead of an ack: this broker's lease ran out while they waited.",
+    ),
+    (
+        LEADERLESS_EXTENSIONS,
+        Unit::Count,
+        "Times the coordinator that renewed this broker's lease was found leading no more (it said so, or nothing listened at its address): the lease ran on for broker.leaderless_lease_ms after its last renewal.",
     ),
     (FETCH_REQUESTS, Unit::Count, "Fetch requests received."),
     (FETCHED_BYTES, Unit::Bytes, "Entry bytes sent to consumers."),

@@ -13,7 +13,7 @@ use common::{TEST_TIMEOUT, TestCluster, recovered_stream, wait_until_serving};
 use std::time::{Duration, Instant};
 use tailstream_net::{RpcClient, RpcClientConfig, RpcError};
 use tailstream_wire::messages::{
-    AssignStreamletsRequest, Empty, ListReplicasRequest, ListReplicasResponse,
+    AssignStreamletsRequest, Empty, ListBrokersResponse, ListReplicasRequest, ListReplicasResponse,
 };
 use tailstream_wire::{CoordinatorTerm, Opcode, Status};
 
@@ -187,6 +187,124 @@ async fn a_leader_paused_past_its_lease_wakes_deposed_and_changes_nothing() {
         let acked = load.acked.load(std::sync::atomic::Ordering::Relaxed);
         load.wait_for_acks((acked + 5_000).min(2 * RECORDS_PER_PRODUCER_MAX))
             .await;
+        load.finish_and_check().await;
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}
+
+/// Whether no coordinator leads: each answers "not leading", or nothing listens there.
+async fn nobody_leads(test: &TestCluster) -> bool {
+    let coordinators = std::iter::once(&test.cluster.coordinator).chain(&test.cluster.standbys);
+    let config = RpcClientConfig {
+        connect_timeout_ms: 1_000,
+        request_timeout_ms: 1_000,
+        ..RpcClientConfig::default()
+    };
+    for coordinator in coordinators {
+        let addr = coordinator.rpc_addr.to_string();
+        let Ok(client) = RpcClient::connect(&addr, config).await else {
+            continue;
+        };
+        match client
+            .call::<_, ListBrokersResponse>(Opcode::ListBrokers, &Empty {})
+            .await
+        {
+            Err(RpcError::Status {
+                status: Status::NotLeader,
+                ..
+            }) => {}
+            Ok(_) => return false,
+            Err(error) => panic!("{addr}: {error}"),
+        }
+    }
+    true
+}
+
+/// Item 5's etcd faults. One member down changes nothing (the same term leads). Quorum lost:
+/// no coordinator leads (none can change anything), yet brokers keep serving what they own
+/// and producers keep being acked (the leader that renewed their leases said it leads no more,
+/// or its address went quiet, so their leases run on: `broker::lease`); quorum back, a leader
+/// serves again, and every acked record is read back exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_etcd_quorum_nobody_leads_and_producers_are_still_acked() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let Some(mut test) = TestCluster::start_on_etcd(3, "", 2).await else {
+            return;
+        };
+        // Head segments that outlast the outage: a log opening a new head waits for a leader
+        // to save it (the coordinator knows every head before anything in it is acked).
+        let mut stream = recovered_stream(&test);
+        stream.segment_size_bytes = 8 << 20;
+        test.client()
+            .create_stream("quorum", 3, stream)
+            .await
+            .unwrap();
+        let load = Load::start(&test, "quorum", 2);
+        load.wait_for_acks(5_000).await;
+        let acked = || load.acked.load(std::sync::atomic::Ordering::Relaxed);
+        let capped = 2 * RECORDS_PER_PRODUCER_MAX;
+
+        // One member down: nothing changes.
+        let before = test.client().describe_leadership().await.unwrap();
+        test.etcd.as_mut().unwrap().kill(0).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let during = test.client().describe_leadership().await.unwrap();
+        assert_eq!(
+            during.term, before.term,
+            "one etcd member down changed the leader"
+        );
+        let etcd = test.etcd.as_mut().unwrap();
+        etcd.restart(0).await.unwrap();
+        etcd.wait_healthy(Duration::from_secs(30)).await.unwrap();
+
+        // Quorum lost: past the election lease, nobody leads.
+        etcd.kill(0).await;
+        etcd.kill(1).await;
+        let lost = Instant::now();
+        // The leader's etcd lease outlives the quorum for a while (etcd's leader renews leases
+        // until it notices the quorum gone), then it steps down.
+        while !nobody_leads(&test).await {
+            assert!(
+                lost.elapsed() < Duration::from_secs(15),
+                "a coordinator still led 15 s after etcd lost its quorum"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        eprintln!(
+            "nobody leads {:?} after etcd lost its quorum",
+            lost.elapsed()
+        );
+        // Past every short lease (`broker.lease_ms`) the last leader granted.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (first, since) = (acked(), Instant::now());
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let second = acked();
+        eprintln!(
+            "without etcd quorum for {:?}: {} records acked in the last {:?}",
+            lost.elapsed(),
+            second - first,
+            since.elapsed()
+        );
+        assert!(
+            second > first || second >= capped,
+            "no record was acked while nobody led"
+        );
+        assert!(
+            nobody_leads(&test).await,
+            "a coordinator led without etcd quorum"
+        );
+
+        // Quorum back: a leader serves again, and the load goes on to the end.
+        let etcd = test.etcd.as_mut().unwrap();
+        etcd.restart(0).await.unwrap();
+        etcd.restart(1).await.unwrap();
+        etcd.wait_healthy(Duration::from_secs(30)).await.unwrap();
+        let took = wait_for_a_leader(&test, 3).await;
+        eprintln!("etcd quorum back: a coordinator led with every broker {took:?} later");
+        load.wait_for_acks((acked() + 5_000).min(capped)).await;
         load.finish_and_check().await;
         test.stop().await;
     })

@@ -106,6 +106,7 @@ pub struct BrokerConfig {
     pub data_dir: PathBuf,
     pub heartbeat_interval_ms: u64,
     pub lease_ms: u64,
+    pub leaderless_lease_ms: u64,
     pub ping_interval_ms: u64,
     pub ping_timeout_ms: u64,
     pub ping_peers: u32,
@@ -349,6 +350,11 @@ impl Config {
         if broker.lease_ms < 2 * broker.heartbeat_interval_ms {
             return invalid(
                 "broker.lease_ms must be at least two heartbeat intervals (a late heartbeat must not end the lease)".into(),
+            );
+        }
+        if broker.leaderless_lease_ms < broker.lease_ms || broker.leaderless_lease_ms > 600_000 {
+            return invalid(
+                "broker.leaderless_lease_ms must be at least lease_ms and at most 600000".into(),
             );
         }
         let coordinator = &self.coordinator;

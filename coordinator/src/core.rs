@@ -9,7 +9,7 @@
 use crate::liveness::Liveness;
 use crate::metadata::{Metadata, MetadataError};
 use crate::persist::MetadataStore;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tailstream_net::Response;
@@ -37,6 +37,9 @@ pub struct State {
     /// Each replicated log's replica set, and who reported it (memory only: shown for a
     /// streamlet only while the reporter is still its owner).
     pub replication: HashMap<(StreamId, StreamletId, LogId), (ServerId, LogReplicaSet)>,
+    /// Crashed incarnations this coordinator's own probes found nothing listening for (memory
+    /// only): their process is gone, so no lease of theirs needs waiting out.
+    pub proven_gone: HashSet<ServerId>,
 }
 
 impl State {
@@ -50,18 +53,51 @@ impl State {
         let metadata = &self.metadata;
         self.liveness
             .retain(|id| crashed.contains(&id) || metadata.check_server(id).is_ok());
+        self.proven_gone.retain(|id| crashed.contains(id));
     }
 
     /// When every crashed generation's lease has surely run out, given leases of `lease`:
     /// each was renewed at the latest by the last heartbeat this coordinator answered (or,
-    /// for one never heard since this coordinator started, at the start).
-    pub fn leases_end(&self, lease: Duration) -> Option<Instant> {
+    /// for one never heard since this coordinator started, at the start). With
+    /// `leaderless = (since, length)`: a generation not heard from since `since` (the start of
+    /// this coordinator's present stretch of leadership) may have heard "not leading" and
+    /// served on for `length` after its last renewal, which came before `since`. Generations
+    /// proven gone wait for nothing.
+    pub fn leases_end(
+        &self,
+        lease: Duration,
+        leaderless: Option<(Instant, Duration)>,
+    ) -> Option<Instant> {
+        self.lease_waits(lease, leaderless)
+            .into_iter()
+            .map(|(_, end, _)| end)
+            .max()
+    }
+
+    /// Per crashed generation not proven gone: when its lease surely ended, and whether
+    /// that end is the leaderless one (see [`Self::leases_end`]).
+    pub fn lease_waits(
+        &self,
+        lease: Duration,
+        leaderless: Option<(Instant, Duration)>,
+    ) -> Vec<(ServerId, Instant, bool)> {
         self.metadata
             .crashed()
             .into_iter()
-            .map(|server| self.liveness.last_heard(server))
-            .max()
-            .map(|heard| heard + lease)
+            .filter(|server| !self.proven_gone.contains(server))
+            .map(|server| {
+                let end = self.liveness.last_heard(server) + lease;
+                let heartbeat = self.liveness.heartbeat_at(server);
+                match leaderless {
+                    Some((since, length))
+                        if heartbeat.is_none_or(|at| at <= since) && since + length > end =>
+                    {
+                        (server, since + length, true)
+                    }
+                    _ => (server, end, false),
+                }
+            })
+            .collect()
     }
 
     /// The membership as this coordinator sees it now (heartbeat answers and assignments
@@ -218,6 +254,7 @@ impl Coordinator {
                     log_ends: HashMap::new(),
                     replication: HashMap::new(),
                     memory_free_bytes: HashMap::new(),
+                    proven_gone: HashSet::new(),
                 }),
                 changes: tokio::sync::Mutex::new(()),
                 store,
@@ -329,6 +366,7 @@ mod tests {
             memory_free_bytes: HashMap::new(),
             log_ends: HashMap::new(),
             replication: HashMap::new(),
+            proven_gone: HashSet::new(),
         }
     }
 
@@ -354,7 +392,25 @@ mod tests {
             .unwrap();
         assert_eq!(back.declared, Some(old));
         state.broker_registered(back.server_id, last_heartbeat + Duration::from_secs(1));
-        assert_eq!(state.leases_end(lease), Some(last_heartbeat + lease));
+        assert_eq!(state.leases_end(lease, None), Some(last_heartbeat + lease));
+
+        // Led since before that heartbeat: the short lease. Led only since after it (a new
+        // term, or a lapse of this coordinator's own lease): the old incarnation may have
+        // heard "not leading" and served on for the leaderless lease after its last renewal.
+        let leaderless = Duration::from_secs(20);
+        let before = Some((last_heartbeat - Duration::from_secs(1), leaderless));
+        assert_eq!(
+            state.leases_end(lease, before),
+            Some(last_heartbeat + lease)
+        );
+        let after = last_heartbeat + Duration::from_secs(2);
+        assert_eq!(
+            state.leases_end(lease, Some((after, leaderless))),
+            Some(after + leaderless)
+        );
+        // Proven gone (nothing listens at its address): nothing to wait for.
+        state.proven_gone.insert(old);
+        assert_eq!(state.leases_end(lease, Some((after, leaderless))), None);
     }
 
     /// A chaos run (coordinator killed mid-recovery) left an idle log with no replica set for

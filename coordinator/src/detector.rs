@@ -28,6 +28,9 @@ pub enum Action {
     Declare {
         server: ServerId,
         suspected_for: Duration,
+        /// Declared on refusals: nothing listens at its address, its process is gone (no
+        /// lease of its needs waiting out). Silence proves nothing of the kind.
+        proven_gone: bool,
     },
 }
 
@@ -105,6 +108,7 @@ impl Detector {
             self.suspects.remove(&suspect);
             return None;
         }
+        let refused = outcome == ProbeOutcome::Refused;
         let gone = match outcome {
             ProbeOutcome::Refused => {
                 suspicion.refused_in_a_row += 1;
@@ -123,6 +127,7 @@ impl Detector {
         Some(Action::Declare {
             server: suspect,
             suspected_for,
+            proven_gone: refused,
         })
     }
 
@@ -165,7 +170,8 @@ mod tests {
             detector.probed(A, ProbeOutcome::Refused, last_heartbeat, t0 + ms(3)),
             Some(Action::Declare {
                 server: A,
-                suspected_for: ms(3)
+                suspected_for: ms(3),
+                proven_gone: true,
             })
         );
         assert!(!detector.is_suspected(A));
@@ -195,7 +201,8 @@ mod tests {
             detector.probed(A, ProbeOutcome::Silent, ms(3000), now + ms(250)),
             Some(Action::Declare {
                 server: A,
-                suspected_for: now + ms(250) - t0
+                suspected_for: now + ms(250) - t0,
+                proven_gone: false,
             })
         );
     }

@@ -140,9 +140,17 @@ pub async fn campaign(
     }
 }
 
-/// Renews `lease_id` every third of its TTL; reports it lost when etcd says it expired, or
-/// when no renewal succeeded for a whole TTL (measured on this side: etcd may already have
-/// let it go).
+/// The pause between attempts to reopen a broken keep-alive stream.
+const KEEP_ALIVE_REOPEN_PAUSE: Duration = Duration::from_millis(50);
+
+/// Renews `lease_id` every third of its TTL; reports it lost when etcd says it expired.
+///
+/// A renewal that does not come in time lets [`LeaderLease`] lapse (this coordinator then
+/// answers "not leading" and changes nothing), but it does not end the term: etcd may still
+/// hold the lease. It does when its own leader dies: the new one extends every lease, and that
+/// takes etcd a second or two, longer than some election leases. So renewals go on until etcd
+/// answers: the lease alive (leading again, from a new stretch: see `valid_since`) or expired
+/// (stepped down). Without an answer (no quorum) it stays lapsed, as every standby must wait.
 async fn keep_alive(
     mut client: Client,
     lease_id: i64,
@@ -151,7 +159,6 @@ async fn keep_alive(
     valid: Arc<LeaderLease>,
 ) {
     let ttl = Duration::from_secs(ttl_seconds as u64);
-    let mut renewed = Instant::now();
     let (mut keeper, mut answers) = match client.lease_keep_alive(lease_id).await {
         Ok(pair) => pair,
         Err(error) => {
@@ -161,6 +168,8 @@ async fn keep_alive(
             return;
         }
     };
+    let mut renewed = Instant::now();
+    let mut lapse_reported = false;
     let mut tick = tokio::time::interval(ttl / 3);
     loop {
         tick.tick().await;
@@ -174,9 +183,17 @@ async fn keep_alive(
                 None => Err("the keep-alive stream closed".to_string()),
             }
         };
-        let left = ttl.saturating_sub(renewed.elapsed());
-        match tokio::time::timeout(left, round).await {
+        // At least a third of the TTL per round, so a lapsed lease does not spin.
+        let round_timeout = ttl.saturating_sub(renewed.elapsed()).max(ttl / 3);
+        match tokio::time::timeout(round_timeout, round).await {
             Ok(Ok(())) => {
+                if lapse_reported {
+                    tracing::warn!(
+                        lapsed_ms = renewed.elapsed().as_millis() as u64,
+                        "the election lease is renewed again"
+                    );
+                    lapse_reported = false;
+                }
                 renewed = Instant::now();
                 valid.renewed(sent_at, ttl);
             }
@@ -186,24 +203,33 @@ async fn keep_alive(
                 return;
             }
             Ok(Err(error)) => {
-                // The keep-alive stream broke (an etcd member went away): open another.
+                // The keep-alive stream broke (an etcd member went away): open another, at
+                // once and again until one opens. The client picks a member at random for
+                // each call, the dead one included until its address is dropped, so one try
+                // per tick could miss the live members for a long while.
                 tracing::warn!(%error, "renewing the election lease failed");
-                let left = ttl.saturating_sub(renewed.elapsed());
-                if let Ok(Ok(pair)) =
-                    tokio::time::timeout(left, client.lease_keep_alive(lease_id)).await
-                {
-                    (keeper, answers) = pair;
+                let reopening = Instant::now();
+                while reopening.elapsed() < ttl {
+                    match tokio::time::timeout(ttl, client.lease_keep_alive(lease_id)).await {
+                        Ok(Ok(pair)) => {
+                            (keeper, answers) = pair;
+                            // Renew on the new stream now, not a third of the TTL later.
+                            tick.reset_immediately();
+                            break;
+                        }
+                        Ok(Err(_)) => tokio::time::sleep(KEEP_ALIVE_REOPEN_PAUSE).await,
+                        Err(_) => break,
+                    }
                 }
             }
             Err(_) => {}
         }
-        if renewed.elapsed() >= ttl {
-            valid.end();
-            let _ = lost.send(Some(format!(
-                "the election lease was not renewed for {} ms",
-                renewed.elapsed().as_millis()
-            )));
-            return;
+        if renewed.elapsed() >= ttl && !lapse_reported {
+            lapse_reported = true;
+            tracing::warn!(
+                unrenewed_ms = renewed.elapsed().as_millis() as u64,
+                "the election lease was not renewed for its whole TTL: not leading until etcd renews it or says it expired"
+            );
         }
     }
 }

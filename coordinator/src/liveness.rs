@@ -31,6 +31,18 @@ impl Liveness {
             .max(self.started)
     }
 
+    /// When `server`'s last heartbeat actually arrived (no floor).
+    pub fn heartbeat_at(&self, server: ServerId) -> Option<Instant> {
+        self.last_heard.get(&server).copied()
+    }
+
+    /// This coordinator leads again after a stretch of not leading (its etcd lease lapsed),
+    /// during which it heard no heartbeat (it answered none): as after a restart, every broker
+    /// counts as heard now, so none is taken for dead for the silence it was not let break.
+    pub fn restart(&mut self, now: Instant) {
+        self.started = self.started.max(now);
+    }
+
     pub fn silent_for(&self, server: ServerId, now: Instant) -> Duration {
         now.saturating_duration_since(self.last_heard(server))
     }

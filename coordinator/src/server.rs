@@ -15,7 +15,7 @@ use crate::metadata::Metadata;
 use crate::metrics as m;
 use crate::persist::{MetadataFile, MetadataStore};
 use crate::recovery::orchestrator::{Orchestrator, OrchestratorConfig};
-use crate::service::{ClientFacing, CoordinatorService, PeerFacing};
+use crate::service::{BrokerLeases, ClientFacing, CoordinatorService, PeerFacing};
 use crate::watchdog::{self, WatchdogConfig};
 use std::sync::Arc;
 use std::time::Duration;
@@ -207,7 +207,10 @@ pub async fn lead(
             list_timeout: Duration::from_millis(coordinator.assign_timeout_ms),
             recovery_timeout: Duration::from_millis(coordinator.recovery_timeout_ms),
             liveness_timeout: Duration::from_millis(coordinator.broker_liveness_timeout_ms),
+            leaderless_lease: Duration::from_millis(config.broker.leaderless_lease_ms),
+            probe_timeout: Duration::from_millis(coordinator.probe_timeout_ms),
         },
+        leadership.clone(),
         Arc::new(BackupClient::new(recovery_calls)),
         Arc::new(BrokerPeerClient::new(recovery_calls)),
     );
@@ -251,7 +254,10 @@ pub async fn lead(
         groups,
         leadership,
         view,
-        config.broker.lease_ms,
+        BrokerLeases {
+            lease_ms: config.broker.lease_ms,
+            leaderless_lease_ms: config.broker.leaderless_lease_ms,
+        },
     );
     tokio::spawn(publish_group_lag(service.clone(), shutdown.clone()));
     let listeners = &config.listeners;

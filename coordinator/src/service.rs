@@ -17,6 +17,7 @@ use crate::recovery::orchestrator::Orchestrator;
 use crate::watchdog::WatchdogHandle;
 use bytes::Bytes;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tailstream_net::{Reply, Request, Response, Service};
@@ -45,7 +46,17 @@ pub struct CoordinatorService {
     /// Who leads (this one), and who stands by.
     view: LeadershipView,
     /// Told to every broker at registration: one lease length in the cluster.
-    broker_lease_ms: u64,
+    broker_leases: BrokerLeases,
+    /// The stretch of leadership (`LeaderLease::valid_since`, boot-clock nanoseconds) the
+    /// brokers' liveness counts from: a new one restarts it.
+    liveness_stretch: Arc<AtomicU64>,
+}
+
+/// The brokers' lease lengths, the coordinator's settings (told to each at registration).
+#[derive(Clone, Copy, Debug)]
+pub struct BrokerLeases {
+    pub lease_ms: u64,
+    pub leaderless_lease_ms: u64,
 }
 
 fn decode<T: Decode>(body: Bytes) -> Result<T, Response> {
@@ -64,7 +75,7 @@ impl CoordinatorService {
         groups: Arc<GroupCoordinator>,
         leadership: Arc<LeaderLease>,
         view: LeadershipView,
-        broker_lease_ms: u64,
+        broker_leases: BrokerLeases,
     ) -> Self {
         Self {
             core,
@@ -74,7 +85,19 @@ impl CoordinatorService {
             groups,
             leadership,
             view,
-            broker_lease_ms,
+            broker_leases,
+            liveness_stretch: Arc::default(),
+        }
+    }
+
+    /// A new stretch of leadership (the first, or one after a lapse of the etcd lease, when
+    /// no heartbeat was answered) restarts the brokers' liveness clock.
+    fn follow_leadership_stretch(&self) {
+        let Some(since) = self.leadership.valid_since() else {
+            return;
+        };
+        if self.liveness_stretch.swap(since.nanos(), Ordering::AcqRel) != since.nanos() {
+            self.core.lock().liveness.restart(Instant::now());
         }
     }
 
@@ -152,7 +175,7 @@ impl CoordinatorService {
         };
         let core = self.core.clone();
         let orchestrator = self.orchestrator.clone();
-        let (leadership, lease_ms) = (self.leadership.clone(), self.broker_lease_ms);
+        let (leadership, leases) = (self.leadership.clone(), self.broker_leases);
         later(async move {
             let now_ms = unix_ms();
             let changed = core
@@ -198,7 +221,8 @@ impl CoordinatorService {
             Response::ok(&RegisterBrokerResponse {
                 server_id,
                 assignments,
-                lease_ms,
+                lease_ms: leases.lease_ms,
+                leaderless_lease_ms: leases.leaderless_lease_ms,
             })
         })
     }
@@ -459,6 +483,9 @@ impl CoordinatorService {
         metrics::counter!(crate::metrics::RPCS, "opcode" => format!("{:?}", request.opcode))
             .increment(1);
         let ready = |result: Result<Response, Response>| Reply::Ready(result.unwrap_or_else(|e| e));
+        if request.opcode != Opcode::Ping {
+            self.follow_leadership_stretch();
+        }
         if request.opcode != Opcode::Ping && !self.leadership.is_valid() {
             // Checked as the request is answered (a heartbeat's answer is made here, at once):
             // a coordinator that may have been replaced renews no broker's lease and tells no

@@ -132,8 +132,9 @@ async fn run(
             Some(Action::Declare {
                 server,
                 suspected_for,
+                proven_gone,
             }) => {
-                declare(&core, server, suspected_for).await;
+                declare(&core, server, suspected_for, proven_gone).await;
                 orchestrator.wake();
             }
         }
@@ -156,7 +157,7 @@ fn silent_members(core: &Coordinator, timeout: Duration) -> Vec<ServerId> {
 /// One probe: a fresh connection and a ping, bounded by `timeout`. A refused connection is
 /// told apart (nothing listens there); every other failure is silence, and a silent probe
 /// takes its whole `timeout`, so probing a silent suspect never spins.
-async fn probe(addr: &str, timeout: Duration) -> ProbeOutcome {
+pub(crate) async fn probe(addr: &str, timeout: Duration) -> ProbeOutcome {
     let started = tokio::time::Instant::now();
     let ms = timeout.as_millis() as u64;
     let config = RpcClientConfig {
@@ -190,7 +191,7 @@ async fn probe(addr: &str, timeout: Duration) -> ProbeOutcome {
 }
 
 /// Declares `server` crashed: saved, its streamlets put into recovery.
-async fn declare(core: &Coordinator, server: ServerId, suspected_for: Duration) {
+async fn declare(core: &Coordinator, server: ServerId, suspected_for: Duration, proven_gone: bool) {
     let now_ms = crate::core::unix_ms();
     let detect_ms = suspected_for.as_millis() as u64;
     let declared = core
@@ -203,6 +204,9 @@ async fn declare(core: &Coordinator, server: ServerId, suspected_for: Duration) 
         .await;
     match declared {
         Ok(streamlets) => {
+            if proven_gone {
+                core.lock().proven_gone.insert(server);
+            }
             metrics::counter!(m::CRASHES_DECLARED).increment(1);
             metrics::histogram!(m::RECOVERY_PHASE, "phase" => "detect")
                 .record(suspected_for.as_secs_f64());
@@ -213,6 +217,7 @@ async fn declare(core: &Coordinator, server: ServerId, suspected_for: Duration) 
                 %server,
                 streamlets,
                 detect_ms,
+                proven_gone,
                 "broker declared crashed: fenced; its streamlets go to recovery"
             );
         }

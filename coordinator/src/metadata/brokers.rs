@@ -122,6 +122,15 @@ impl Metadata {
         Ok(record)
     }
 
+    /// Where `server`'s peer listener was, while its record is still that incarnation's
+    /// (crashed or not; a newer incarnation at the same slot replaces it).
+    pub fn peer_addr_of(&self, server: ServerId) -> Option<&str> {
+        self.brokers
+            .get(server.index as usize)
+            .filter(|record| record.server_id == server)
+            .map(|record| record.peer_addr.as_str())
+    }
+
     /// Registered incarnations that are not declared crashed.
     pub fn members(&self) -> impl Iterator<Item = &BrokerRecord> {
         self.brokers.iter().filter(|b| !b.crashed)

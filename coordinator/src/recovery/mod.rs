@@ -6,7 +6,10 @@
 //!   load, copies it already holds).
 //! - [`orchestrator`]: the async shell: fence and list, plan, hand over under new epochs
 //!   (saved first), order the rebuilds, wait out the crashed brokers' leases, serve again.
+//! - [`lease_wait`]: how long a hand-over waits for a crashed broker's lease, and the probes
+//!   that prove a crashed broker's process gone (no wait at all).
 
+mod lease_wait;
 pub mod orchestrator;
 #[cfg(test)]
 mod orchestrator_tests;

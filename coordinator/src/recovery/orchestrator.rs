@@ -4,13 +4,14 @@
 //! recoverable ones to the least loaded live brokers under new epochs (saved before anything
 //! else happens) and marks the others lost with what is missing, then orders each new owner
 //! to rebuild its streamlet. When a rebuild is done it waits until every crashed broker's lease
-//! has surely run out, and only then lets the streamlet serve. A failed rebuild leaves the
+//! has surely run out (`lease_wait`), and only then lets the streamlet serve. A failed rebuild leaves the
 //! streamlet lost until the next round tries again. Because every step is saved, a restarted
 //! coordinator resumes: every streamlet that is not serving is simply planned again.
 
 use super::placement::{self, Candidate};
 use super::planner::{Listing, Target, plan};
 use crate::core::{Coordinator, unix_ms};
+use crate::leader_lease::LeaderLease;
 use crate::metrics as m;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -40,12 +41,18 @@ pub struct OrchestratorConfig {
     pub list_timeout: Duration,
     pub recovery_timeout: Duration,
     pub liveness_timeout: Duration,
+    /// Brokers' leaderless lease (`broker.leaderless_lease_ms`): see `lease_wait`.
+    pub leaderless_lease: Duration,
+    /// One probe of a crashed broker's address, to prove its process gone.
+    pub probe_timeout: Duration,
 }
 
 #[derive(Debug)]
 pub struct Orchestrator {
-    core: Coordinator,
-    config: OrchestratorConfig,
+    pub(super) core: Coordinator,
+    pub(super) config: OrchestratorConfig,
+    /// This coordinator's leadership: its present stretch decides the leaderless wait.
+    pub(super) leadership: Arc<LeaderLease>,
     /// Listings (and the fencing they carry) go through it.
     backups: Arc<dyn BackupApi>,
     /// Rebuild orders go through it (its calls may take `recovery_timeout`).
@@ -70,12 +77,14 @@ impl Orchestrator {
     pub fn new(
         core: Coordinator,
         config: OrchestratorConfig,
+        leadership: Arc<LeaderLease>,
         backups: Arc<dyn BackupApi>,
         brokers: Arc<dyn BrokerPeerApi>,
     ) -> Arc<Self> {
         Arc::new(Self {
             core,
             config,
+            leadership,
             backups,
             brokers,
             wake: Notify::new(),
@@ -538,19 +547,6 @@ impl Orchestrator {
                 metrics::histogram!(m::RECOVERY_PHASE, "phase" => "total")
                     .record(total as f64 / 1000.0);
             }
-        }
-    }
-
-    /// Until every crashed generation's lease has surely run out (`State::leases_end`).
-    async fn wait_for_leases(&self) {
-        let deadline = {
-            let state = self.core.lock();
-            state
-                .leases_end(self.config.lease)
-                .map(|end| end + Duration::from_millis(20))
-        };
-        if let Some(deadline) = deadline {
-            tokio::time::sleep_until(deadline.into()).await;
         }
     }
 }

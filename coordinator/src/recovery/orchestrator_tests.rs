@@ -242,7 +242,11 @@ fn scene(head: u64) -> Scene {
             list_timeout: LIST_TIMEOUT,
             recovery_timeout: Duration::from_secs(5),
             liveness_timeout: Duration::from_secs(60),
+            // A single coordinator leading throughout: as long as a lease.
+            leaderless_lease: LEASE,
+            probe_timeout: Duration::from_millis(100),
         },
+        Arc::new(crate::leader_lease::LeaderLease::forever()),
         backups.clone(),
         brokers.clone(),
     );

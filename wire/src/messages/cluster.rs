@@ -204,6 +204,10 @@ wire_message! {
         /// The broker's lease length: the coordinator's setting (`broker.lease_ms` of its
         /// configuration), which its recoveries wait out, so both sides count the same.
         pub lease_ms: u64,
+        /// How long after its last renewal a broker may serve on once the coordinator that
+        /// renewed it leads no more (`broker.leaderless_lease_ms`); every leader waits it out
+        /// from the start of its term before handing over a broker it has not heard from.
+        pub leaderless_lease_ms: u64,
     }
 }
 
