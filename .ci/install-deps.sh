@@ -12,14 +12,15 @@
 # - to cut network partitions between the processes of a test cluster (`bench chaos`'s
 #   partition faults, cli/tests/cluster/recovery.rs): nftables, iproute2 and util-linux's `unshare`;
 # - to keep the coordinator's state on etcd: etcd-server (tests start a local three-member
-#   etcd) and protobuf-compiler (the etcd-client crate compiles etcd's protocol with protoc).
+#   etcd), protobuf-compiler and libprotobuf-dev (the etcd-client crate compiles etcd's
+#   protocol with protoc, which needs the well-known types: without them, Debian's protoc fails).
 # Idempotent: installs only what is missing. Debian bookworm (what CI runs on).
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 
-base=(libibverbs-dev librdmacm-dev ibverbs-providers libclang1-14 libclang-common-14-dev busybox-static kcat chromium nftables iproute2 util-linux etcd-server protobuf-compiler)
+base=(libibverbs-dev librdmacm-dev ibverbs-providers libclang1-14 libclang-common-14-dev busybox-static kcat chromium nftables iproute2 util-linux etcd-server protobuf-compiler libprotobuf-dev)
 missing=()
 for pkg in "${base[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
