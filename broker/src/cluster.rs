@@ -156,10 +156,13 @@ impl ClusterState {
         }
     }
 
-    /// Whether `coordinator_addr` renewed the lease last, and it runs on no extension yet.
+    /// Whether `coordinator_addr` renewed the lease last, and its short lease still holds (an
+    /// extension is taken only then, once per renewal).
     fn may_extend_on_word_of(&self, coordinator_addr: &str) -> bool {
         let renewed_by = self.renewed_by.lock().unwrap_or_else(|p| p.into_inner());
-        renewed_by.as_str() == coordinator_addr && !self.lease.is_extended()
+        renewed_by.as_str() == coordinator_addr
+            && !self.lease.has_extension()
+            && self.lease.is_valid()
     }
 
     /// Whether this broker may serve now.
@@ -732,6 +735,7 @@ async fn membership_session(
             segment_memory_free_bytes: cluster.segment_memory_free_bytes(),
             log_ends: cluster.changed_ends(),
             replication: replication.iter().map(|(_, set)| set.clone()).collect(),
+            lease_extended: cluster.lease.has_extension(),
         };
         let sent_at = BootInstant::now();
         let answered = match heartbeat_deadline {

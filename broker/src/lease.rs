@@ -5,8 +5,9 @@
 //!
 //! **Without a leader the lease runs longer.** When the coordinator that last renewed it
 //! answers that it no longer leads, or nothing listens at its address any more (its process is
-//! gone), no leader renews anything and none hands anything over: the broker then serves on
-//! until `leaderless` after that last renewal (a new leader's failover, a loss of etcd quorum
+//! gone), while the short lease still holds (so it cannot have been declared crashed and
+//! handed over meanwhile), no leader renews anything and none hands anything over: the broker
+//! then serves on until `leaderless` after that last renewal (a new leader's failover, a loss of etcd quorum
 //! cost producers nothing). What makes that safe is on the coordinator's side: every leader
 //! waits `leaderless` from the start of its term (and from the end of any lapse of its own
 //! lease, when its answers said "not leading") before it hands over a broker it has not heard
@@ -83,7 +84,10 @@ impl Lease {
     /// how long it has left then (`None`: never renewed, nothing to extend).
     pub fn extend_leaderless(&self) -> Option<Duration> {
         let renewed_at = self.renewed_at.load(Ordering::Acquire);
-        if renewed_at == 0 || self.until.load(Ordering::Acquire) == 0 {
+        // Only while the short lease holds: a broker that went longer without a renewal may
+        // have been declared crashed and its streamlets handed over after the short lease
+        // (its leader leading all along), and "not leading" heard later says nothing of that.
+        if renewed_at == 0 || BootInstant::now().nanos() >= self.until.load(Ordering::Acquire) {
             return None;
         }
         let leaderless = Duration::from_nanos(self.leaderless_nanos.load(Ordering::Acquire));
@@ -92,6 +96,12 @@ impl Lease {
         Some(Duration::from_nanos(
             end.saturating_sub(BootInstant::now().nanos()),
         ))
+    }
+
+    /// Whether a leaderless extension was taken since the last renewal (told in heartbeats,
+    /// so a leader knows when it may count on the short lease again).
+    pub fn has_extension(&self) -> bool {
+        self.extended_until.load(Ordering::Acquire) != 0
     }
 
     /// Whether the lease runs on an extension now (its leader gone, no new one heard).
@@ -154,8 +164,16 @@ mod tests {
         lease.renew(BootInstant::now());
         std::thread::sleep(Duration::from_millis(40));
         assert!(!lease.is_valid(), "the short lease ran out");
+        assert_eq!(
+            lease.extend_leaderless(),
+            None,
+            "word that the leader is gone, once the short lease ran out, extends nothing"
+        );
+        assert!(!lease.is_valid());
+        lease.renew(BootInstant::now());
         let left = lease.extend_leaderless().unwrap();
-        assert!(left > Duration::from_millis(200) && left <= Duration::from_millis(260));
+        assert!(left > Duration::from_millis(250) && left <= Duration::from_millis(300));
+        std::thread::sleep(Duration::from_millis(40));
         assert!(lease.is_valid() && lease.is_extended());
         // A leader renews: the short lease again, the extension over.
         lease.renew(BootInstant::now());
@@ -163,11 +181,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(40));
         assert!(!lease.is_valid(), "a renewal ended the extension");
         // An extension counts from the last renewal, not from the evidence.
-        let renewed = BootInstant::now();
-        lease.renew(renewed);
-        std::thread::sleep(Duration::from_millis(320));
-        lease.extend_leaderless();
-        assert!(!lease.is_valid(), "an extension past its end gives nothing");
+        lease.renew(BootInstant::now());
+        std::thread::sleep(Duration::from_millis(20));
+        let left = lease.extend_leaderless().unwrap();
+        assert!(left <= Duration::from_millis(280));
         lease.renew(BootInstant::now());
         lease.extend_leaderless();
         lease.revoke();

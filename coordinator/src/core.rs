@@ -68,29 +68,50 @@ impl State {
         lease: Duration,
         leaderless: Option<(Instant, Duration)>,
     ) -> Option<Instant> {
-        self.lease_waits(lease, leaderless)
+        self.lease_waits(lease, leaderless, None)
             .into_iter()
             .map(|(_, end, _)| end)
             .max()
     }
 
-    /// Per crashed generation not proven gone: when its lease surely ended, and whether
-    /// that end is the leaderless one (see [`Self::leases_end`]).
+    /// Per crashed generation: when its lease surely ended, and whether that end is the
+    /// leaderless one (see [`Self::leases_end`]). A generation proven gone (this coordinator's
+    /// probes found nothing listening at its address) waits only for its short lease: a
+    /// refusal is strong evidence, not proof (a firewall can refuse for a live process), and
+    /// the short wait overlaps the rebuild anyway. With `of`, only the generations that owned
+    /// that streamlet and whose recovery is not done: no other can serve it, and a finished
+    /// hand-over already waited for its owner's lease (which cannot be extended once its
+    /// short lease ran out: `broker::lease`).
     pub fn lease_waits(
         &self,
         lease: Duration,
         leaderless: Option<(Instant, Duration)>,
+        of: Option<(StreamId, StreamletId)>,
     ) -> Vec<(ServerId, Instant, bool)> {
+        let owners: Option<HashSet<ServerId>> = of
+            .map(|key| {
+                self.metadata
+                    .recoveries
+                    .iter()
+                    .filter(|r| r.streamlets.contains(&key))
+                    .filter(|r| r.phase != crate::metadata::RecoveryPhase::Done)
+                    .map(|r| r.crashed)
+                    .collect::<HashSet<_>>()
+            })
+            // No record names it (none should be missing): every crashed generation.
+            .filter(|owners| !owners.is_empty());
         self.metadata
             .crashed()
             .into_iter()
-            .filter(|server| !self.proven_gone.contains(server))
+            .filter(|server| owners.as_ref().is_none_or(|o| o.contains(server)))
             .map(|server| {
                 let end = self.liveness.last_heard(server) + lease;
-                let heartbeat = self.liveness.heartbeat_at(server);
+                let heard_clean = self.liveness.clean_heartbeat_at(server);
                 match leaderless {
                     Some((since, length))
-                        if heartbeat.is_none_or(|at| at <= since) && since + length > end =>
+                        if !self.proven_gone.contains(&server)
+                            && heard_clean.is_none_or(|at| at <= since)
+                            && since + length > end =>
                     {
                         (server, since + length, true)
                     }
@@ -386,6 +407,7 @@ mod tests {
         // Its last heartbeat, well after this coordinator started.
         let last_heartbeat = start + Duration::from_secs(10);
         state.liveness.heard(old, last_heartbeat);
+        state.liveness.heard_clean(old, last_heartbeat);
         let back = state
             .metadata
             .register_broker("x:1", "peer-x:1", "a", "")
@@ -408,9 +430,12 @@ mod tests {
             state.leases_end(lease, Some((after, leaderless))),
             Some(after + leaderless)
         );
-        // Proven gone (nothing listens at its address): nothing to wait for.
+        // Proven gone (nothing listens at its address): only the short lease.
         state.proven_gone.insert(old);
-        assert_eq!(state.leases_end(lease, Some((after, leaderless))), None);
+        assert_eq!(
+            state.leases_end(lease, Some((after, leaderless))),
+            Some(last_heartbeat + lease)
+        );
     }
 
     /// A chaos run (coordinator killed mid-recovery) left an idle log with no replica set for

@@ -121,6 +121,7 @@ pub async fn campaign(
                     return Err("etcd answered a campaign with no leader key".into());
                 };
                 let term = key.rev();
+                valid.begin_stretch();
                 return Ok(Leadership {
                     key,
                     lease_id,
@@ -174,6 +175,7 @@ async fn keep_alive(
     loop {
         tick.tick().await;
         let sent_at = BootInstant::now();
+        let asked = Instant::now();
         let round = async {
             keeper.keep_alive().await.map_err(|e| e.to_string())?;
             match answers.message().await.map_err(|e| e.to_string())? {
@@ -185,7 +187,9 @@ async fn keep_alive(
         };
         // At least a third of the TTL per round, so a lapsed lease does not spin.
         let round_timeout = ttl.saturating_sub(renewed.elapsed()).max(ttl / 3);
-        match tokio::time::timeout(round_timeout, round).await {
+        let answered = tokio::time::timeout(round_timeout, round).await;
+        crate::metrics::etcd_request("keepalive", asked);
+        let broken = match answered {
             Ok(Ok(())) => {
                 if lapse_reported {
                     tracing::warn!(
@@ -196,33 +200,45 @@ async fn keep_alive(
                 }
                 renewed = Instant::now();
                 valid.renewed(sent_at, ttl);
+                None
             }
             Ok(Err(why)) if why.contains("expired") => {
                 valid.end();
                 let _ = lost.send(Some(why));
                 return;
             }
-            Ok(Err(error)) => {
-                // The keep-alive stream broke (an etcd member went away): open another, at
-                // once and again until one opens. The client picks a member at random for
-                // each call, the dead one included until its address is dropped, so one try
-                // per tick could miss the live members for a long while.
-                tracing::warn!(%error, "renewing the election lease failed");
-                let reopening = Instant::now();
-                while reopening.elapsed() < ttl {
-                    match tokio::time::timeout(ttl, client.lease_keep_alive(lease_id)).await {
-                        Ok(Ok(pair)) => {
-                            (keeper, answers) = pair;
-                            // Renew on the new stream now, not a third of the TTL later.
-                            tick.reset_immediately();
-                            break;
-                        }
-                        Ok(Err(_)) => tokio::time::sleep(KEEP_ALIVE_REOPEN_PAUSE).await,
-                        Err(_) => break,
+            Ok(Err(error)) => Some(error),
+            // Unanswered: the stream is dropped too, so that a late answer to this request is
+            // never taken for the answer to a later one (sent later, it would count longer).
+            Err(_) => Some(format!("no answer within {} ms", round_timeout.as_millis())),
+        };
+        if let Some(error) = broken {
+            // Open another stream, at once and again until one opens: the client picks a
+            // member at random for each call, the dead one included until its address is
+            // dropped, so one try per tick could miss the live members for a long while.
+            tracing::warn!(%error, "renewing the election lease failed");
+            let reopening = Instant::now();
+            while reopening.elapsed() < ttl {
+                tokio::time::sleep(KEEP_ALIVE_REOPEN_PAUSE).await;
+                match tokio::time::timeout(ttl, client.lease_keep_alive(lease_id)).await {
+                    Ok(Ok(pair)) => {
+                        (keeper, answers) = pair;
+                        // Renew on the new stream now, not a third of the TTL later.
+                        tick.reset_immediately();
+                        break;
                     }
+                    // etcd no longer knows the lease: it expired.
+                    Ok(Err(error)) if error.to_string().contains("not found") => {
+                        valid.end();
+                        let _ = lost.send(Some(format!(
+                            "etcd says the election lease expired ({error})"
+                        )));
+                        return;
+                    }
+                    Ok(Err(_)) => {}
+                    Err(_) => break,
                 }
             }
-            Err(_) => {}
         }
         if renewed.elapsed() >= ttl && !lapse_reported {
             lapse_reported = true;

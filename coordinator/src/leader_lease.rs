@@ -59,6 +59,13 @@ impl LeaderLease {
             .fetch_max(sent_at.plus(counted).nanos(), Ordering::AcqRel);
     }
 
+    /// The campaign was won: leadership starts now, whatever the lease's age (it was renewed
+    /// while campaigning, but nothing led under it until now).
+    pub fn begin_stretch(&self) {
+        self.valid_since_nanos
+            .store(BootInstant::now().nanos(), Ordering::Release);
+    }
+
     /// Leadership is over (lost or resigned).
     pub fn end(&self) {
         self.valid_until_nanos.store(0, Ordering::Release);

@@ -9,6 +9,8 @@ use tailstream_wire::ServerId;
 pub struct Liveness {
     timeout: Duration,
     last_heard: HashMap<ServerId, Instant>,
+    /// The last heartbeat that said its sender's lease ran on no leaderless extension.
+    clean_heartbeats: HashMap<ServerId, Instant>,
     /// When this coordinator started: a broker never heard from counts as heard then.
     started: Instant,
 }
@@ -18,6 +20,7 @@ impl Liveness {
         Self {
             timeout,
             last_heard: HashMap::new(),
+            clean_heartbeats: HashMap::new(),
             started: Instant::now(),
         }
     }
@@ -31,9 +34,15 @@ impl Liveness {
             .max(self.started)
     }
 
-    /// When `server`'s last heartbeat actually arrived (no floor).
-    pub fn heartbeat_at(&self, server: ServerId) -> Option<Instant> {
-        self.last_heard.get(&server).copied()
+    /// When the last heartbeat of `server` arrived that said its lease ran on no leaderless
+    /// extension (no floor): only after such a one is its lease known to be the short one
+    /// again (a heartbeat whose answer was lost leaves the broker extended).
+    pub fn clean_heartbeat_at(&self, server: ServerId) -> Option<Instant> {
+        self.clean_heartbeats.get(&server).copied()
+    }
+
+    pub fn heard_clean(&mut self, server: ServerId, now: Instant) {
+        self.clean_heartbeats.insert(server, now);
     }
 
     /// This coordinator leads again after a stretch of not leading (its etcd lease lapsed),
@@ -53,11 +62,13 @@ impl Liveness {
 
     pub fn forget(&mut self, server: ServerId) {
         self.last_heard.remove(&server);
+        self.clean_heartbeats.remove(&server);
     }
 
     /// Keeps only what is known of the servers `keep` says to.
     pub fn retain(&mut self, keep: impl Fn(ServerId) -> bool) {
         self.last_heard.retain(|server, _| keep(*server));
+        self.clean_heartbeats.retain(|server, _| keep(*server));
     }
 
     /// Heard from within the timeout. A restarted coordinator counts every broker as heard at

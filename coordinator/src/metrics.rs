@@ -17,6 +17,7 @@ pub const STREAMLETS: &str = "tailstream_coordinator_streamlets";
 pub const STREAMLETS_OWNED: &str = "tailstream_coordinator_streamlets_owned";
 pub const RECOVERY_PHASE: &str = "tailstream_coordinator_recovery_phase_seconds";
 pub const PERSIST_LATENCY: &str = "tailstream_coordinator_persist_latency_seconds";
+pub const ETCD_REQUEST: &str = "tailstream_coordinator_etcd_request_seconds";
 pub const RPCS: &str = "tailstream_coordinator_rpcs_total";
 pub const GROUP_LAG: &str = "tailstream_coordinator_group_lag_records";
 pub const GROUP_MEMBERS: &str = "tailstream_coordinator_group_members";
@@ -116,4 +117,14 @@ pub fn describe() {
         Unit::Seconds,
         "Time to save a metadata change durably."
     );
+    describe_histogram!(
+        ETCD_REQUEST,
+        Unit::Seconds,
+        "etcd requests, answered or failed, by op: transaction (a change, fenced), range (a page of a load), keepalive (a renewal of the election lease)."
+    );
+}
+
+/// Records one etcd request of kind `op` that began at `started`.
+pub fn etcd_request(op: &'static str, started: std::time::Instant) {
+    metrics::histogram!(ETCD_REQUEST, "op" => op).record(started.elapsed().as_secs_f64());
 }

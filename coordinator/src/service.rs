@@ -234,7 +234,11 @@ impl CoordinatorService {
             .metadata
             .check_server(request.server_id)
             .map_err(|e| Response::error(e.status(), e.to_string()))?;
-        state.liveness.heard(request.server_id, Instant::now());
+        let now = Instant::now();
+        state.liveness.heard(request.server_id, now);
+        if !request.lease_extended {
+            state.liveness.heard_clean(request.server_id, now);
+        }
         state
             .memory_free_bytes
             .insert(request.server_id, request.segment_memory_free_bytes);

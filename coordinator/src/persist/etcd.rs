@@ -152,10 +152,10 @@ impl EtcdStore {
             if revision != 0 {
                 options = options.with_revision(revision);
             }
-            let page = kv
-                .get(start.clone(), Some(options))
-                .await
-                .map_err(etcd_error("listing"))?;
+            let asked = std::time::Instant::now();
+            let page = kv.get(start.clone(), Some(options)).await;
+            crate::metrics::etcd_request("range", asked);
+            let page = page.map_err(etcd_error("listing"))?;
             if revision == 0 {
                 revision = page.header().map_or(0, |h| h.revision());
             }
@@ -205,12 +205,14 @@ impl EtcdStore {
                 Op::Delete { key } => TxnOp::delete(self.key(key), None),
             })
             .collect();
+        let asked = std::time::Instant::now();
         let answer = self
             .client
             .kv_client()
             .txn(Txn::new().when(compares).and_then(writes))
-            .await
-            .map_err(etcd_error("transaction"))?;
+            .await;
+        crate::metrics::etcd_request("transaction", asked);
+        let answer = answer.map_err(etcd_error("transaction"))?;
         if !answer.succeeded() {
             return Err(self.why_refused(fence).await);
         }

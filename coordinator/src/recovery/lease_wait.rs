@@ -12,7 +12,7 @@ use crate::detector::ProbeOutcome;
 use crate::watchdog::probe;
 use std::time::{Duration, Instant};
 use tailstream_net::clock::BootInstant;
-use tailstream_wire::ServerId;
+use tailstream_wire::{ServerId, StreamId, StreamletId};
 
 /// Margin past a lease's computed end (the two clocks are read at slightly different times).
 const LEASE_END_MARGIN: Duration = Duration::from_millis(20);
@@ -22,10 +22,10 @@ const RECHECK_EVERY: Duration = Duration::from_millis(500);
 const REFUSALS_TO_PROVE_GONE: u32 = 2;
 
 impl Orchestrator {
-    /// Until every crashed generation's lease has surely run out (`State::leases_end`), this
-    /// coordinator leading at the end. While its own lease is lapsed it waits (at most a
+    /// Until the lease of every crashed generation that owned `of` has surely run out
+    /// (`State::lease_waits`), this coordinator leading at the end. While its own lease is lapsed it waits (at most a
     /// leaderless lease: by then it has stepped down, and what it saves is refused).
-    pub(super) async fn wait_for_leases(&self) {
+    pub(super) async fn wait_for_leases(&self, of: (StreamId, StreamletId)) {
         let mut probed = false;
         let waiting_since = Instant::now();
         loop {
@@ -37,7 +37,10 @@ impl Orchestrator {
                 continue;
             };
             let leaderless = Some((instant_of(since), self.config.leaderless_lease));
-            let waits = self.core.lock().lease_waits(self.config.lease, leaderless);
+            let waits = self
+                .core
+                .lock()
+                .lease_waits(self.config.lease, leaderless, Some(of));
             if !probed && waits.iter().any(|(_, _, long)| *long) {
                 probed = true;
                 let long: Vec<ServerId> = waits

@@ -446,7 +446,7 @@ impl Orchestrator {
                 // Measured before the hand-over waits out the crashed brokers' leases.
                 let elapsed_ms = started.elapsed().as_millis() as u64;
                 let waiting = Instant::now();
-                self.wait_for_leases().await;
+                self.wait_for_leases(key).await;
                 let lease_wait_ms = waiting.elapsed().as_millis() as u64;
                 self.core
                     .change(move |metadata| {

@@ -308,6 +308,10 @@ wire_message! {
         /// coordinator answered.
         #[cfg_attr(test, proptest(strategy = "small_vec::<LogReplication>()"))]
         pub replication: Vec<LogReplication>,
+        /// The broker's lease runs on a leaderless extension taken since its last renewal
+        /// (its renewing coordinator said it leads no more): until a heartbeat says `false`
+        /// again, a leader must count on that extension (`broker::lease`).
+        pub lease_extended: bool,
     }
 }
 
