@@ -5,7 +5,9 @@
 //! because a broker that hears "not leading" from the coordinator that renewed it serves on for
 //! that long (`broker::lease`). The long wait is skipped for a generation this coordinator
 //! proves gone: two probes in a row refused at its peer address mean no process listens there
-//! (a killed broker, the usual crash), and a process that is gone serves nothing.
+//! (a killed broker, the usual crash), and a process that is gone serves nothing; its short
+//! lease is still waited out (a firewall can refuse for a live process), which a rebuild
+//! outlasts anyway.
 
 use super::orchestrator::Orchestrator;
 use crate::detector::ProbeOutcome;
@@ -23,19 +25,24 @@ const REFUSALS_TO_PROVE_GONE: u32 = 2;
 
 impl Orchestrator {
     /// Until the lease of every crashed generation that owned `of` has surely run out
-    /// (`State::lease_waits`), this coordinator leading at the end. While its own lease is lapsed it waits (at most a
-    /// leaderless lease: by then it has stepped down, and what it saves is refused).
+    /// (`State::lease_waits`), this coordinator leading at the end, or lapsed for a whole
+    /// leaderless lease.
     pub(super) async fn wait_for_leases(&self, of: (StreamId, StreamletId)) {
         let mut probed = false;
-        let waiting_since = Instant::now();
+        let mut lapsed_at: Option<Instant> = None;
         loop {
             let Some(since) = self.leadership.valid_since() else {
-                if waiting_since.elapsed() >= self.config.leaderless_lease {
+                // Not leading now. Every lease this coordinator renewed was renewed before the
+                // lapse began, so a leaderless lease after it has surely ended them all (and
+                // a deposed coordinator's save is refused: this task must not outlive it).
+                let lapsed_at = *lapsed_at.get_or_insert_with(Instant::now);
+                if lapsed_at.elapsed() >= self.config.leaderless_lease {
                     return;
                 }
                 tokio::time::sleep(RECHECK_EVERY).await;
                 continue;
             };
+            lapsed_at = None;
             let leaderless = Some((instant_of(since), self.config.leaderless_lease));
             let waits = self
                 .core
