@@ -165,6 +165,14 @@ impl ClusterState {
             && self.lease.is_valid()
     }
 
+    /// What a heartbeat to `coordinator_addr` says of the lease: extended, or possibly so
+    /// before that coordinator's next answer (another renewed it last, whose word could
+    /// still extend it), so the coordinator counts on the short lease only once it renewed it.
+    fn lease_may_be_extended(&self, coordinator_addr: &str) -> bool {
+        let renewed_by = self.renewed_by.lock().unwrap_or_else(|p| p.into_inner());
+        self.lease.has_extension() || renewed_by.as_str() != coordinator_addr
+    }
+
     /// Whether this broker may serve now.
     pub fn lease_valid(&self) -> bool {
         self.lease.is_valid()
@@ -735,7 +743,7 @@ async fn membership_session(
             segment_memory_free_bytes: cluster.segment_memory_free_bytes(),
             log_ends: cluster.changed_ends(),
             replication: replication.iter().map(|(_, set)| set.clone()).collect(),
-            lease_extended: cluster.lease.has_extension(),
+            lease_extended: cluster.lease_may_be_extended(coordinator_addr),
         };
         let sent_at = BootInstant::now();
         let answered = match heartbeat_deadline {

@@ -106,6 +106,8 @@ pub struct CommitWaiter {
     /// Checked again once committed: no ack leaves a broker whose lease ran out while the
     /// batch waited (a new owner may have rebuilt the log without it).
     lease: Arc<Lease>,
+    /// An unreplicated log: only the short lease counts (see `Lease::is_short_valid`).
+    unreplicated: bool,
 }
 
 impl CommitWaiter {
@@ -122,9 +124,9 @@ impl CommitWaiter {
     }
 
     pub async fn wait(self) -> Result<(), DataError> {
-        let lease = self.lease.clone();
+        let (lease, unreplicated) = (self.lease.clone(), self.unreplicated);
         self.wait_for_commit().await?;
-        if lease.is_valid() {
+        if lease_holds(&lease, unreplicated) {
             Ok(())
         } else {
             metrics::counter!(m::ACKS_WITHHELD_LEASE_EXPIRED).increment(1);
@@ -157,6 +159,16 @@ impl CommitWaiter {
             Ok(result) => result,
             Err(_) => Err(DataError::CommitTimeout(self.timeout.as_millis())),
         }
+    }
+}
+
+/// Whether the lease lets this broker serve a log now: a leaderless extension counts only for
+/// replicated logs, whose writes the backups fence once a recovery began.
+fn lease_holds(lease: &Lease, unreplicated: bool) -> bool {
+    if unreplicated {
+        lease.is_short_valid()
+    } else {
+        lease.is_valid()
     }
 }
 
@@ -223,7 +235,7 @@ impl DataPlane {
             }
             Admission::Recovering => return Err(DataError::Recovering),
         }
-        if !self.cluster.lease_valid() {
+        if !lease_holds(self.cluster.lease(), streamlet.config().replicas == 0) {
             return Err(DataError::LeaseExpired);
         }
         Ok(streamlet)
@@ -304,6 +316,7 @@ impl DataPlane {
                 target: location.commit_point(),
                 timeout: self.ack_timeout,
                 lease: self.cluster.lease().clone(),
+                unreplicated: streamlet.config().replicas == 0,
             },
         })
     }
@@ -428,6 +441,7 @@ mod tests {
             },
             timeout: Duration::from_secs(5),
             lease: lease.clone(),
+            unreplicated: false,
         };
         (commits, insync_tx, waiter)
     }

@@ -111,6 +111,13 @@ impl Lease {
             && now < self.extended_until.load(Ordering::Acquire)
     }
 
+    /// Whether the short lease holds now, extension aside: what an unreplicated stream is
+    /// served under (no backup fences its writes if its owner was handed over meanwhile; a
+    /// refused connection, which extends the lease, is evidence but not proof).
+    pub fn is_short_valid(&self) -> bool {
+        BootInstant::now().nanos() < self.until.load(Ordering::Acquire)
+    }
+
     /// Whether this broker may serve, and acknowledge, now.
     pub fn is_valid(&self) -> bool {
         let now = BootInstant::now().nanos();

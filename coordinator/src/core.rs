@@ -20,6 +20,9 @@ use tailstream_wire::messages::{
 };
 use tailstream_wire::{LogId, RecordOffset, SegmentId, ServerId, Status, StreamId, StreamletId};
 
+/// Slack for the wall clock when judging how long ago a crash was declared.
+const DECLARED_AGO_MARGIN_MS: u64 = 2_000;
+
 /// What the coordinator holds in memory.
 #[derive(Debug)]
 pub struct State {
@@ -49,6 +52,8 @@ impl State {
     /// handing its streamlets over (forgetting it made the lease look over at once).
     pub fn broker_registered(&mut self, server: ServerId, now: Instant) {
         self.liveness.heard(server, now);
+        // A new incarnation holds no lease yet, let alone an extension.
+        self.liveness.heard_clean(server, now);
         let crashed = self.metadata.crashed();
         let metadata = &self.metadata;
         self.liveness
@@ -78,10 +83,9 @@ impl State {
     /// leaderless one (see [`Self::leases_end`]). A generation proven gone (this coordinator's
     /// probes found nothing listening at its address) waits only for its short lease: a
     /// refusal is strong evidence, not proof (a firewall can refuse for a live process), and
-    /// the short wait overlaps the rebuild anyway. With `of`, only the generations that owned
-    /// that streamlet and whose recovery is not done: no other can serve it, and a finished
-    /// hand-over already waited for its owner's lease (which cannot be extended once its
-    /// short lease ran out: `broker::lease`).
+    /// the short wait overlaps the rebuild anyway; so does one declared longer ago than the
+    /// leaderless lease. With `of`, only the generations that owned that streamlet (its recoveries'
+    /// crashed brokers): no other can serve it.
     pub fn lease_waits(
         &self,
         lease: Duration,
@@ -94,7 +98,6 @@ impl State {
                     .recoveries
                     .iter()
                     .filter(|r| r.streamlets.contains(&key))
-                    .filter(|r| r.phase != crate::metadata::RecoveryPhase::Done)
                     .map(|r| r.crashed)
                     .collect::<HashSet<_>>()
             })
@@ -110,6 +113,7 @@ impl State {
                 match leaderless {
                     Some((since, length))
                         if !self.proven_gone.contains(&server)
+                            && !self.declared_before(server, length)
                             && heard_clean.is_none_or(|at| at <= since)
                             && since + length > end =>
                     {
@@ -119,6 +123,19 @@ impl State {
                 }
             })
             .collect()
+    }
+
+    /// Whether `server` was declared crashed more than `length` (plus a margin for the wall
+    /// clock) ago: no renewal reached it since, so no extension of its can still run (an
+    /// extension ends `length` after the last renewal).
+    fn declared_before(&self, server: ServerId, length: Duration) -> bool {
+        let ago_ms_min = length.as_millis() as u64 + DECLARED_AGO_MARGIN_MS;
+        let now_ms = unix_ms();
+        self.metadata
+            .recoveries
+            .iter()
+            .filter(|r| r.crashed == server)
+            .any(|r| now_ms.saturating_sub(r.declared_at_ms) > ago_ms_min)
     }
 
     /// The membership as this coordinator sees it now (heartbeat answers and assignments

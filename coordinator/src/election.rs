@@ -160,8 +160,8 @@ async fn keep_alive(
     valid: Arc<LeaderLease>,
 ) {
     let ttl = Duration::from_secs(ttl_seconds as u64);
-    let (mut keeper, mut answers) = match client.lease_keep_alive(lease_id).await {
-        Ok(pair) => pair,
+    let mut stream = match client.lease_keep_alive(lease_id).await {
+        Ok(pair) => Some(pair),
         Err(error) => {
             let _ = lost.send(Some(format!(
                 "the election lease could not be renewed: {error}"
@@ -172,8 +172,34 @@ async fn keep_alive(
     let mut renewed = Instant::now();
     let mut lapse_reported = false;
     let mut tick = tokio::time::interval(ttl / 3);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        if stream.is_none() {
+            // A broken (or unanswered) stream was dropped: open another, again and again for
+            // a third of the TTL. The client picks a member at random for each call, the dead
+            // one included until its address is dropped, so one try could miss the live ones.
+            let reopening = Instant::now();
+            while stream.is_none() && reopening.elapsed() < ttl / 3 {
+                match tokio::time::timeout(ttl / 3, client.lease_keep_alive(lease_id)).await {
+                    Ok(Ok(pair)) => stream = Some(pair),
+                    // etcd no longer knows the lease: it expired.
+                    Ok(Err(error)) if error.to_string().contains("not found") => {
+                        valid.end();
+                        let _ = lost.send(Some(format!(
+                            "etcd says the election lease expired ({error})"
+                        )));
+                        return;
+                    }
+                    Ok(Err(_)) => tokio::time::sleep(KEEP_ALIVE_REOPEN_PAUSE).await,
+                    Err(_) => break,
+                }
+            }
+        }
+        let Some((keeper, answers)) = stream.as_mut() else {
+            report_lapse(&renewed, ttl, &mut lapse_reported);
+            continue;
+        };
         let sent_at = BootInstant::now();
         let asked = Instant::now();
         let round = async {
@@ -181,7 +207,7 @@ async fn keep_alive(
             match answers.message().await.map_err(|e| e.to_string())? {
                 Some(answer) if answer.ttl() > 0 => Ok(()),
                 Some(_) => Err("etcd says the election lease expired".to_string()),
-                // The stream ended (an etcd member went away): reopened below.
+                // The stream ended (an etcd member went away): reopened at the next tick.
                 None => Err("the keep-alive stream closed".to_string()),
             }
         };
@@ -189,7 +215,7 @@ async fn keep_alive(
         let round_timeout = ttl.saturating_sub(renewed.elapsed()).max(ttl / 3);
         let answered = tokio::time::timeout(round_timeout, round).await;
         crate::metrics::etcd_request("keepalive", asked);
-        let broken = match answered {
+        match answered {
             Ok(Ok(())) => {
                 if lapse_reported {
                     tracing::warn!(
@@ -200,53 +226,40 @@ async fn keep_alive(
                 }
                 renewed = Instant::now();
                 valid.renewed(sent_at, ttl);
-                None
             }
             Ok(Err(why)) if why.contains("expired") => {
                 valid.end();
                 let _ = lost.send(Some(why));
                 return;
             }
-            Ok(Err(error)) => Some(error),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "renewing the election lease failed");
+                stream = None;
+                tick.reset_after(KEEP_ALIVE_REOPEN_PAUSE);
+            }
             // Unanswered: the stream is dropped too, so that a late answer to this request is
             // never taken for the answer to a later one (sent later, it would count longer).
-            Err(_) => Some(format!("no answer within {} ms", round_timeout.as_millis())),
-        };
-        if let Some(error) = broken {
-            // Open another stream, at once and again until one opens: the client picks a
-            // member at random for each call, the dead one included until its address is
-            // dropped, so one try per tick could miss the live members for a long while.
-            tracing::warn!(%error, "renewing the election lease failed");
-            let reopening = Instant::now();
-            while reopening.elapsed() < ttl {
-                tokio::time::sleep(KEEP_ALIVE_REOPEN_PAUSE).await;
-                match tokio::time::timeout(ttl, client.lease_keep_alive(lease_id)).await {
-                    Ok(Ok(pair)) => {
-                        (keeper, answers) = pair;
-                        // Renew on the new stream now, not a third of the TTL later.
-                        tick.reset_immediately();
-                        break;
-                    }
-                    // etcd no longer knows the lease: it expired.
-                    Ok(Err(error)) if error.to_string().contains("not found") => {
-                        valid.end();
-                        let _ = lost.send(Some(format!(
-                            "etcd says the election lease expired ({error})"
-                        )));
-                        return;
-                    }
-                    Ok(Err(_)) => {}
-                    Err(_) => break,
-                }
+            Err(_) => {
+                tracing::warn!(
+                    timeout_ms = round_timeout.as_millis() as u64,
+                    "renewing the election lease got no answer"
+                );
+                stream = None;
+                tick.reset_after(KEEP_ALIVE_REOPEN_PAUSE);
             }
         }
-        if renewed.elapsed() >= ttl && !lapse_reported {
-            lapse_reported = true;
-            tracing::warn!(
-                unrenewed_ms = renewed.elapsed().as_millis() as u64,
-                "the election lease was not renewed for its whole TTL: not leading until etcd renews it or says it expired"
-            );
-        }
+        report_lapse(&renewed, ttl, &mut lapse_reported);
+    }
+}
+
+/// Logs once when the election lease has gone a whole TTL without a renewal.
+fn report_lapse(renewed: &Instant, ttl: Duration, lapse_reported: &mut bool) {
+    if renewed.elapsed() >= ttl && !*lapse_reported {
+        *lapse_reported = true;
+        tracing::warn!(
+            unrenewed_ms = renewed.elapsed().as_millis() as u64,
+            "the election lease was not renewed for its whole TTL: not leading until etcd renews it or says it expired"
+        );
     }
 }
 

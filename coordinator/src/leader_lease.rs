@@ -53,7 +53,8 @@ impl LeaderLease {
         // One task renews; a renewal that finds the lease lapsed starts a new stretch.
         let now = BootInstant::now().nanos();
         if now >= self.valid_until_nanos.load(Ordering::Acquire) {
-            self.valid_since_nanos.store(now, Ordering::Release);
+            // A later start never moves back (`begin_stretch` may run meanwhile).
+            self.valid_since_nanos.fetch_max(now, Ordering::AcqRel);
         }
         self.valid_until_nanos
             .fetch_max(sent_at.plus(counted).nanos(), Ordering::AcqRel);
@@ -63,7 +64,7 @@ impl LeaderLease {
     /// while campaigning, but nothing led under it until now).
     pub fn begin_stretch(&self) {
         self.valid_since_nanos
-            .store(BootInstant::now().nanos(), Ordering::Release);
+            .fetch_max(BootInstant::now().nanos(), Ordering::AcqRel);
     }
 
     /// Leadership is over (lost or resigned).
