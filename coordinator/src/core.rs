@@ -85,7 +85,7 @@ impl State {
     /// refusal is strong evidence, not proof (a firewall can refuse for a live process), and
     /// the short wait overlaps the rebuild anyway; so does one declared longer ago than the
     /// leaderless lease. With `of`, only the generations that owned that streamlet (its recoveries'
-    /// crashed brokers): no other can serve it.
+    /// crashed brokers) and were not waited for already: no other can serve it.
     pub fn lease_waits(
         &self,
         lease: Duration,
@@ -98,6 +98,11 @@ impl State {
                     .recoveries
                     .iter()
                     .filter(|r| r.streamlets.contains(&key))
+                    // A recovery done with nothing lost handed its streamlets over, after
+                    // waiting out its crashed owner's lease; one that lost some did not.
+                    .filter(|r| {
+                        r.phase != crate::metadata::RecoveryPhase::Done || !r.lost.is_empty()
+                    })
                     .map(|r| r.crashed)
                     .collect::<HashSet<_>>()
             })

@@ -177,10 +177,10 @@ async fn keep_alive(
         tick.tick().await;
         if stream.is_none() {
             // A broken (or unanswered) stream was dropped: open another, again and again for
-            // a third of the TTL. The client picks a member at random for each call, the dead
-            // one included until its address is dropped, so one try could miss the live ones.
+            // up to a TTL. The client picks a member at random for each call, the dead one
+            // included until its address is dropped, so one try could miss the live ones.
             let reopening = Instant::now();
-            while stream.is_none() && reopening.elapsed() < ttl / 3 {
+            while stream.is_none() && reopening.elapsed() < ttl {
                 match tokio::time::timeout(ttl / 3, client.lease_keep_alive(lease_id)).await {
                     Ok(Ok(pair)) => stream = Some(pair),
                     // etcd no longer knows the lease: it expired.
