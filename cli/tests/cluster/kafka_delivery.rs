@@ -87,6 +87,30 @@ async fn read_stream(test: &TestCluster, stream: &str, expected: usize) -> Vec<C
     records
 }
 
+/// Until `stream` holds at least `count` records (bounded: 60 s).
+async fn wait_for_records(test: &TestCluster, stream: &str, count: usize) {
+    let client = test.client();
+    let mut consumer = client
+        .consumer(stream)
+        .from_beginning()
+        .build()
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut seen = 0;
+    while seen < count {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "only {seen} records in {stream} after 60 s"
+        );
+        seen += consumer
+            .poll(Duration::from_millis(200))
+            .await
+            .unwrap()
+            .len();
+    }
+}
+
 /// Checks the ledger; returns (records stored, delivered records stored twice, epochs seen).
 fn check_ledger(reports: &Reports, stored: &[ConsumedRecord], logs: u32) -> (usize, usize, usize) {
     let mut copies: HashMap<&str, Vec<&ConsumedRecord>> = HashMap::new();
@@ -224,8 +248,11 @@ async fn librdkafka_timing_out_and_bumping_its_epoch_is_never_told_a_record_is_s
             .collect();
         let producer = produce(&python, &bootstrap, "timeouts", 15_000, 1_000, 800).await;
         // A leader paused past the message timeout: its requests in flight time out for sure
-        // (it comes back well within its liveness timeout, so nobody declares it).
+        // (it comes back well within its liveness timeout, so nobody declares it). Paused only
+        // once the producer is well under way: on a loaded machine Python may take seconds to
+        // start, and a pause before its first request times nothing out.
         tokio::time::sleep(Duration::from_secs(5)).await;
+        wait_for_records(&test, "timeouts", 2_000).await;
         let leader = test.owner_of("timeouts", 0).await;
         test.cluster.signal_broker(leader, "STOP").unwrap();
         tokio::time::sleep(Duration::from_millis(1500)).await;
