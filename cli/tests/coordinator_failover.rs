@@ -104,9 +104,21 @@ async fn a_killed_leader_is_replaced_brokers_follow_and_nothing_acked_is_lost() 
         assert_eq!(before.standbys.len(), 2, "two standbys: {before:?}");
         // A standby binds nothing until it leads, so a port of the next in line may be taken
         // meanwhile: elected, it must step down and stand by again, and the one after it lead.
-        let next = test.cluster.standbys[0].rpc_addr.to_string();
-        let squatter = std::net::TcpListener::bind(test.cluster.standbys[0].admin_addr).unwrap();
-        test.cluster.kill_coordinator().await;
+        // (Whichever coordinator leads now: on a loaded machine it need not be the first.)
+        let leader: std::net::SocketAddr = before.leader.rpc_addr.parse().unwrap();
+        let squatted = test
+            .cluster
+            .coordinators()
+            .position(|c| c.rpc_addr != leader)
+            .unwrap();
+        let (next, next_admin) = {
+            let standby = test.cluster.coordinators().nth(squatted).unwrap();
+            (standby.rpc_addr.to_string(), standby.admin_addr)
+        };
+        // Already taken by another process (an outgoing connection's ephemeral port): the
+        // same situation, not of this test's making.
+        let squatter = std::net::TcpListener::bind(next_admin).ok();
+        test.cluster.kill_coordinator_at(leader).await.unwrap();
         let took = wait_for_a_leader(&test, 4).await;
         eprintln!("a standby led, with every broker heartbeating to it, {took:?} after the kill");
         let after = test.client().describe_leadership().await.unwrap();
@@ -115,8 +127,12 @@ async fn a_killed_leader_is_replaced_brokers_follow_and_nothing_acked_is_lost() 
             after.leader.rpc_addr, next,
             "it leads without its admin port"
         );
+        let squatted_proc = match squatted {
+            0 => &mut test.cluster.coordinator,
+            n => &mut test.cluster.standbys[n - 1],
+        };
         assert!(
-            !test.cluster.standbys[0].has_exited(),
+            !squatted_proc.has_exited(),
             "a coordinator that could not bind gave up instead of standing by again"
         );
         drop(squatter);
