@@ -136,6 +136,12 @@ async fn a_killed_leader_is_replaced_brokers_follow_and_nothing_acked_is_lost() 
             "a coordinator that could not bind gave up instead of standing by again"
         );
         drop(squatter);
+        // It took over from its warm copy of etcd, not by reading every key.
+        let new_admin = after.leader.admin_addr.parse().unwrap();
+        let takeovers = "tailstream_coordinator_takeover_load_seconds_count";
+        let warm = common::hostile::metric(new_admin, takeovers, &[("from", "warm")]).await;
+        let cold = common::hostile::metric(new_admin, takeovers, &[("from", "etcd")]).await;
+        assert!(warm >= 1.0 && cold == 0.0, "warm {warm}, from etcd {cold}");
         assert!(
             before
                 .standbys

@@ -263,6 +263,43 @@ fn report_lapse(renewed: &Instant, ttl: Duration, lapse_reported: &mut bool) {
     }
 }
 
+/// How long a new leader waits for its warm copy to be provably current before it reads
+/// every key from etcd instead (the copy is normally current at once: it saw the previous
+/// leader's key go, which is what ended the campaign).
+const WARM_COPY_WAIT: Duration = Duration::from_secs(2);
+
+/// What a new leader leads with: the saved metadata with the next term taken (saved), and
+/// the committed offsets; from the warm copy when it is current, else read from etcd.
+/// Blocking.
+fn load_state(
+    store: &Arc<crate::persist::EtcdStore>,
+    warm: Option<&crate::persist::mirror::WarmCopy>,
+    limits: crate::groups::offsets::OffsetLimits,
+) -> Result<
+    (
+        crate::metadata::Metadata,
+        crate::groups::etcd_offsets::EtcdOffsets,
+    ),
+    String,
+> {
+    use crate::groups::etcd_offsets::EtcdOffsets;
+    use crate::persist::MetadataStore;
+    let saved = match warm.map(|copy| store.load_warm(copy)) {
+        Some(Ok(saved)) => saved,
+        Some(Err(why)) => {
+            tracing::info!(%why, "not loading from the warm copy");
+            store.load()?
+        }
+        None => store.load()?,
+    };
+    let metadata = crate::server::take_term(store.as_ref(), saved)?;
+    let offsets = match warm {
+        Some(copy) => EtcdOffsets::from_copy(store.clone(), copy, limits)?,
+        None => EtcdOffsets::load(store.clone(), limits)?,
+    };
+    Ok((metadata, offsets))
+}
+
 /// A coordinator on etcd: campaigns, leads while elected ([`crate::server::lead`]), steps
 /// down when its lease is lost or a write finds it deposed, and campaigns again, until
 /// `shutdown`.
@@ -271,7 +308,7 @@ pub async fn run_elected(
     metrics: tailstream_admin::PrometheusHandle,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), String> {
-    use crate::persist::{EtcdStore, MetadataStore};
+    use crate::persist::{EtcdMirror, EtcdStore, MetadataStore};
     use tailstream_net::server::shutdown_signalled;
     let settings = &config.coordinator;
     let options = etcd_client::ConnectOptions::new()
@@ -291,6 +328,8 @@ pub async fn run_elected(
         peer_addr: settings.peer_addr.to_string(),
         admin_addr: settings.admin_addr.to_string(),
     };
+    // Kept current from now on, leading or not: a takeover loads from it (see `load_state`).
+    let mirror = EtcdMirror::start(client.clone(), &settings.etcd_prefix);
     // Until it leads it binds nothing: clients and brokers find the leader by trying the
     // addresses they were given until one answers.
     println!(
@@ -314,28 +353,20 @@ pub async fn run_elected(
             tokio::runtime::Handle::current(),
         ));
         store.fence(leadership.fence());
+        let load_started = Instant::now();
+        let warm = mirror
+            .takeover_copy(leadership.key.key(), leadership.term, WARM_COPY_WAIT)
+            .await;
+        let from = if warm.is_some() { "warm" } else { "etcd" };
         let loaded = {
-            let store = store.clone();
-            tokio::task::spawn_blocking(move || {
-                crate::server::take_term(store.as_ref(), store.load()?)
-            })
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|loaded| loaded)
-        };
-        let loaded = match loaded {
-            Ok(metadata) => {
-                let (store, limits) = (store.clone(), crate::server::offset_limits(&config));
-                tokio::task::spawn_blocking(move || {
-                    crate::groups::etcd_offsets::EtcdOffsets::load(store, limits)
-                })
+            let (store, limits) = (store.clone(), crate::server::offset_limits(&config));
+            tokio::task::spawn_blocking(move || load_state(&store, warm.as_ref(), limits))
                 .await
                 .map_err(|e| e.to_string())
-                .and_then(|offsets| offsets)
-                .map(|offsets| (metadata, offsets))
-            }
-            Err(error) => Err(error),
+                .and_then(|loaded| loaded)
         };
+        metrics::histogram!(crate::metrics::TAKEOVER_LOAD, "from" => from)
+            .record(load_started.elapsed().as_secs_f64());
         let (metadata, offsets) = match loaded {
             Ok(loaded) => loaded,
             Err(error) => {
@@ -349,6 +380,8 @@ pub async fn run_elected(
             term = metadata.term.0,
             leader_key_revision = leadership.term,
             waited_ms = campaign_started.elapsed().as_millis() as u64,
+            loaded_from = from,
+            load_ms = load_started.elapsed().as_millis() as u64,
             "leading: elected and loaded the metadata"
         );
         metrics::gauge!(crate::metrics::LEADER).set(1.0);

@@ -18,6 +18,7 @@ pub const STREAMLETS_OWNED: &str = "tailstream_coordinator_streamlets_owned";
 pub const RECOVERY_PHASE: &str = "tailstream_coordinator_recovery_phase_seconds";
 pub const PERSIST_LATENCY: &str = "tailstream_coordinator_persist_latency_seconds";
 pub const ETCD_REQUEST: &str = "tailstream_coordinator_etcd_request_seconds";
+pub const TAKEOVER_LOAD: &str = "tailstream_coordinator_takeover_load_seconds";
 pub const RPCS: &str = "tailstream_coordinator_rpcs_total";
 pub const GROUP_LAG: &str = "tailstream_coordinator_group_lag_records";
 pub const GROUP_MEMBERS: &str = "tailstream_coordinator_group_members";
@@ -121,6 +122,11 @@ pub fn describe() {
         ETCD_REQUEST,
         Unit::Seconds,
         "etcd requests, answered or failed, by op: transaction (a change, fenced), range (a page of a load), keepalive (a renewal of the election lease)."
+    );
+    describe_histogram!(
+        TAKEOVER_LOAD,
+        Unit::Seconds,
+        "From an election won to the state loaded (term taken, offsets read), by source: warm (the watched copy) or etcd (every key read)."
     );
 }
 

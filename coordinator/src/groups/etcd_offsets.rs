@@ -13,6 +13,7 @@ use super::offsets::{
 };
 use crate::persist::EtcdStore;
 use crate::persist::layout::Op;
+use crate::persist::mirror::WarmCopy;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -111,6 +112,24 @@ impl EtcdOffsets {
             store,
             limits,
             groups: Mutex::new(groups),
+        })
+    }
+
+    /// The committed offsets a warm copy holds (see [`crate::persist::mirror`]).
+    pub fn from_copy(
+        store: Arc<EtcdStore>,
+        copy: &WarmCopy,
+        limits: OffsetLimits,
+    ) -> Result<Self, String> {
+        let listing = copy
+            .under(OFFSETS_DIR)
+            .into_iter()
+            .map(|(key, value, _)| (key, value))
+            .collect();
+        Ok(Self {
+            store,
+            limits,
+            groups: Mutex::new(read(listing)?),
         })
     }
 

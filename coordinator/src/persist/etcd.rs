@@ -18,6 +18,7 @@
 
 use super::MetadataStore;
 use super::layout::{self, Op};
+use super::mirror::WarmCopy;
 use crate::metadata::Metadata;
 use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp};
 use std::collections::{BTreeMap, HashMap};
@@ -77,6 +78,66 @@ pub fn prefix_end(prefix: &str) -> Vec<u8> {
     vec![0]
 }
 
+/// One key as listed: relative to the cluster's prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyEntry {
+    pub key: String,
+    pub value: Vec<u8>,
+    pub mod_revision: i64,
+    pub create_revision: i64,
+}
+
+/// Every key under `dir` (absolute), at one revision, page by page (a large cluster's
+/// metadata exceeds one gRPC message), with keys made relative to `{prefix}/`; and that
+/// revision.
+pub async fn list_under(
+    client: &Client,
+    prefix: &str,
+    dir: &str,
+) -> Result<(Vec<KeyEntry>, i64), String> {
+    let mut kv = client
+        .kv_client()
+        .max_decoding_message_size(MESSAGE_BYTES_MAX);
+    let end = prefix_end(dir);
+    let own = format!("{prefix}/");
+    let mut start = dir.as_bytes().to_vec();
+    let mut revision = 0;
+    let mut found = Vec::new();
+    loop {
+        let mut options = GetOptions::new()
+            .with_range(end.clone())
+            .with_limit(LIST_PAGE_KEYS);
+        if revision != 0 {
+            options = options.with_revision(revision);
+        }
+        let asked = std::time::Instant::now();
+        let page = kv.get(start.clone(), Some(options)).await;
+        crate::metrics::etcd_request("range", asked);
+        let page = page.map_err(etcd_error("listing"))?;
+        if revision == 0 {
+            revision = page.header().map_or(0, |h| h.revision());
+        }
+        for item in page.kvs() {
+            let key = item
+                .key_str()
+                .map_err(|_| "a metadata key is not UTF-8".to_string())?;
+            found.push(KeyEntry {
+                key: key.strip_prefix(&own).unwrap_or(key).to_string(),
+                value: item.value().to_vec(),
+                mod_revision: item.mod_revision(),
+                create_revision: item.create_revision(),
+            });
+        }
+        match page.kvs().last() {
+            Some(last) if page.more() => {
+                start = last.key().to_vec();
+                start.push(0);
+            }
+            _ => return Ok((found, revision)),
+        }
+    }
+}
+
 fn etcd_error(what: &str) -> impl Fn(etcd_client::Error) -> String + '_ {
     move |e| format!("etcd {what}: {e}")
 }
@@ -134,49 +195,13 @@ impl EtcdStore {
         self.key("intent/")
     }
 
-    /// Every key under `dir` (absolute), at one revision, page by page: (relative key, value,
-    /// mod revision).
+    /// Every key under `dir` (absolute), at one revision: (relative key, value, mod revision).
     async fn list(&self, dir: &str) -> Result<Vec<(String, Vec<u8>, i64)>, String> {
-        let mut kv = self
-            .client
-            .kv_client()
-            .max_decoding_message_size(MESSAGE_BYTES_MAX);
-        let end = prefix_end(dir);
-        let mut start = dir.as_bytes().to_vec();
-        let mut revision = 0;
-        let mut found = Vec::new();
-        loop {
-            let mut options = GetOptions::new()
-                .with_range(end.clone())
-                .with_limit(LIST_PAGE_KEYS);
-            if revision != 0 {
-                options = options.with_revision(revision);
-            }
-            let asked = std::time::Instant::now();
-            let page = kv.get(start.clone(), Some(options)).await;
-            crate::metrics::etcd_request("range", asked);
-            let page = page.map_err(etcd_error("listing"))?;
-            if revision == 0 {
-                revision = page.header().map_or(0, |h| h.revision());
-            }
-            for item in page.kvs() {
-                let key = item
-                    .key_str()
-                    .map_err(|_| "a metadata key is not UTF-8".to_string())?;
-                let relative = key
-                    .strip_prefix(&format!("{}/", self.prefix))
-                    .unwrap_or(key)
-                    .to_string();
-                found.push((relative, item.value().to_vec(), item.mod_revision()));
-            }
-            match page.kvs().last() {
-                Some(last) if page.more() => {
-                    start = last.key().to_vec();
-                    start.push(0);
-                }
-                _ => return Ok(found),
-            }
-        }
+        let (found, _) = list_under(&self.client, &self.prefix, dir).await?;
+        Ok(found
+            .into_iter()
+            .map(|entry| (entry.key, entry.value, entry.mod_revision))
+            .collect())
     }
 
     /// One transaction: `ops` if the fence holds and every written key is at the revision
@@ -357,6 +382,12 @@ impl EtcdStore {
             self.clear_intent(&fence).await?;
         }
         let listing = self.list(&self.key(layout::METADATA_DIR)).await?;
+        self.adopt(listing)
+    }
+
+    /// The metadata `listing` (under [`layout::METADATA_DIR`]) holds, its revisions taken as
+    /// the ones this coordinator last saw.
+    fn adopt(&self, listing: Vec<(String, Vec<u8>, i64)>) -> Result<Metadata, String> {
         let mut revisions = HashMap::with_capacity(listing.len());
         let mut values = BTreeMap::new();
         for (key, value, revision) in listing {
@@ -366,6 +397,15 @@ impl EtcdStore {
         let metadata = layout::read(&values)?;
         *self.revisions.lock().unwrap_or_else(|p| p.into_inner()) = revisions;
         Ok(metadata)
+    }
+
+    /// The metadata as a warm copy holds it (see [`super::mirror`]), instead of reading every
+    /// key. Refused when the copy holds an intent: completing it needs etcd ([`Self::load`]).
+    pub fn load_warm(&self, copy: &WarmCopy) -> Result<Metadata, String> {
+        if !copy.under("intent/").is_empty() {
+            return Err("the warm copy holds a metadata intent: loading from etcd".into());
+        }
+        self.adopt(copy.under(layout::METADATA_DIR))
     }
 
     /// Writes `metadata` into an empty prefix (migration from the file store). Refused when

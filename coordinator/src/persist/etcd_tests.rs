@@ -5,6 +5,7 @@
 use super::*;
 use crate::election::{self, LeaderAddress};
 use std::sync::Arc;
+use std::time::Duration;
 use tailstream_launcher::etcd::{EtcdCluster, etcd_installed};
 use tailstream_wire::ServerId;
 use tailstream_wire::messages::StreamConfig;
@@ -348,5 +349,103 @@ async fn a_file_store_cluster_migrates_whole_and_a_prefix_with_metadata_is_refus
     let again = crate::migrate::migrate(&from, &endpoints, "/t/migrated", limits).await;
     let refused = again.unwrap_err();
     assert!(refused.contains("already holds metadata"), "{refused}");
+    etcd.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standbys_warm_copy_holds_every_write_of_the_leader_it_replaces() {
+    use crate::groups::etcd_offsets::EtcdOffsets;
+    use crate::groups::offsets::{CommittedOffsets, OffsetLimits};
+    use crate::persist::EtcdMirror;
+    use tailstream_wire::messages::CommittedOffset;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = local_etcd(dir.path()).await else {
+        return;
+    };
+    let prefix = "/t/warm";
+    let limits = OffsetLimits {
+        groups_max: 10,
+        partitions_per_group_max: 1000,
+    };
+    let (old, old_term, mut old_client) = leading_store(&etcd, prefix, "old").await;
+    // Another cluster under a prefix that starts with this one's name is not followed.
+    let (_other, _other_term, _) = leading_store(&etcd, "/t/warm2", "other").await;
+    let mut standby_client = connect(&etcd).await;
+    let mirror = EtcdMirror::start(standby_client.clone(), prefix);
+    let base = load(&old).await.unwrap();
+    let mut last = base.clone();
+    let live = brokers(&mut last, 3);
+    save(&old, &base, &last).await.unwrap();
+    // The standby campaigns (and waits) while the old leader keeps changing things.
+    let campaign = tokio::spawn(async move {
+        let won = election::campaign(&mut standby_client, prefix, &address("new"), 2000)
+            .await
+            .expect("elected");
+        (won, standby_client)
+    });
+    for step in 0..30 {
+        let mut next = last.clone();
+        next.create_stream(&format!("s{step}"), 16, config(), &live)
+            .unwrap();
+        if step == 20 {
+            // A change too big for one transaction (an intent, applied, then cleared).
+            let moved = next.declare_crashed(live[1]).unwrap();
+            next.open_recovery(live[1], moved, 5, 1);
+        }
+        save(&old, &last, &next).await.unwrap();
+        last = next;
+    }
+    let offsets = {
+        let old = old.clone();
+        tokio::task::spawn_blocking(move || {
+            let offsets = EtcdOffsets::load(old, limits).unwrap();
+            let committed = (0..150)
+                .map(|partition| CommittedOffset {
+                    topic: "t".into(),
+                    partition,
+                    offset: 7 + partition as u64,
+                    metadata: String::new(),
+                })
+                .collect();
+            offsets.commit("g", committed).unwrap();
+            offsets.snapshot()
+        })
+        .await
+        .unwrap()
+    };
+    assert_eq!(mirror.leader().map(|a| a.rpc_addr).as_deref(), Some("old"));
+    // Gone without a word, right after its last write.
+    old_client.lease_revoke(old_term.lease_id).await.unwrap();
+    let (won, client) = campaign.await.unwrap();
+    let copy = mirror
+        .takeover_copy(won.key.key(), won.term, Duration::from_secs(5))
+        .await
+        .expect("the warm copy is current at the takeover");
+    let store = Arc::new(EtcdStore::new(
+        client,
+        prefix,
+        &etcd.endpoints(),
+        Handle::current(),
+    ));
+    store.fence(won.fence());
+    let warm = store.load_warm(&copy).unwrap();
+    assert_eq!(
+        warm, last,
+        "the warm copy holds the old leader's last write"
+    );
+    assert_eq!(load(&store).await.unwrap(), last, "as etcd does");
+    let warm_offsets = EtcdOffsets::from_copy(store.clone(), &copy, limits).unwrap();
+    assert_eq!(warm_offsets.snapshot(), offsets);
+    // The copy's revisions are etcd's: a change from the warm load is accepted.
+    let mut next = warm.clone();
+    next.create_stream("fresh", 2, config(), &[live[0], live[2]])
+        .unwrap();
+    save(&store, &warm, &next).await.unwrap();
+    assert_eq!(mirror.leader().map(|a| a.rpc_addr).as_deref(), Some("new"));
+    // Never current for a term it does not hold the key of.
+    let stale = mirror
+        .takeover_copy(won.key.key(), won.term + 1, Duration::from_millis(200))
+        .await;
+    assert!(stale.is_none());
     etcd.stop().await;
 }

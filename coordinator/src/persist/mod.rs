@@ -3,14 +3,18 @@
 //! - [`file`]: [`MetadataFile`], one JSON file in the data directory, replaced atomically
 //!   (the embedded default; one coordinator);
 //! - [`layout`]: the metadata as one key per object and the writes a change makes (pure);
-//! - [`etcd`]: [`EtcdStore`], those keys on etcd, every write fenced by the leader key.
+//! - [`etcd`]: [`EtcdStore`], those keys on etcd, every write fenced by the leader key;
+//! - [`mirror`]: [`EtcdMirror`], every coordinator's warm copy of those keys, kept current by
+//!   watching etcd, which a new leader loads from when it is provably current.
 
 pub mod etcd;
 pub mod file;
 pub mod layout;
+pub mod mirror;
 
 pub use etcd::EtcdStore;
 pub use file::MetadataFile;
+pub use mirror::EtcdMirror;
 
 use crate::metadata::Metadata;
 
