@@ -24,6 +24,8 @@ use tokio::sync::watch;
 const ELECTION_DIR: &str = "leader/";
 /// The pause before following again after the watch broke.
 const REFOLLOW_PAUSE: Duration = Duration::from_millis(500);
+/// The longest pause between listings that fail.
+const REFOLLOW_PAUSE_MAX: Duration = Duration::from_secs(5);
 
 /// One key of the copy.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -232,28 +234,36 @@ async fn follow_forever(
     state: Arc<Mutex<MirrorState>>,
     changed: watch::Sender<u64>,
 ) {
+    let mut pause = REFOLLOW_PAUSE;
     loop {
-        let error = follow(&client, &prefix, &state, &changed).await;
+        let (error, listed) = follow(&client, &prefix, &state, &changed).await;
         state
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .stop_following();
-        tracing::warn!(%error, "the warm copy of etcd stopped following; listing again");
-        tokio::time::sleep(REFOLLOW_PAUSE).await;
+        // Without quorum every listing fails: said once per pause, which grows.
+        pause = if listed {
+            REFOLLOW_PAUSE
+        } else {
+            (pause * 2).min(REFOLLOW_PAUSE_MAX)
+        };
+        tracing::warn!(%error, pause_ms = pause.as_millis() as u64, "the warm copy of etcd stopped following; listing again");
+        tokio::time::sleep(pause).await;
     }
 }
 
-/// Lists, then applies the watch's events until it breaks; returns why it broke.
+/// Lists, then applies the watch's events until it breaks; returns why it broke, and whether
+/// the listing succeeded.
 async fn follow(
     client: &Client,
     prefix: &str,
     state: &Mutex<MirrorState>,
     changed: &watch::Sender<u64>,
-) -> String {
+) -> (String, bool) {
     let dir = format!("{prefix}/");
     let (listing, revision) = match list_under(client, prefix, &dir).await {
         Ok(listed) => listed,
-        Err(error) => return error,
+        Err(error) => return (error, false),
     };
     state
         .lock()
@@ -269,20 +279,21 @@ async fn follow(
         .await
     {
         Ok(stream) => stream,
-        Err(error) => return format!("etcd watch: {error}"),
+        Err(error) => return (format!("etcd watch: {error}"), true),
     };
     loop {
         let response = match stream.message().await {
             Ok(Some(response)) => response,
-            Ok(None) => return "the etcd watch stream ended".into(),
-            Err(error) => return format!("etcd watch: {error}"),
+            Ok(None) => return ("the etcd watch stream ended".into(), true),
+            Err(error) => return (format!("etcd watch: {error}"), true),
         };
         if response.canceled() {
-            return format!(
+            let why = format!(
                 "etcd cancelled the watch ({}; compacted up to {})",
                 response.cancel_reason(),
                 response.compact_revision()
             );
+            return (why, true);
         }
         if response.events().is_empty() {
             continue;
