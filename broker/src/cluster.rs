@@ -549,9 +549,7 @@ async fn run_log_bounds_reporter(
         if let Err(error) = reported {
             // The membership session handles registration; this only retries.
             tracing::warn!(%error, "reporting log bounds failed; retrying");
-            if error.wants_another_coordinator() {
-                coordinators.unanswered(addr);
-            }
+            coordinators.after_error(addr, &error);
             client = None;
         }
     }
@@ -615,6 +613,7 @@ pub async fn run_membership(
         shutdown.clone(),
     ));
     let backoff = Duration::from_millis(100);
+    let mut redirected = false;
     loop {
         let coordinator_addr = coordinators.current();
         // With several coordinators, a heartbeat the current one leaves unanswered for a
@@ -630,15 +629,29 @@ pub async fn run_membership(
             client_config,
         );
         tokio::select! {
-            (reason, unanswered) = session => {
+            (reason, next) = session => {
                 tracing::warn!(%reason, coordinator = %coordinator_addr, "coordinator session ended; retrying");
-                if unanswered {
-                    if cluster.may_extend_on_word_of(&coordinator_addr)
-                        && nothing_listens_at(&coordinator_addr).await
-                    {
-                        cluster.leader_gone(&coordinator_addr, "nothing listens at its address");
+                if !matches!(next, Next::Leader(_)) {
+                    redirected = false;
+                }
+                match next {
+                    Next::Same => {}
+                    Next::Another => {
+                        if cluster.may_extend_on_word_of(&coordinator_addr)
+                            && nothing_listens_at(&coordinator_addr).await
+                        {
+                            cluster.leader_gone(&coordinator_addr, "nothing listens at its address");
+                        }
+                        coordinators.unanswered(&coordinator_addr);
                     }
-                    coordinators.unanswered(&coordinator_addr);
+                    // A standby named the leader: straight there, without the pause (once
+                    // in a row: two standbys naming each other make no loop without pauses).
+                    Next::Leader(leader) => {
+                        coordinators.redirected(&coordinator_addr, &leader);
+                        if !std::mem::replace(&mut redirected, true) {
+                            continue;
+                        }
+                    }
                 }
             }
             _ = tailstream_net::server::shutdown_signalled(&mut shutdown) => return,
@@ -650,9 +663,30 @@ pub async fn run_membership(
     }
 }
 
+/// Whom the next membership session asks.
+#[derive(Debug, PartialEq, Eq)]
+enum Next {
+    /// The same coordinator (it answered, with an error that a new session may clear).
+    Same,
+    /// The next address: this one gave no answer, or does not lead.
+    Another,
+    /// The leader a standby named.
+    Leader(String),
+}
+
+impl Next {
+    fn after(error: &StubError) -> Self {
+        match error.leader_named() {
+            Some(leader) => Next::Leader(leader.to_string()),
+            None if error.wants_another_coordinator() => Next::Another,
+            None => Next::Same,
+        }
+    }
+}
+
 /// One connection's worth of membership: register (if not yet), then heartbeat until an error
-/// that needs a new connection or a new registration. Returns why it ended, and whether the
-/// coordinator gave no answer (dead, or a standby: the next session tries the next address).
+/// that needs a new connection or a new registration. Returns why it ended, and whom the next
+/// session asks.
 async fn membership_session(
     cluster: &ClusterState,
     coordinator_addr: &str,
@@ -660,10 +694,10 @@ async fn membership_session(
     heartbeat_interval: Duration,
     heartbeat_deadline: Option<Duration>,
     client_config: RpcClientConfig,
-) -> (String, bool) {
+) -> (String, Next) {
     let client = match CoordinatorPeerClient::connect(coordinator_addr, client_config).await {
         Ok(client) => client,
-        Err(error) => return (error.to_string(), error.wants_another_coordinator()),
+        Err(error) => return (error.to_string(), Next::after(&error)),
     };
     // A new connection may be to a coordinator that restarted and knows none of what was
     // reported (heads are memory only there): without this, an idle log's head would stay
@@ -684,14 +718,11 @@ async fn membership_session(
                     format!(
                         "{coordinator_addr} is not the coordinator's peer listener, or speaks another protocol ({why})"
                     ),
-                    false,
+                    Next::Same,
                 );
             }
             Err(error) => {
-                return (
-                    format!("register: {error}"),
-                    error.wants_another_coordinator(),
-                );
+                return (format!("register: {error}"), Next::after(&error));
             }
         };
         if !(LEASE_MS_MIN..=LEASE_MS_MAX).contains(&response.lease_ms) {
@@ -700,7 +731,7 @@ async fn membership_session(
                     "the coordinator gave a lease of {} ms, outside {LEASE_MS_MIN}..={LEASE_MS_MAX}",
                     response.lease_ms
                 ),
-                false,
+                Next::Same,
             );
         }
         if !(response.lease_ms..=LEASE_MS_MAX).contains(&response.leaderless_lease_ms) {
@@ -709,7 +740,7 @@ async fn membership_session(
                     "the coordinator gave a leaderless lease of {} ms, outside {}..={LEASE_MS_MAX}",
                     response.leaderless_lease_ms, response.lease_ms
                 ),
-                false,
+                Next::Same,
             );
         }
         // One lease length in the cluster: the coordinator's, which recovery waits out.
@@ -724,7 +755,7 @@ async fn membership_session(
         cluster.lease_renewed(coordinator_addr, sent_at);
         tracing::info!(server_id = %response.server_id, "registered with the coordinator");
         if let Err((_, message)) = cluster.apply_assignments(&response.assignments) {
-            return (format!("initial assignment: {message}"), false);
+            return (format!("initial assignment: {message}"), Next::Same);
         }
     }
     let mut tick = tokio::time::interval(heartbeat_interval);
@@ -732,7 +763,7 @@ async fn membership_session(
     loop {
         tick.tick().await;
         let Some(server_id) = cluster.server_id() else {
-            return ("lost registration".into(), false);
+            return ("lost registration".into(), Next::Same);
         };
         let heads = cluster.changed_heads();
         let replication = cluster.changed_replication();
@@ -753,7 +784,7 @@ async fn membership_session(
                     Err(_) => {
                         return (
                             format!("heartbeat: no answer within {} ms", deadline.as_millis()),
-                            true,
+                            Next::Another,
                         );
                     }
                 }
@@ -765,7 +796,10 @@ async fn membership_session(
                 // A deposed leader's answer renews nothing and changes nothing: the leader
                 // is elsewhere.
                 if let Err(newest) = cluster.term.admit(response.term) {
-                    return (stale("a heartbeat answer", response.term, newest), true);
+                    return (
+                        stale("a heartbeat answer", response.term, newest),
+                        Next::Another,
+                    );
                 }
                 cluster.lease_renewed(coordinator_addr, sent_at);
                 cluster.heads_acknowledged(&request.heads);
@@ -786,24 +820,22 @@ async fn membership_session(
                 cluster.declared_crashed(&format!("the coordinator answered {status}"));
                 return (
                     format!("coordinator answered {status}: registering again"),
-                    false,
+                    Next::Same,
                 );
             }
             Err(error) => {
                 if error.status() == Some(Status::NotLeader) {
                     cluster.leader_gone(coordinator_addr, "it answered NotLeader");
                 }
-                return (
-                    format!("heartbeat: {error}"),
-                    error.wants_another_coordinator(),
-                );
+                return (format!("heartbeat: {error}"), Next::after(&error));
             }
         }
     }
 }
 
-/// Whether nothing listens at `coordinator_addr` (its process is gone, or it is a standby,
-/// which binds nothing): a refused connection, told apart from silence, which proves nothing.
+/// Whether nothing listens at `coordinator_addr` (its process is gone, or it is a standby
+/// that could not bind its port): a refused connection, told apart from silence, which
+/// proves nothing.
 async fn nothing_listens_at(coordinator_addr: &str) -> bool {
     let connect = tailstream_net::source::connect(coordinator_addr);
     matches!(

@@ -110,9 +110,7 @@ pub async fn run_pinger(
                 if let Err(error) = report.await {
                     tracing::warn!(%error, "reporting a silent peer failed");
                     coordinator.forget(&coordinator_addr);
-                    if error.wants_another_coordinator() {
-                        coordinators.unanswered(&coordinator_addr);
-                    }
+                    coordinators.after_error(&coordinator_addr, &error);
                 }
             });
         }

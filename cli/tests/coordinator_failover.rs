@@ -13,7 +13,8 @@ use common::{TEST_TIMEOUT, TestCluster, recovered_stream, wait_until_serving};
 use std::time::{Duration, Instant};
 use tailstream_net::{RpcClient, RpcClientConfig, RpcError};
 use tailstream_wire::messages::{
-    AssignStreamletsRequest, Empty, ListBrokersResponse, ListReplicasRequest, ListReplicasResponse,
+    AssignStreamletsRequest, CoordinatorInfo, Empty, ListBrokersResponse, ListReplicasRequest,
+    ListReplicasResponse, leader_named_in,
 };
 use tailstream_wire::{CoordinatorTerm, Opcode, Status};
 
@@ -39,6 +40,44 @@ async fn wait_for_a_leader(test: &TestCluster, brokers: usize) -> Duration {
             "no coordinator led with {brokers} live brokers within 30 s"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A standby answers `NotLeader` naming `leader`'s listener of the same kind, on its client
+/// and its peer listener (within a few seconds: its copy of etcd learns the leader by a watch).
+async fn standby_names_the_leader(standby: &tailstream_launcher::Proc, leader: &CoordinatorInfo) {
+    let started = Instant::now();
+    for (addr, expected) in [
+        (standby.rpc_addr, &leader.rpc_addr),
+        (standby.peer_addr, &leader.peer_addr),
+    ] {
+        loop {
+            // Refused while it changes from leading to standing by (its ports are rebound).
+            let answer =
+                match RpcClient::connect(&addr.to_string(), RpcClientConfig::default()).await {
+                    Ok(client) => client
+                        .call::<_, ListBrokersResponse>(Opcode::ListBrokers, &Empty {})
+                        .await
+                        .map(|_| ()),
+                    Err(refused) => Err(refused),
+                };
+            let named = match &answer {
+                Err(RpcError::Status {
+                    status: Status::NotLeader,
+                    message,
+                }) => leader_named_in(message),
+                Err(RpcError::Connection { .. }) => None,
+                other => panic!("a standby at {addr} answered {other:?}"),
+            };
+            if named == Some(expected.as_str()) {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the standby at {addr} names {named:?}, not {expected}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }
 
@@ -102,7 +141,7 @@ async fn a_killed_leader_is_replaced_brokers_follow_and_nothing_acked_is_lost() 
         let before = test.client().describe_leadership().await.unwrap();
         assert_eq!(before.store, "etcd");
         assert_eq!(before.standbys.len(), 2, "two standbys: {before:?}");
-        // A standby binds nothing until it leads, so a port of the next in line may be taken
+        // A standby binds no admin port until it leads, so that port of the next in line may be taken
         // meanwhile: elected, it must step down and stand by again, and the one after it lead.
         // (Whichever coordinator leads now: on a loaded machine it need not be the first.)
         let leader: std::net::SocketAddr = before.leader.rpc_addr.parse().unwrap();
@@ -142,6 +181,19 @@ async fn a_killed_leader_is_replaced_brokers_follow_and_nothing_acked_is_lost() 
         let warm = common::hostile::metric(new_admin, takeovers, &[("from", "warm")]).await;
         let cold = common::hostile::metric(new_admin, takeovers, &[("from", "etcd")]).await;
         assert!(warm >= 1.0 && cold == 0.0, "warm {warm}, from etcd {cold}");
+        // The standby left names the new leader on both its listeners, and a client given
+        // only the standby's address works through it.
+        let standby = test
+            .cluster
+            .coordinators()
+            .find(|c| c.rpc_addr != leader && c.rpc_addr.to_string() != after.leader.rpc_addr)
+            .unwrap();
+        standby_names_the_leader(standby, &after.leader).await;
+        let through_standby = tailstream_client::Client::builder(&standby.rpc_addr.to_string())
+            .from_config(&test.config)
+            .build();
+        let brokers = through_standby.list_brokers().await.unwrap();
+        assert_eq!(brokers.iter().filter(|b| b.alive).count(), 4);
         assert!(
             before
                 .standbys
@@ -193,18 +245,32 @@ async fn a_leader_paused_past_its_lease_wakes_deposed_and_changes_nothing() {
         // (As a client sees it: its first call waits out its timeout on the paused leader.)
         eprintln!("a client reached the new leader {took:?} after the pause");
         test.cluster.signal_coordinator("CONT").unwrap();
-        // Woken, it refuses at once (its lease ran out on the boot clock while it slept).
-        let woken = tailstream_stubs::CoordinatorClient::new(
-            &paused.to_string(),
-            tailstream_stubs::coordinator::client_rpc_config(&test.config.client, 2_000),
-        );
-        match woken.list_brokers().await {
-            Ok(_) => panic!("a deposed leader answered"),
-            Err(error) => assert!(
-                error.wants_another_coordinator(),
-                "the woken leader answered {error}"
-            ),
+        // Woken, it refuses at once (its lease ran out on the boot clock while it slept), or
+        // its listeners are closing as it steps down.
+        let config = RpcClientConfig {
+            request_timeout_ms: 2_000,
+            ..RpcClientConfig::default()
+        };
+        let woken = match RpcClient::connect(&paused.to_string(), config).await {
+            Ok(woken) => woken
+                .call::<_, ListBrokersResponse>(Opcode::ListBrokers, &Empty {})
+                .await
+                .map(|_| ()),
+            Err(refused) => Err(refused),
+        };
+        match woken {
+            Ok(()) => panic!("a deposed leader answered"),
+            Err(RpcError::Status {
+                status: Status::NotLeader,
+                ..
+            })
+            | Err(RpcError::Connection { .. }) => {}
+            Err(other) => panic!("the woken leader answered {other}"),
         }
+        // Then it stands by, naming the new leader.
+        let leader = test.client().describe_leadership().await.unwrap().leader;
+        assert_ne!(leader.rpc_addr, paused.to_string());
+        standby_names_the_leader(&test.cluster.coordinator, &leader).await;
         // Producers go on (the load is bounded: at most every record it has).
         let acked = load.acked.load(std::sync::atomic::Ordering::Relaxed);
         load.wait_for_acks((acked + 5_000).min(2 * RECORDS_PER_PRODUCER_MAX))

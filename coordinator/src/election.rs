@@ -309,6 +309,7 @@ pub async fn run_elected(
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), String> {
     use crate::persist::{EtcdMirror, EtcdStore, MetadataStore};
+    use crate::standby::StandbyListeners;
     use tailstream_net::server::shutdown_signalled;
     let settings = &config.coordinator;
     let options = etcd_client::ConnectOptions::new()
@@ -328,14 +329,16 @@ pub async fn run_elected(
         peer_addr: settings.peer_addr.to_string(),
         admin_addr: settings.admin_addr.to_string(),
     };
-    // Kept current from now on, leading or not: a takeover loads from it (see `load_state`).
-    let mirror = EtcdMirror::start(client.clone(), &settings.etcd_prefix);
-    // Until it leads it binds nothing: clients and brokers find the leader by trying the
-    // addresses they were given until one answers.
+    // Kept current from now on, leading or not: a takeover loads from it (see `load_state`),
+    // and a standby names the leader from it.
+    let mirror = Arc::new(EtcdMirror::start(client.clone(), &settings.etcd_prefix));
+    // Until it leads it answers `NotLeader` on its client and peer listeners, naming the
+    // leader (see `crate::standby`).
     println!(
         "tailstream coordinator standby rpc={} peer={} admin=http://{}",
         address.rpc_addr, address.peer_addr, address.admin_addr
     );
+    let mut standby = StandbyListeners::start(&config, mirror.clone()).await;
     loop {
         tracing::info!(prefix = %settings.etcd_prefix, "campaigning for leadership");
         let campaign_started = Instant::now();
@@ -400,6 +403,8 @@ pub async fn run_elected(
                 why
             })
         };
+        // Its ports, for the leader's listeners.
+        standby.stop().await;
         let led = Box::pin(crate::server::lead(
             &config,
             metadata,
@@ -415,7 +420,7 @@ pub async fn run_elected(
         .await;
         let why = match &led {
             Ok(()) => why.await.ok().flatten(),
-            // It could not start leading (its listeners, say: a standby binds nothing until
+            // It could not start leading (its listeners, say: a standby binds no admin port until
             // it leads, and meanwhile another process may have taken one of its ports): the
             // term ends now, so that another coordinator leads instead of none.
             Err(error) => {
@@ -429,6 +434,8 @@ pub async fn run_elected(
         if *shutdown.borrow() {
             return Ok(());
         }
+        // Standing by again, at once: the leader's listeners are closed.
+        standby = StandbyListeners::start(&config, mirror.clone()).await;
         metrics::counter!(crate::metrics::LEADERSHIP_LOST).increment(1);
         tracing::warn!(
             why = why.as_deref().unwrap_or("unknown"),

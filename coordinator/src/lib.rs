@@ -24,6 +24,8 @@
 //! - [`service`]: the RPC handlers, split by listener: clients (streams, brokers, producer
 //!   ids) and peers (register, heartbeat).
 //! - [`admin`]: the admin HTTP routes: JSON for operators and the console page itself.
+//! - [`standby`]: what a coordinator answers while another leads: `NotLeader`, naming the
+//!   leader from its warm copy of etcd ([`persist::mirror`]).
 //! - [`server`]: wires it together: listeners, admin HTTP, shutdown; the peer listener and
 //!   the watchdog on a control runtime of their own.
 
@@ -43,4 +45,5 @@ pub mod persist;
 pub mod recovery;
 pub mod server;
 pub mod service;
+pub mod standby;
 pub mod watchdog;

@@ -57,6 +57,27 @@ pub fn take_term(store: &dyn MetadataStore, saved: Metadata) -> Result<Metadata,
     Ok(next)
 }
 
+/// The bounds of a coordinator listener of `connections_max` connections whose bodies draw on
+/// a budget named `budget`.
+pub fn listener_limits(
+    config: &Config,
+    connections_max: u32,
+    budget: &'static str,
+) -> ServerLimits {
+    let listeners = &config.listeners;
+    ServerLimits {
+        connections: ConnectionLimits {
+            connections_max: connections_max as usize,
+            connections_per_address_max: listeners.connections_per_address_max as usize,
+        },
+        requests_in_flight_per_connection_max: 64,
+        frame_body_bytes_max: COORDINATOR_FRAME_BODY_BYTES_MAX,
+        idle_timeout: listeners.idle_timeout(),
+        request_read_timeout: listeners.request_read_timeout(),
+        body_budget: BodyBudget::new(budget, config.coordinator.request_body_bytes_max),
+    }
+}
+
 /// How often group lag is exported.
 const GROUP_LAG_EVERY: Duration = Duration::from_secs(1);
 
@@ -260,18 +281,7 @@ pub async fn lead(
         },
     );
     tokio::spawn(publish_group_lag(service.clone(), shutdown.clone()));
-    let listeners = &config.listeners;
-    let limits = |connections_max: u32, budget: &'static str| ServerLimits {
-        connections: ConnectionLimits {
-            connections_max: connections_max as usize,
-            connections_per_address_max: listeners.connections_per_address_max as usize,
-        },
-        requests_in_flight_per_connection_max: 64,
-        frame_body_bytes_max: COORDINATOR_FRAME_BODY_BYTES_MAX,
-        idle_timeout: listeners.idle_timeout(),
-        request_read_timeout: listeners.request_read_timeout(),
-        body_budget: BodyBudget::new(budget, coordinator.request_body_bytes_max),
-    };
+    let limits = |connections_max, budget| listener_limits(config, connections_max, budget);
     let rpc = tokio::spawn(serve(
         rpc_listener,
         "rpc",

@@ -136,7 +136,7 @@ async fn spawn(
 }
 
 /// [`spawn`], returning at the child's `ready` line, or (with `standby_is_ready`) at a
-/// coordinator's `standby` line: a standby binds nothing until it leads.
+/// coordinator's `standby` line: a standby binds no admin listener until it leads.
 #[allow(clippy::too_many_arguments)]
 async fn spawn_until(
     spec: &ClusterSpec,
@@ -423,8 +423,8 @@ impl LocalCluster {
         Ok(cluster)
     }
 
-    /// Coordinators on etcd, each on ports chosen now (a standby binds nothing until it
-    /// leads, so its addresses must be known before): the first is started alone and leads,
+    /// Coordinators on etcd, each on ports chosen now (a standby binds no admin listener
+    /// until it leads, so its addresses must be known before): the first is started alone and leads,
     /// then the standbys.
     async fn start_coordinators_on_etcd(
         spec: &ClusterSpec,

@@ -63,6 +63,17 @@ impl StubError {
         matches!(self, StubError::Retry { .. })
     }
 
+    /// Where the coordinator called says the leader is, if it answered `NotLeader` naming it.
+    pub fn leader_named(&self) -> Option<&str> {
+        match self {
+            StubError::Refused {
+                status: tailstream_wire::Status::NotLeader,
+                message,
+            } => tailstream_wire::messages::leader_named_in(message),
+            _ => None,
+        }
+    }
+
     /// The coordinator called did not answer, or answered that it does not lead: the caller
     /// tries the next coordinator it knows.
     pub fn wants_another_coordinator(&self) -> bool {

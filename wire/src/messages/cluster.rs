@@ -145,6 +145,34 @@ wire_message! {
     }
 }
 
+/// How a `NotLeader` message names the leader: its last part, after this.
+const LEADER_IS_AT: &str = "; the leader is at ";
+/// Longest leader address a message may name (host:port).
+const LEADER_ADDR_BYTES_MAX: usize = 255;
+
+/// A `NotLeader` answer's message: `why`, then where the leader is, if known, as the address
+/// of the same listener (client or peer) on the leader. [`leader_named_in`] reads it back.
+pub fn not_leader_message(why: &str, leader_addr: Option<&str>) -> String {
+    match leader_addr {
+        Some(addr) if is_plausible_address(addr) => format!("{why}{LEADER_IS_AT}{addr}"),
+        _ => why.to_string(),
+    }
+}
+
+/// The leader's address a `NotLeader` message names, if it names one that looks like an
+/// address (a peer's message is input: anything else is ignored, never trusted).
+pub fn leader_named_in(message: &str) -> Option<&str> {
+    let (_, addr) = message.rsplit_once(LEADER_IS_AT)?;
+    is_plausible_address(addr).then_some(addr)
+}
+
+fn is_plausible_address(addr: &str) -> bool {
+    !addr.is_empty()
+        && addr.len() <= LEADER_ADDR_BYTES_MAX
+        && addr.contains(':')
+        && !addr.contains(|c: char| c.is_whitespace() || c.is_control() || c == ',')
+}
+
 wire_message! {
     pub struct Empty {}
 }
@@ -472,5 +500,24 @@ wire_message! {
     pub struct ListStreamsResponse {
         #[cfg_attr(test, proptest(strategy = "small_vec::<StreamMetadata>()"))]
         pub streams: Vec<StreamMetadata>,
+    }
+}
+
+#[cfg(test)]
+mod not_leader_tests {
+    use super::*;
+
+    #[test]
+    fn a_not_leader_message_names_the_leader_only_when_it_is_an_address() {
+        let named = not_leader_message("standing by", Some("127.0.0.1:7000"));
+        assert_eq!(leader_named_in(&named), Some("127.0.0.1:7000"));
+        assert_eq!(leader_named_in(&not_leader_message("lapsed", None)), None);
+        assert_eq!(leader_named_in("this coordinator does not lead now"), None);
+        for bad in ["", "no-port", "a:1 b:2", "a:1,b:2", "a:1\n"] {
+            assert_eq!(not_leader_message("x", Some(bad)), "x", "{bad:?}");
+            assert_eq!(leader_named_in(&format!("x{LEADER_IS_AT}{bad}")), None);
+        }
+        let long = format!("h{}:1", "o".repeat(300));
+        assert_eq!(leader_named_in(&format!("x{LEADER_IS_AT}{long}")), None);
     }
 }
