@@ -32,8 +32,11 @@ const TXN_OPS_MAX: usize = 100;
 const TXN_BYTES_MAX: usize = 1 << 20;
 /// Keys per page when listing (a large cluster's metadata exceeds one gRPC message).
 const LIST_PAGE_KEYS: i64 = 5_000;
-/// A save that takes longer has an unknown outcome (etcd lost quorum, or is cut off).
-const SAVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// A transaction (or the read after a refused one) that takes longer has an unknown outcome
+/// (etcd lost quorum, or is cut off). Bounded per request, not per save: a broker crash in a
+/// large cluster moves tens of thousands of placements, hundreds of transactions that take
+/// longer than this together.
+const TXN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Loading a large cluster reads every key.
 const LOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 /// Largest answer this client accepts (a page of keys).
@@ -231,13 +234,10 @@ impl EtcdStore {
             })
             .collect();
         let asked = std::time::Instant::now();
-        let answer = self
-            .client
-            .kv_client()
-            .txn(Txn::new().when(compares).and_then(writes))
-            .await;
+        let mut kv = self.client.kv_client();
+        let answer = bounded(kv.txn(Txn::new().when(compares).and_then(writes))).await;
         crate::metrics::etcd_request("transaction", asked);
-        let answer = answer.map_err(etcd_error("transaction"))?;
+        let answer = answer?.map_err(etcd_error("transaction"))?;
         if !answer.succeeded() {
             return Err(self.why_refused(fence).await);
         }
@@ -254,12 +254,11 @@ impl EtcdStore {
 
     /// Why a fenced transaction was refused: leadership lost, or a key changed behind us.
     async fn why_refused(&self, fence: &Fence) -> String {
-        let leader = self
-            .client
-            .kv_client()
-            .get(fence.leader_key.clone(), None)
+        let mut kv = self.client.kv_client();
+        let leader = bounded(kv.get(fence.leader_key.clone(), None))
             .await
             .ok()
+            .and_then(Result::ok)
             .and_then(|answer| answer.kvs().first().map(|kv| kv.create_revision()));
         if leader == Some(fence.create_revision) {
             "the metadata in etcd changed behind this coordinator (a write it did not make): \
@@ -327,11 +326,9 @@ impl EtcdStore {
             dir.clone(),
             Some(etcd_client::DeleteOptions::new().with_range(prefix_end(&dir))),
         );
-        let answer = self
-            .client
-            .kv_client()
-            .txn(Txn::new().when(vec![compare]).and_then(vec![delete]))
-            .await
+        let mut kv = self.client.kv_client();
+        let answer = bounded(kv.txn(Txn::new().when(vec![compare]).and_then(vec![delete])))
+            .await?
             .map_err(etcd_error("deleting the intent"))?;
         if answer.succeeded() {
             Ok(())
@@ -433,9 +430,7 @@ impl EtcdStore {
         check_sizes(ops)?;
         let written = self.runtime.block_on(async {
             let fence = self.current_fence()?;
-            tokio::time::timeout(SAVE_TIMEOUT, self.commit_in_pieces(&fence, ops, false))
-                .await
-                .unwrap_or_else(|_| Err("an etcd write timed out (its outcome is unknown)".into()))
+            self.commit_in_pieces(&fence, ops, false).await
         });
         if let Err(why) = &written {
             self.depose(why);
@@ -452,6 +447,18 @@ impl EtcdStore {
             Ok(listed.into_iter().map(|(k, v, _)| (k, v)).collect())
         })
     }
+}
+
+/// `request`, or an error once it has gone [`TXN_TIMEOUT`] unanswered.
+async fn bounded<T>(request: impl std::future::Future<Output = T>) -> Result<T, String> {
+    tokio::time::timeout(TXN_TIMEOUT, request)
+        .await
+        .map_err(|_| {
+            format!(
+                "etcd gave no answer within {} ms (the outcome of the write is unknown)",
+                TXN_TIMEOUT.as_millis()
+            )
+        })
 }
 
 /// Refuses ops that no transaction could carry.
@@ -502,11 +509,9 @@ impl MetadataStore for EtcdStore {
         // Refused before anything is written (and without stepping down): an object etcd
         // would never take, applied as an intent, would stop every later leader.
         check_sizes(&layout::changes(previous, next)?)?;
-        let saved = self.runtime.block_on(async {
-            tokio::time::timeout(SAVE_TIMEOUT, self.save_async(previous, next))
-                .await
-                .unwrap_or_else(|_| Err("an etcd write timed out (its outcome is unknown)".into()))
-        });
+        let saved = self
+            .runtime
+            .block_on(async { self.save_async(previous, next).await });
         if let Err(why) = &saved {
             // Refused, failed or unknown: etcd may now hold what this coordinator does not.
             self.depose(why);
@@ -518,6 +523,10 @@ impl MetadataStore for EtcdStore {
 #[cfg(test)]
 #[path = "etcd_tests.rs"]
 mod etcd_tests;
+
+#[cfg(test)]
+#[path = "scale_tests.rs"]
+mod scale_tests;
 
 #[cfg(test)]
 mod tests {

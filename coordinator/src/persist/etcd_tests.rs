@@ -10,7 +10,7 @@ use tailstream_launcher::etcd::{EtcdCluster, etcd_installed};
 use tailstream_wire::ServerId;
 use tailstream_wire::messages::StreamConfig;
 
-async fn local_etcd(dir: &std::path::Path) -> Option<EtcdCluster> {
+pub(super) async fn local_etcd(dir: &std::path::Path) -> Option<EtcdCluster> {
     if !etcd_installed() {
         assert!(
             std::env::var_os("TAILSTREAM_REQUIRE_ETCD").is_none(),
@@ -22,13 +22,13 @@ async fn local_etcd(dir: &std::path::Path) -> Option<EtcdCluster> {
     Some(EtcdCluster::start(3, dir).await.expect("a local etcd"))
 }
 
-async fn connect(etcd: &EtcdCluster) -> Client {
+pub(super) async fn connect(etcd: &EtcdCluster) -> Client {
     Client::connect(etcd.endpoints(), None)
         .await
         .expect("connect")
 }
 
-fn address(name: &str) -> LeaderAddress {
+pub(super) fn address(name: &str) -> LeaderAddress {
     LeaderAddress {
         rpc_addr: name.into(),
         peer_addr: name.into(),
@@ -37,7 +37,7 @@ fn address(name: &str) -> LeaderAddress {
 }
 
 /// A store of the cluster `prefix`, led by a freshly elected `name`.
-async fn leading_store(
+pub(super) async fn leading_store(
     etcd: &EtcdCluster,
     prefix: &str,
     name: &str,
@@ -56,21 +56,25 @@ async fn leading_store(
     (store, won, client)
 }
 
-async fn save(store: &Arc<EtcdStore>, previous: &Metadata, next: &Metadata) -> Result<(), String> {
+pub(super) async fn save(
+    store: &Arc<EtcdStore>,
+    previous: &Metadata,
+    next: &Metadata,
+) -> Result<(), String> {
     let (store, previous, next) = (store.clone(), previous.clone(), next.clone());
     tokio::task::spawn_blocking(move || store.save(&previous, &next))
         .await
         .unwrap()
 }
 
-async fn load(store: &Arc<EtcdStore>) -> Result<Metadata, String> {
+pub(super) async fn load(store: &Arc<EtcdStore>) -> Result<Metadata, String> {
     let store = store.clone();
     tokio::task::spawn_blocking(move || store.load())
         .await
         .unwrap()
 }
 
-fn config() -> StreamConfig {
+pub(super) fn config() -> StreamConfig {
     StreamConfig {
         logs_per_streamlet: 1,
         replicas: 1,
@@ -82,7 +86,7 @@ fn config() -> StreamConfig {
     }
 }
 
-fn brokers(m: &mut Metadata, count: usize) -> Vec<ServerId> {
+pub(super) fn brokers(m: &mut Metadata, count: usize) -> Vec<ServerId> {
     (0..count)
         .map(|i| {
             let addr = format!("b{i}:1");

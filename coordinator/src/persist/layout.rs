@@ -174,6 +174,10 @@ fn stream_changes(previous: &Metadata, next: &Metadata, ops: &mut Vec<Op>) -> Re
         next.streams.values().map(|s| (s.id, s)).collect();
     for stream in next.streams.values() {
         let old = before.get(&stream.id);
+        // Most streams are untouched by a change: one comparison, no header built.
+        if old.is_some_and(|old| *old == stream) {
+            continue;
+        }
         if old.map(|old| header(old)) != Some(header(stream)) {
             put(ops, keys::stream(stream.id), &header(stream))?;
         }
