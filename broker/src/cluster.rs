@@ -35,7 +35,9 @@ use tailstream_wire::messages::{
     AssignStreamletsRequest, BrokerHeartbeatRequest, BrokerInfo, LogEnd, LogHead, LogReplicaSet,
     LogReplication, RegisterBrokerRequest, ReportLogBoundsRequest,
 };
-use tailstream_wire::{LogId, RecordOffset, SegmentId, ServerId, Status, StreamId, StreamletId};
+use tailstream_wire::{
+    CoordinatorTerm, LogId, RecordOffset, SegmentId, ServerId, Status, StreamId, StreamletId,
+};
 use tokio::sync::{mpsc, watch};
 
 #[derive(Debug, Default)]
@@ -83,9 +85,10 @@ pub struct ClusterState {
     log_bounds: Arc<LogBoundsBook>,
     /// The newest coordinator term seen: orders and answers of older ones are refused.
     term: TermFence,
-    /// The address of the coordinator whose answer renewed the lease last: only its word
-    /// that it leads no more extends the lease (another's says nothing of it).
-    renewed_by: Mutex<String>,
+    /// The address and term of the coordinator whose answer renewed the lease last: only its
+    /// word that it leads no more (naming that term), or a refused connection at that
+    /// address, extends the lease (another's says nothing of it).
+    renewed_by: Mutex<(String, CoordinatorTerm)>,
 }
 
 impl ClusterState {
@@ -107,7 +110,7 @@ impl ClusterState {
             lease: Arc::new(Lease::new(lease)),
             log_bounds: Arc::default(),
             term: TermFence::default(),
-            renewed_by: Mutex::new(String::new()),
+            renewed_by: Mutex::new((String::new(), CoordinatorTerm(0))),
         };
         (state, created_rx)
     }
@@ -127,13 +130,29 @@ impl ClusterState {
         &self.term
     }
 
-    /// The coordinator at `coordinator_addr` answered a heartbeat (or registration) sent at
-    /// `sent_at`: the lease runs on from it.
-    fn lease_renewed(&self, coordinator_addr: &str, sent_at: BootInstant) {
+    /// The coordinator at `coordinator_addr`, leading in `term`, answered a heartbeat (or
+    /// registration) sent at `sent_at`: the lease runs on from it.
+    fn lease_renewed(&self, coordinator_addr: &str, term: CoordinatorTerm, sent_at: BootInstant) {
         self.lease.renew(sent_at);
         let mut renewed_by = self.renewed_by.lock().unwrap_or_else(|p| p.into_inner());
-        if renewed_by.as_str() != coordinator_addr {
-            *renewed_by = coordinator_addr.to_string();
+        if renewed_by.0 != coordinator_addr {
+            renewed_by.0 = coordinator_addr.to_string();
+        }
+        renewed_by.1 = term;
+    }
+
+    /// The coordinator at `coordinator_addr` answered `NotLeader` with `message`: if that
+    /// message names the term that renewed the lease last, from the address that renewed it,
+    /// the coordinator of that term says it leads no more (see [`Self::leader_gone`]). Any
+    /// other coordinator's word (a standby's, one behind a shared address) counts for nothing.
+    fn leader_said_gone(&self, coordinator_addr: &str, message: &str) {
+        let said = tailstream_wire::messages::led_term_named_in(message);
+        let renewer = self.renewed_by.lock().unwrap_or_else(|p| p.into_inner()).1;
+        if said == Some(renewer) {
+            self.leader_gone(
+                coordinator_addr,
+                "it answered NotLeader for the term that renewed this lease",
+            );
         }
     }
 
@@ -160,9 +179,7 @@ impl ClusterState {
     /// extension is taken only then, once per renewal).
     fn may_extend_on_word_of(&self, coordinator_addr: &str) -> bool {
         let renewed_by = self.renewed_by.lock().unwrap_or_else(|p| p.into_inner());
-        renewed_by.as_str() == coordinator_addr
-            && !self.lease.has_extension()
-            && self.lease.is_valid()
+        renewed_by.0 == coordinator_addr && !self.lease.has_extension() && self.lease.is_valid()
     }
 
     /// What a heartbeat to `coordinator_addr` says of the lease: extended, or possibly so
@@ -170,7 +187,7 @@ impl ClusterState {
     /// still extend it), so the coordinator counts on the short lease only once it renewed it.
     fn lease_may_be_extended(&self, coordinator_addr: &str) -> bool {
         let renewed_by = self.renewed_by.lock().unwrap_or_else(|p| p.into_inner());
-        self.lease.has_extension() || renewed_by.as_str() != coordinator_addr
+        self.lease.has_extension() || renewed_by.0 != coordinator_addr
     }
 
     /// Whether this broker may serve now.
@@ -752,7 +769,7 @@ async fn membership_session(
         // The registering leader's term is the current one, even if an earlier
         // incarnation saw a higher one (see `TermFence::reset_to`).
         cluster.term.reset_to(response.assignments.term);
-        cluster.lease_renewed(coordinator_addr, sent_at);
+        cluster.lease_renewed(coordinator_addr, response.assignments.term, sent_at);
         tracing::info!(server_id = %response.server_id, "registered with the coordinator");
         if let Err((_, message)) = cluster.apply_assignments(&response.assignments) {
             return (format!("initial assignment: {message}"), Next::Same);
@@ -801,7 +818,7 @@ async fn membership_session(
                         Next::Another,
                     );
                 }
-                cluster.lease_renewed(coordinator_addr, sent_at);
+                cluster.lease_renewed(coordinator_addr, response.term, sent_at);
                 cluster.heads_acknowledged(&request.heads);
                 cluster.ends_acknowledged(&request.log_ends);
                 cluster.replication_acknowledged(replication);
@@ -824,8 +841,12 @@ async fn membership_session(
                 );
             }
             Err(error) => {
-                if error.status() == Some(Status::NotLeader) {
-                    cluster.leader_gone(coordinator_addr, "it answered NotLeader");
+                if let StubError::Refused {
+                    status: Status::NotLeader,
+                    message,
+                } = &error
+                {
+                    cluster.leader_said_gone(coordinator_addr, message);
                 }
                 return (format!("heartbeat: {error}"), Next::after(&error));
             }
@@ -847,3 +868,46 @@ async fn nothing_listens_at(coordinator_addr: &str) -> bool {
 /// How long the check for a refused connection waits (a refusal comes back within a round
 /// trip; anything slower is silence).
 const REFUSAL_CHECK_TIMEOUT: Duration = Duration::from_millis(250);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tailstream_wire::messages::not_leader_message;
+
+    fn cluster(dir: &std::path::Path) -> ClusterState {
+        let limits = tailstream_backup::BackupLimits {
+            open_buffers_max: 1,
+            open_buffer_bytes_max: 1 << 20,
+        };
+        let backup = BackupStore::load(dir, limits).unwrap();
+        ClusterState::new(
+            Arc::new(Store::new(1 << 20, 4, 1 << 20)),
+            Arc::new(backup),
+            Arc::default(),
+            Duration::from_secs(5),
+        )
+        .0
+    }
+
+    #[test]
+    fn only_the_renewing_terms_own_not_leader_extends_the_lease() {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = cluster(dir.path());
+        cluster
+            .lease
+            .set_durations(Duration::from_secs(5), Duration::from_secs(60));
+        cluster.lease_renewed("c:1", CoordinatorTerm(5), BootInstant::now());
+        let said = |addr: &str, term: Option<u64>| {
+            let message = not_leader_message("no", term.map(CoordinatorTerm), Some("c:9"));
+            cluster.leader_said_gone(addr, &message);
+        };
+        // A standby that never led, one that led an older term, and the right term from
+        // another address (a shared address reaching another coordinator): no extension.
+        said("c:1", None);
+        said("c:1", Some(4));
+        said("c:2", Some(5));
+        assert!(!cluster.lease.has_extension());
+        said("c:1", Some(5));
+        assert!(cluster.lease.has_extension());
+    }
+}

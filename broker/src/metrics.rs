@@ -33,6 +33,7 @@ pub const LOGS_BELOW_MIN_INSYNC: &str = "tailstream_logs_below_min_insync";
 pub const PRODUCE_NOT_ENOUGH_REPLICAS: &str = "tailstream_produce_not_enough_replicas_total";
 pub const ACKS_WITHHELD_LEASE_EXPIRED: &str = "tailstream_acks_withheld_lease_expired_total";
 pub const LEADERLESS_EXTENSIONS: &str = "tailstream_lease_leaderless_extensions_total";
+pub const COORDINATOR_TERM: &str = "tailstream_coordinator_term_seen";
 
 const COUNTERS: &[(&str, Unit, &str)] = &[
     (
@@ -153,6 +154,12 @@ pub fn describe(segment_memory_bytes_max: u64) {
         "Owned logs with a segment short of min_insync_replicas complete copies (they refuse produce)."
     );
     metrics::gauge!(LOGS_BELOW_MIN_INSYNC).set(0.0);
+    describe_gauge!(
+        COORDINATOR_TERM,
+        Unit::Count,
+        "The newest coordinator term this broker has seen (orders of older ones are refused); 0 before any."
+    );
+    metrics::gauge!(COORDINATOR_TERM).set(0.0);
     describe_histogram!(
         REPLICATION_WRITE_LATENCY,
         Unit::Seconds,

@@ -20,6 +20,9 @@ impl TermFence {
     /// Takes `term` as seen: `Ok` when no newer one was, else `Err` with the newest.
     pub fn admit(&self, term: CoordinatorTerm) -> Result<(), CoordinatorTerm> {
         let before = self.newest.fetch_max(term.0, Ordering::AcqRel);
+        if term.0 > before {
+            metrics::gauge!(crate::metrics::COORDINATOR_TERM).set(term.0 as f64);
+        }
         if term.0 >= before {
             Ok(())
         } else {
@@ -34,6 +37,7 @@ impl TermFence {
     /// would leave this broker unable to serve until restarted.
     pub fn reset_to(&self, term: CoordinatorTerm) {
         self.newest.store(term.0, Ordering::Release);
+        metrics::gauge!(crate::metrics::COORDINATOR_TERM).set(term.0 as f64);
     }
 
     /// The newest term seen (0 before any).

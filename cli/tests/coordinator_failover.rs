@@ -87,6 +87,23 @@ async fn standby_names_the_leader(standby: &tailstream_launcher::Proc, leader: &
 async fn stale_orders_are_refused(test: &TestCluster, stale: CoordinatorTerm) {
     let brokers = test.client().list_brokers().await.unwrap();
     let live: Vec<_> = brokers.iter().filter(|b| b.alive && !b.crashed).collect();
+    // A new leader counts every broker alive from its start, before any heartbeat: wait
+    // until each has seen a newer term (as it has by the new term's first hand-over, which
+    // waits a lease), else the order below would be taken, and do its harm.
+    let started = Instant::now();
+    for broker in &live {
+        let admin = broker.admin_addr.parse().unwrap();
+        while common::hostile::metric(admin, "tailstream_coordinator_term_seen", &[]).await
+            <= stale.0 as f64
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{} saw no term after {stale} within 10 s",
+                broker.server_id
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     for broker in &live {
         let client = RpcClient::connect(&broker.peer_addr, RpcClientConfig::default())
             .await

@@ -338,7 +338,9 @@ pub async fn run_elected(
         "tailstream coordinator standby rpc={} peer={} admin=http://{}",
         address.rpc_addr, address.peer_addr, address.admin_addr
     );
-    let mut standby = StandbyListeners::start(&config, mirror.clone()).await;
+    // The term this process led last (named by its standby listeners).
+    let mut led_term = None;
+    let mut standby = StandbyListeners::start(&config, mirror.clone(), led_term).await;
     loop {
         tracing::info!(prefix = %settings.etcd_prefix, "campaigning for leadership");
         let campaign_started = Instant::now();
@@ -388,6 +390,7 @@ pub async fn run_elected(
             "leading: elected and loaded the metadata"
         );
         metrics::gauge!(crate::metrics::LEADER).set(1.0);
+        led_term = Some(metadata.term);
         let (term_over, term_shutdown) = watch::channel(false);
         let why = {
             let mut lost = leadership.lost.clone();
@@ -435,7 +438,7 @@ pub async fn run_elected(
             return Ok(());
         }
         // Standing by again, at once: the leader's listeners are closed.
-        standby = StandbyListeners::start(&config, mirror.clone()).await;
+        standby = StandbyListeners::start(&config, mirror.clone(), led_term).await;
         metrics::counter!(crate::metrics::LEADERSHIP_LOST).increment(1);
         tracing::warn!(
             why = why.as_deref().unwrap_or("unknown"),

@@ -27,9 +27,24 @@ use tailstream_wire::messages::{
     DescribeConsumerGroupsResponse, DescribeLeadershipResponse, DescribeStreamRequest,
     ListBrokersResponse, ListRecoveriesResponse, ListStreamsResponse, PartitionLagInfo,
     RecoverySummary, RegisterBrokerRequest, RegisterBrokerResponse, ReportLogBoundsRequest,
-    ReportLogBoundsResponse, ReportSuspectRequest,
+    ReportLogBoundsResponse, ReportSuspectRequest, not_leader_message,
 };
 use tailstream_wire::{Decode, Opcode, ProducerEpoch, ServerId, Status};
+
+/// The answer of a coordinator whose leadership may have lapsed: `NotLeader`, naming the term
+/// it led, so that a broker whose lease it renewed last (and only such a broker) may take it as
+/// the word that nobody renews leases now.
+fn not_leading(core: &Coordinator) -> Response {
+    let term = core.lock().metadata.term;
+    Response::error(
+        Status::NotLeader,
+        not_leader_message(
+            "this coordinator does not lead now: ask another",
+            Some(term),
+            None,
+        ),
+    )
+}
 
 /// Recoveries `ListRecoveries` answers with, the most recent.
 const RECOVERIES_LISTED: usize = 32;
@@ -212,7 +227,7 @@ impl CoordinatorService {
             if !leadership.is_valid() {
                 // Saved, but this answer would start a lease a newer leader does not know
                 // of: the broker registers again, with whoever leads.
-                return Response::error(Status::NotLeader, "this coordinator does not lead now");
+                return not_leading(&core);
             }
             let mut state = core.lock();
             state.broker_registered(server_id, Instant::now());
@@ -494,10 +509,7 @@ impl CoordinatorService {
             // Checked as the request is answered (a heartbeat's answer is made here, at once):
             // a coordinator that may have been replaced renews no broker's lease and tells no
             // one a state a newer leader may have changed.
-            return Reply::Ready(Response::error(
-                Status::NotLeader,
-                "this coordinator does not lead now: ask another",
-            ));
+            return Reply::Ready(not_leading(&self.core));
         }
         match (facing, request.opcode) {
             (_, Opcode::Ping) => Reply::Ready(Response::empty()),

@@ -5,6 +5,10 @@
 //! (`tailstream_stubs::CoordinatorAddresses`). The admin listener stays unbound: operators
 //! read leadership from whichever coordinator leads.
 //!
+//! A coordinator that led and stepped down names the term it led: brokers whose lease that
+//! term renewed last take it, as they took the lapsed leader's own `NotLeader`, for the word
+//! that nobody renews leases now; any other broker ignores it.
+//!
 //! A standby holds nothing a leader needs: when it is elected its listeners are closed (every
 //! connection with them) before the leader's are bound on the same ports.
 
@@ -16,7 +20,7 @@ use tailstream_config::Config;
 use tailstream_net::server::serve;
 use tailstream_net::{Reply, Request, Response, Service};
 use tailstream_wire::messages::not_leader_message;
-use tailstream_wire::{Opcode, Status};
+use tailstream_wire::{CoordinatorTerm, Opcode, Status};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -35,6 +39,8 @@ struct StandbyFacing {
     /// This coordinator's own address on that listener: never named as the leader (it is
     /// about to lead, or its copy is behind).
     own: SocketAddr,
+    /// The term this process led last, if it led: it renews nothing of it any more.
+    led: Option<CoordinatorTerm>,
 }
 
 impl StandbyFacing {
@@ -45,7 +51,11 @@ impl StandbyFacing {
             Listener::Clients => leader.rpc_addr,
             Listener::Peers => leader.peer_addr,
         };
-        (addr != self.own.to_string()).then_some(addr)
+        // A leader bound to every interface cannot be reached at its bind address.
+        let reachable = addr
+            .parse::<SocketAddr>()
+            .map_or(true, |parsed| !parsed.ip().is_unspecified());
+        (reachable && addr != self.own.to_string()).then_some(addr)
     }
 }
 
@@ -57,7 +67,7 @@ impl Service for StandbyFacing {
         let leader = self.leader();
         Reply::Ready(Response::error(
             Status::NotLeader,
-            not_leader_message("this coordinator stands by", leader.as_deref()),
+            not_leader_message("this coordinator stands by", self.led, leader.as_deref()),
         ))
     }
 }
@@ -76,7 +86,11 @@ impl StandbyListeners {
     /// Binds the client and peer listeners and answers on them. A port that cannot be bound
     /// (taken by another process meanwhile) is left unbound: clients then find the leader by
     /// trying the next address, as they do a dead coordinator's.
-    pub async fn start(config: &Config, mirror: Arc<EtcdMirror>) -> Self {
+    pub async fn start(
+        config: &Config,
+        mirror: Arc<EtcdMirror>,
+        led: Option<CoordinatorTerm>,
+    ) -> Self {
         let (stop, stopped) = watch::channel(false);
         let settings = &config.coordinator;
         let mut tasks = Vec::new();
@@ -106,6 +120,7 @@ impl StandbyListeners {
                 mirror: mirror.clone(),
                 listener,
                 own,
+                led,
             });
             let limits = crate::server::listener_limits(config, connections_max, name);
             tasks.push(tokio::spawn(serve(

@@ -6,16 +6,23 @@
 
 use crate::error::StubError;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 /// The most addresses a list grows to by following leaders it was not given.
 pub const ADDRESSES_MAX: usize = 16;
+/// How long an address that gave no answer is not gone back to on a standby's word: a
+/// standby names the leader its copy of etcd knows, which is a dead leader until its etcd
+/// lease runs out (seconds), and following it there would keep a caller from the others.
+const UNANSWERED_DISTRUST: Duration = Duration::from_secs(1);
 
 /// Cheap to clone: clones share the list and which address is current.
 #[derive(Clone, Debug)]
 pub struct CoordinatorAddresses {
     addrs: Arc<RwLock<Vec<String>>>,
     current: Arc<AtomicUsize>,
+    /// The address that last gave no answer, and when.
+    last_unanswered: Arc<Mutex<Option<(String, Instant)>>>,
 }
 
 impl CoordinatorAddresses {
@@ -30,6 +37,7 @@ impl CoordinatorAddresses {
         Self {
             addrs: Arc::new(RwLock::new(addrs)),
             current: Arc::new(AtomicUsize::new(0)),
+            last_unanswered: Arc::default(),
         }
     }
 
@@ -50,6 +58,14 @@ impl CoordinatorAddresses {
     /// `addr` gave no answer: the next call tries the next address (unless another caller
     /// moved on already).
     pub fn unanswered(&self, addr: &str) {
+        *self
+            .last_unanswered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some((addr.to_string(), Instant::now()));
+        self.move_on_from(addr);
+    }
+
+    fn move_on_from(&self, addr: &str) {
         let addrs = self.read();
         if addrs.len() < 2 {
             return;
@@ -67,10 +83,17 @@ impl CoordinatorAddresses {
 
     /// `addr` answered that `leader` leads: the next call goes there (unless another caller
     /// moved on already). A leader not in the list is added while the list has room; with
-    /// none, it is treated as no answer.
+    /// none, or when `leader` just gave no answer itself, or is `addr`, the next address is
+    /// tried instead.
     pub fn redirected(&self, addr: &str, leader: &str) {
-        if leader == addr {
-            return self.unanswered(addr);
+        let distrusted = self
+            .last_unanswered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(|(gone, at)| gone == leader && at.elapsed() < UNANSWERED_DISTRUST);
+        if leader == addr || distrusted {
+            return self.move_on_from(addr);
         }
         let mut addrs = self.addrs.write().unwrap_or_else(|p| p.into_inner());
         let at = self.current.load(Ordering::Relaxed);
@@ -144,7 +167,7 @@ mod tests {
     fn not_leader(leader: Option<&str>) -> StubError {
         StubError::Refused {
             status: Status::NotLeader,
-            message: not_leader_message("standing by", leader),
+            message: not_leader_message("standing by", None, leader),
         }
     }
 
@@ -167,6 +190,19 @@ mod tests {
         };
         addrs.after_error("a:1", &refused);
         assert_eq!(addrs.current(), "a:1");
+    }
+
+    #[test]
+    fn a_standby_naming_a_leader_that_just_gave_no_answer_sends_callers_on_instead() {
+        let addrs = CoordinatorAddresses::parse("a:1,b:2,c:3");
+        addrs.unanswered("a:1");
+        assert_eq!(addrs.current(), "b:2");
+        // b's copy of etcd still names the dead a: c is tried, not a again.
+        addrs.after_error("b:2", &not_leader(Some("a:1")));
+        assert_eq!(addrs.current(), "c:3");
+        // Naming a live one still sends callers there.
+        addrs.after_error("c:3", &not_leader(Some("b:2")));
+        assert_eq!(addrs.current(), "b:2");
     }
 
     #[test]

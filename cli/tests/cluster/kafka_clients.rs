@@ -8,71 +8,13 @@
 
 use crate::common;
 
-use common::kafka::{bootstrap, kcat, required, run};
+use common::kafka::{
+    CLIENTS_PY, Seen, bootstrap, check_exactly_once_in_order, kafka_python, kcat, parse, required,
+    run,
+};
 use common::{TEST_TIMEOUT, TestCluster};
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
+use std::collections::HashSet;
 use std::time::Duration;
-
-fn kafka_python() -> Option<PathBuf> {
-    common::kafka::python_with("kafka")
-}
-
-const CLIENTS_PY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kafka/clients.py");
-
-/// A record as a client reports it: partition, offset, value.
-type Seen = (i32, u64, String);
-
-fn parse(lines: &str) -> Vec<Seen> {
-    lines
-        .lines()
-        .filter(|l| !l.is_empty())
-        .map(|line| {
-            let mut parts = line.splitn(3, ' ');
-            let partition = parts.next().unwrap().parse().unwrap();
-            let offset = parts.next().unwrap().parse().unwrap();
-            (partition, offset, parts.next().unwrap_or("").to_owned())
-        })
-        .collect()
-}
-
-/// Every acknowledged record is read exactly once; per partition, offsets increase and the
-/// values of each key come in the order they were produced ("KEY:SEQUENCE").
-fn check_exactly_once_in_order(acked: &[Seen], read: &[Seen]) {
-    let acked_set: HashSet<&Seen> = acked.iter().collect();
-    assert_eq!(acked_set.len(), acked.len(), "an offset acknowledged twice");
-    let mut counts: HashMap<&Seen, usize> = HashMap::new();
-    for record in read {
-        *counts.entry(record).or_default() += 1;
-    }
-    let missing = acked.iter().filter(|r| !counts.contains_key(r)).count();
-    let duplicated = counts.values().filter(|c| **c > 1).count();
-    let unknown = counts.keys().filter(|r| !acked_set.contains(*r)).count();
-    assert_eq!(
-        (missing, duplicated, unknown),
-        (0, 0, 0),
-        "(missing, duplicated, unknown) of {} acknowledged",
-        acked.len()
-    );
-    let mut by_partition: BTreeMap<i32, Vec<&Seen>> = BTreeMap::new();
-    for record in acked {
-        by_partition.entry(record.0).or_default().push(record);
-    }
-    for (partition, mut records) in by_partition {
-        records.sort_by_key(|r| r.1);
-        let mut last: HashMap<&str, u64> = HashMap::new();
-        for (_, _, value) in records {
-            let (key, sequence) = value.split_once(':').unwrap();
-            let sequence: u64 = sequence.parse().unwrap();
-            if let Some(previous) = last.insert(key, sequence) {
-                assert!(
-                    previous < sequence,
-                    "partition {partition}: key {key} out of order ({previous} then {sequence})"
-                );
-            }
-        }
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kafka_python_produces_idempotently_through_a_crash_and_a_rebalancing_group_reads_each_record_once()

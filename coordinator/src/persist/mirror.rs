@@ -12,7 +12,7 @@
 //! holds all of them. Anything short of that, or a copy not caught up within a bound, and the
 //! new leader reads etcd as before.
 
-use super::etcd::{KeyEntry, list_under, prefix_end};
+use super::etcd::{KeyEntry, MESSAGE_BYTES_MAX, list_under, prefix_end};
 use crate::election::LeaderAddress;
 use etcd_client::{Client, EventType, WatchOptions};
 use std::collections::BTreeMap;
@@ -220,12 +220,6 @@ impl EtcdMirror {
     pub fn leader(&self) -> Option<LeaderAddress> {
         self.lock().leader()
     }
-
-    /// (keys held, revision applied): for log lines.
-    pub fn extent(&self) -> (usize, i64) {
-        let state = self.lock();
-        (state.len(), state.revision())
-    }
 }
 
 async fn follow_forever(
@@ -270,11 +264,16 @@ async fn follow(
         .unwrap_or_else(|p| p.into_inner())
         .reset(listing, revision);
     changed.send_modify(|n| *n += 1);
+    // Fragmented: a watch behind by many large transactions (a recovery's) gets them in
+    // pieces rather than in one answer past the message limit. A piece may hold part of a
+    // revision: the copy is then current only once its election keys say so, as always.
     let options = WatchOptions::new()
         .with_range(prefix_end(&dir))
-        .with_start_revision(revision + 1);
+        .with_start_revision(revision + 1)
+        .with_fragment();
     let mut stream = match client
         .watch_client()
+        .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .watch(dir.clone(), Some(options))
         .await
     {

@@ -147,16 +147,29 @@ wire_message! {
 
 /// How a `NotLeader` message names the leader: its last part, after this.
 const LEADER_IS_AT: &str = "; the leader is at ";
+/// How a `NotLeader` message names the term its sender led last.
+const LED_TERM: &str = "; it led term ";
 /// Longest leader address a message may name (host:port).
 const LEADER_ADDR_BYTES_MAX: usize = 255;
 
-/// A `NotLeader` answer's message: `why`, then where the leader is, if known, as the address
-/// of the same listener (client or peer) on the leader. [`leader_named_in`] reads it back.
-pub fn not_leader_message(why: &str, leader_addr: Option<&str>) -> String {
-    match leader_addr {
-        Some(addr) if is_plausible_address(addr) => format!("{why}{LEADER_IS_AT}{addr}"),
-        _ => why.to_string(),
+/// A `NotLeader` answer's message: `why`; the term the sender led last, if it led one (it
+/// renews no lease of that term any more: a broker whose lease that term renewed may take it
+/// as evidence that nobody renews it, see the broker's `lease`); then where the leader is, if
+/// known, as the address of the same listener (client or peer) on the leader.
+/// [`leader_named_in`] and [`led_term_named_in`] read it back.
+pub fn not_leader_message(
+    why: &str,
+    led_term: Option<CoordinatorTerm>,
+    leader_addr: Option<&str>,
+) -> String {
+    let mut message = why.to_string();
+    if let Some(term) = led_term {
+        message.push_str(&format!("{LED_TERM}{}", term.0));
     }
+    if let Some(addr) = leader_addr.filter(|addr| is_plausible_address(addr)) {
+        message.push_str(&format!("{LEADER_IS_AT}{addr}"));
+    }
+    message
 }
 
 /// The leader's address a `NotLeader` message names, if it names one that looks like an
@@ -164,6 +177,13 @@ pub fn not_leader_message(why: &str, leader_addr: Option<&str>) -> String {
 pub fn leader_named_in(message: &str) -> Option<&str> {
     let (_, addr) = message.rsplit_once(LEADER_IS_AT)?;
     is_plausible_address(addr).then_some(addr)
+}
+
+/// The term a `NotLeader` message says its sender led last, if it names one.
+pub fn led_term_named_in(message: &str) -> Option<CoordinatorTerm> {
+    let (_, rest) = message.rsplit_once(LED_TERM)?;
+    let digits = rest.split(';').next()?;
+    digits.parse().ok().map(CoordinatorTerm)
 }
 
 fn is_plausible_address(addr: &str) -> bool {
@@ -509,15 +529,32 @@ mod not_leader_tests {
 
     #[test]
     fn a_not_leader_message_names_the_leader_only_when_it_is_an_address() {
-        let named = not_leader_message("standing by", Some("127.0.0.1:7000"));
+        let named = not_leader_message("standing by", None, Some("127.0.0.1:7000"));
         assert_eq!(leader_named_in(&named), Some("127.0.0.1:7000"));
-        assert_eq!(leader_named_in(&not_leader_message("lapsed", None)), None);
+        assert_eq!(led_term_named_in(&named), None);
+        assert_eq!(
+            leader_named_in(&not_leader_message("lapsed", None, None)),
+            None
+        );
         assert_eq!(leader_named_in("this coordinator does not lead now"), None);
         for bad in ["", "no-port", "a:1 b:2", "a:1,b:2", "a:1\n"] {
-            assert_eq!(not_leader_message("x", Some(bad)), "x", "{bad:?}");
+            assert_eq!(not_leader_message("x", None, Some(bad)), "x", "{bad:?}");
             assert_eq!(leader_named_in(&format!("x{LEADER_IS_AT}{bad}")), None);
         }
         let long = format!("h{}:1", "o".repeat(300));
         assert_eq!(leader_named_in(&format!("x{LEADER_IS_AT}{long}")), None);
+    }
+
+    #[test]
+    fn a_not_leader_message_names_the_term_its_sender_led() {
+        let both = not_leader_message("stood down", Some(CoordinatorTerm(42)), Some("h:1"));
+        assert_eq!(led_term_named_in(&both), Some(CoordinatorTerm(42)));
+        assert_eq!(leader_named_in(&both), Some("h:1"));
+        let term_only = not_leader_message("lapsed", Some(CoordinatorTerm(7)), None);
+        assert_eq!(led_term_named_in(&term_only), Some(CoordinatorTerm(7)));
+        assert_eq!(leader_named_in(&term_only), None);
+        assert_eq!(led_term_named_in("x; it led term 12x"), None);
+        assert_eq!(led_term_named_in("x; it led term "), None);
+        assert_eq!(led_term_named_in("does not lead"), None);
     }
 }
