@@ -460,3 +460,77 @@ async fn a_leader_killed_during_a_recovery_leaves_it_to_the_next_who_completes_i
     .await
     .unwrap();
 }
+
+/// Kafka's own clients through a leader kill: an idempotent kafka-python producer and a
+/// consumer group (whose calls brokers forward to whichever coordinator leads) run on while
+/// the leader is killed. Every acknowledged record is in the stream exactly once, in order;
+/// the group reads every one (at least once: a member whose generation died with the old
+/// leader's memory re-reads from its last commit, as against Kafka), and its last commit,
+/// made through the new leader, leaves the group nothing to read again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_clients_and_a_consumer_group_carry_on_through_a_leader_kill() {
+    use common::kafka::{CLIENTS_PY, Seen, bootstrap, kafka_python, parse, required, run};
+    let Some(python) = required(kafka_python(), "kafka-python") else {
+        return;
+    };
+    let _turn = ONE_AT_A_TIME.lock().await;
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let Some(mut test) = TestCluster::start_on_etcd(3, "", 3).await else {
+            return;
+        };
+        let bootstrap = bootstrap(&test);
+        let mut config = test.stream_config();
+        config.replicas = 1;
+        test.client()
+            .create_stream("orders", 2, config)
+            .await
+            .unwrap();
+        let client = |args: &[&str]| {
+            let (python, mut all) = (python.clone(), vec![CLIENTS_PY.to_string()]);
+            all.extend(args.iter().map(|a| a.to_string()));
+            tokio::spawn(async move {
+                let args: Vec<&str> = all.iter().map(String::as_str).collect();
+                parse(&run(&python, &args, b"").await)
+            })
+        };
+        let producer = client(&["produce", &bootstrap, "orders", "12000", "3000"]);
+        let member = client(&["consume", &bootstrap, "orders", "readers", "0", "8"]);
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let leader = test.client().describe_leadership().await.unwrap().leader;
+        test.cluster
+            .kill_coordinator_at(leader.rpc_addr.parse().unwrap())
+            .await
+            .unwrap();
+        let acked = producer.await.unwrap();
+        assert_eq!(acked.len(), 12_000, "every record acknowledged");
+        let read = member.await.unwrap();
+        let acked_set: std::collections::HashSet<&Seen> = acked.iter().collect();
+        let read_set: std::collections::HashSet<&Seen> = read.iter().collect();
+        let missing = acked.iter().filter(|r| !read_set.contains(r)).count();
+        let unknown = read.iter().filter(|r| !acked_set.contains(r)).count();
+        assert_eq!(
+            (missing, unknown),
+            (0, 0),
+            "(missing, unknown) read by the group"
+        );
+        eprintln!(
+            "the group read {} records for {} acknowledged ({} again after the failover)",
+            read.len(),
+            acked.len(),
+            read.len() - read_set.len()
+        );
+        let after = test.client().describe_leadership().await.unwrap();
+        assert!(after.term > CoordinatorTerm(0) && after.leader.rpc_addr != leader.rpc_addr);
+        let again = client(&["consume", &bootstrap, "orders", "readers", "0", "4"])
+            .await
+            .unwrap();
+        assert!(again.is_empty(), "the group read {} again", again.len());
+        let audit = client(&["consume", &bootstrap, "orders", "audit", "0", "4"])
+            .await
+            .unwrap();
+        common::kafka::check_exactly_once_in_order(&acked, &audit);
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}
