@@ -3,8 +3,9 @@
 //! brokers and native producers running throughout.
 //!
 //! Each run kills the leader twice with SIGKILL, restarting it (as a standby) after each:
-//! - **leader alone**: from the kill until a coordinator answers at a newer term with every
-//!   broker heartbeating to it (`kill_to_leader_ms`);
+//! - **leader alone**: from the kill until a coordinator answers at a newer term and every
+//!   broker has heard from it (`kill_to_leader_ms`; each broker's
+//!   `tailstream_coordinator_term_seen`);
 //! - **leader and a broker at once** (the owner of streamlet 0): from the kill until that
 //!   streamlet serves on another broker (`kill_to_serving_ms`): the crash is detected and
 //!   recovered by a leader that did not exist when it happened.
@@ -290,7 +291,9 @@ async fn leader(
     }
 }
 
-/// Until a coordinator leads at a term after `term` with `brokers` brokers alive.
+/// Until a coordinator leads at a term after `term` with `brokers` brokers alive, each of
+/// which has heard from it (a new leader counts every broker alive from its start, before
+/// any heartbeat: each broker's `tailstream_coordinator_term_seen` says when it has).
 async fn wait_for_new_leader(
     poll: &CoordinatorClient,
     term: CoordinatorTerm,
@@ -302,6 +305,7 @@ async fn wait_for_new_leader(
             && leadership.term > term
             && let Ok(members) = poll.list_brokers().await
             && members.iter().filter(|b| b.alive && !b.crashed).count() >= brokers as usize
+            && every_broker_follows(&members, leadership.term).await
         {
             return Ok(leadership.term);
         }
@@ -312,6 +316,42 @@ async fn wait_for_new_leader(
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// Whether every live broker in `members` has seen `term` (or a newer one).
+async fn every_broker_follows(
+    members: &[tailstream_wire::messages::BrokerInfo],
+    term: CoordinatorTerm,
+) -> bool {
+    for broker in members.iter().filter(|b| b.alive && !b.crashed) {
+        if term_seen(&broker.admin_addr)
+            .await
+            .is_none_or(|seen| seen < term.0)
+        {
+            return false;
+        }
+    }
+    true
+}
+
+/// The newest coordinator term the broker whose admin endpoint is `admin_addr` has seen.
+async fn term_seen(admin_addr: &str) -> Option<u64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let scrape = async {
+        let mut stream = tokio::net::TcpStream::connect(admin_addr).await.ok()?;
+        let request = format!("GET /metrics HTTP/1.0\r\nHost: {admin_addr}\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut body = String::new();
+        stream.read_to_string(&mut body).await.ok()?;
+        body.lines().find_map(|line| {
+            let value = line.strip_prefix("tailstream_coordinator_term_seen ")?;
+            value.trim().parse::<f64>().ok().map(|v| v as u64)
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(1), scrape)
+        .await
+        .ok()
+        .flatten()
 }
 
 async fn once(
