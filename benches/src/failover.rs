@@ -453,6 +453,8 @@ struct Load {
     stop: Arc<AtomicBool>,
     acked: Arc<AtomicU64>,
     gap_max_ms: Arc<AtomicU64>,
+    /// Set by `take_gap`: the ticker counts a gap under way from then, not from before.
+    restart_gap: Arc<AtomicBool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     ticker: tokio::task::JoinHandle<()>,
 }
@@ -486,14 +488,16 @@ impl Load {
         }
         // Samples the ack count every poll: a gap is the time the count did not move.
         let gap_max_ms = Arc::new(AtomicU64::new(0));
+        let restart_gap = Arc::new(AtomicBool::new(false));
         let ticker = {
             let (stop, acked, gap_max_ms) = (stop.clone(), acked.clone(), gap_max_ms.clone());
+            let restart_gap = restart_gap.clone();
             tokio::spawn(async move {
                 let (mut last, mut moved_at) = (acked.load(Ordering::Relaxed), Instant::now());
                 while !stop.load(Ordering::Relaxed) {
                     tokio::time::sleep(POLL).await;
                     let now = acked.load(Ordering::Relaxed);
-                    if now != last {
+                    if now != last || restart_gap.swap(false, Ordering::Relaxed) {
                         (last, moved_at) = (now, Instant::now());
                     }
                     gap_max_ms.fetch_max(moved_at.elapsed().as_millis() as u64, Ordering::Relaxed);
@@ -504,13 +508,17 @@ impl Load {
             stop,
             acked,
             gap_max_ms,
+            restart_gap,
             tasks,
             ticker,
         })
     }
 
-    /// The longest gap since the last call (a gap under way counts up to now).
+    /// The longest gap since the last call (a gap under way counts up to now); a gap under
+    /// way now counts from the next poll on, not from its start (a stall before a fault is
+    /// not the fault's).
     fn take_gap(&self) -> u64 {
+        self.restart_gap.store(true, Ordering::Relaxed);
         self.gap_max_ms.swap(0, Ordering::Relaxed)
     }
 

@@ -21,7 +21,9 @@ impl TermFence {
     pub fn admit(&self, term: CoordinatorTerm) -> Result<(), CoordinatorTerm> {
         let before = self.newest.fetch_max(term.0, Ordering::AcqRel);
         if term.0 > before {
-            metrics::gauge!(crate::metrics::COORDINATOR_TERM).set(term.0 as f64);
+            // The newest as it is now: a concurrent raise may have passed this one.
+            let newest = self.newest.load(Ordering::Acquire);
+            metrics::gauge!(crate::metrics::COORDINATOR_TERM).set(newest as f64);
         }
         if term.0 >= before {
             Ok(())

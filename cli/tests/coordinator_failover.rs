@@ -494,9 +494,33 @@ async fn kafka_clients_and_a_consumer_group_carry_on_through_a_leader_kill() {
             })
         };
         let producer = client(&["produce", &bootstrap, "orders", "12000", "3000"]);
-        let member = client(&["consume", &bootstrap, "orders", "readers", "0", "8"]);
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        let leader = test.client().describe_leadership().await.unwrap().leader;
+        let member = client(&["consume", &bootstrap, "orders", "readers", "0", "10"]);
+        // The kill comes once the group has a member and a commit: a generation and its
+        // offsets cross the failover.
+        let coordinator = tailstream_stubs::CoordinatorClient::new(
+            &test.coordinator(),
+            tailstream_stubs::coordinator::client_rpc_config(&test.config.client, 2_000),
+        );
+        let started = Instant::now();
+        loop {
+            let described = coordinator.describe_consumer_groups().await;
+            let joined = described.as_ref().is_ok_and(|d| {
+                d.groups
+                    .iter()
+                    .any(|g| g.group == "readers" && g.members > 0)
+                    && d.lag.iter().any(|l| l.group == "readers")
+            });
+            if joined {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the group never joined and committed: {described:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let before = test.client().describe_leadership().await.unwrap();
+        let leader = before.leader.clone();
         test.cluster
             .kill_coordinator_at(leader.rpc_addr.parse().unwrap())
             .await
@@ -520,11 +544,17 @@ async fn kafka_clients_and_a_consumer_group_carry_on_through_a_leader_kill() {
             read.len() - read_set.len()
         );
         let after = test.client().describe_leadership().await.unwrap();
-        assert!(after.term > CoordinatorTerm(0) && after.leader.rpc_addr != leader.rpc_addr);
+        assert!(after.term > before.term && after.leader.rpc_addr != leader.rpc_addr);
         let again = client(&["consume", &bootstrap, "orders", "readers", "0", "4"])
             .await
             .unwrap();
         assert!(again.is_empty(), "the group read {} again", again.len());
+        let lag = coordinator.describe_consumer_groups().await.unwrap().lag;
+        let readers: Vec<_> = lag.iter().filter(|l| l.group == "readers").collect();
+        assert!(
+            !readers.is_empty() && readers.iter().all(|l| l.lag_records == Some(0)),
+            "the group's commits leave records unread: {readers:?}"
+        );
         let audit = client(&["consume", &bootstrap, "orders", "audit", "0", "4"])
             .await
             .unwrap();
