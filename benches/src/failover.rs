@@ -336,22 +336,12 @@ async fn every_broker_follows(
 
 /// The newest coordinator term the broker whose admin endpoint is `admin_addr` has seen.
 async fn term_seen(admin_addr: &str) -> Option<u64> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let scrape = async {
-        let mut stream = tokio::net::TcpStream::connect(admin_addr).await.ok()?;
-        let request = format!("GET /metrics HTTP/1.0\r\nHost: {admin_addr}\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut body = String::new();
-        stream.read_to_string(&mut body).await.ok()?;
-        body.lines().find_map(|line| {
-            let value = line.strip_prefix("tailstream_coordinator_term_seen ")?;
-            value.trim().parse::<f64>().ok().map(|v| v as u64)
-        })
-    };
-    tokio::time::timeout(Duration::from_secs(1), scrape)
-        .await
-        .ok()
-        .flatten()
+    let metrics =
+        tailstream_launcher::http::get(admin_addr, "/metrics", Duration::from_secs(1)).await?;
+    metrics.lines().find_map(|line| {
+        let value = line.strip_prefix("tailstream_coordinator_term_seen ")?;
+        value.trim().parse::<f64>().ok().map(|v| v as u64)
+    })
 }
 
 async fn once(

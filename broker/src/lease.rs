@@ -104,13 +104,6 @@ impl Lease {
         self.extended_until.load(Ordering::Acquire) != 0
     }
 
-    /// Whether the lease runs on an extension now (its leader gone, no new one heard).
-    pub fn is_extended(&self) -> bool {
-        let now = BootInstant::now().nanos();
-        now >= self.until.load(Ordering::Acquire)
-            && now < self.extended_until.load(Ordering::Acquire)
-    }
-
     /// Whether the short lease holds now, extension aside: what an unreplicated stream is
     /// served under (no backup fences its writes if its owner was handed over meanwhile; a
     /// refused connection, which extends the lease, is evidence but not proof).
@@ -181,10 +174,13 @@ mod tests {
         let left = lease.extend_leaderless().unwrap();
         assert!(left > Duration::from_millis(250) && left <= Duration::from_millis(300));
         std::thread::sleep(Duration::from_millis(40));
-        assert!(lease.is_valid() && lease.is_extended());
+        assert!(
+            lease.is_valid() && !lease.is_short_valid(),
+            "valid through the extension alone"
+        );
         // A leader renews: the short lease again, the extension over.
         lease.renew(BootInstant::now());
-        assert!(!lease.is_extended());
+        assert!(!lease.has_extension());
         std::thread::sleep(Duration::from_millis(40));
         assert!(!lease.is_valid(), "a renewal ended the extension");
         // An extension counts from the last renewal, not from the evidence.

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStdin, Command};
 
 /// How long members may take to agree on a leader.
@@ -232,19 +232,9 @@ impl EtcdCluster {
 
 /// Whether the member at `client` says it is healthy (it has a leader).
 async fn health(client: SocketAddr) -> bool {
-    let ask = async {
-        let mut stream = tokio::net::TcpStream::connect(client).await.ok()?;
-        let request = format!("GET /health HTTP/1.0\r\nHost: {client}\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut answer = Vec::new();
-        stream.read_to_end(&mut answer).await.ok()?;
-        Some(String::from_utf8_lossy(&answer).contains("\"health\":\"true\""))
-    };
-    tokio::time::timeout(Duration::from_secs(1), ask)
+    crate::http::get(&client.to_string(), "/health", Duration::from_secs(1))
         .await
-        .ok()
-        .flatten()
-        .unwrap_or(false)
+        .is_some_and(|answer| answer.contains("\"health\":\"true\""))
 }
 
 impl Drop for EtcdCluster {

@@ -7,9 +7,11 @@
 //! Brokers can be killed (SIGKILL) and restarted at the same address (a new generation of the
 //! same server), which is what the fault-injection tests do.
 //!
-//! [`etcd::EtcdCluster`] runs a local etcd of N members, for coordinators on etcd.
+//! [`etcd::EtcdCluster`] runs a local etcd of N members, for coordinators on etcd;
+//! [`http::get`] is the plain GET the launcher and the benchmarks poll endpoints with.
 
 pub mod etcd;
+pub mod http;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};

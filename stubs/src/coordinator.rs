@@ -106,22 +106,20 @@ impl CoordinatorClient {
             if !retry || waited_ms >= CONTROL_RETRY_MS_MAX {
                 return Err(error);
             }
-            if error.wants_another_coordinator() && error.leader_named().is_some() {
-                // A standby named the leader: asked at once, once in a row (two standbys that
-                // name each other do not make a loop without pauses).
-                self.pool.forget(&addr);
-                self.addrs.after_error(&addr, &error);
-                if !std::mem::replace(&mut redirected, true) {
-                    continue;
-                }
-            } else {
-                redirected = false;
-            }
-            let backoff_ms_max = if error.wants_another_coordinator() {
+            if error.wants_another_coordinator() {
                 // A dead, standby or deposed coordinator: the next attempt asks the next one
                 // (or the leader a standby named).
                 self.pool.forget(&addr);
                 self.addrs.after_error(&addr, &error);
+            }
+            // A standby named the leader: asked at once, once in a row (two standbys that
+            // name each other do not make a loop without pauses).
+            let named = error.leader_named().is_some();
+            if named && !std::mem::replace(&mut redirected, true) {
+                continue;
+            }
+            redirected &= named;
+            let backoff_ms_max = if error.wants_another_coordinator() {
                 // Looking for the leader stays brisk (a refused connection costs nothing):
                 // a pause grown to a second while no coordinator led would be waited out
                 // after a new one began to, a second of unavailability of its own.

@@ -141,18 +141,6 @@ impl MirrorState {
             .min_by_key(|(_, entry)| entry.create_revision)?;
         serde_json::from_slice(&oldest.value).ok()
     }
-
-    pub fn revision(&self) -> i64 {
-        self.revision
-    }
-
-    pub fn len(&self) -> usize {
-        self.keys.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
-    }
 }
 
 /// The copy and the task that keeps it current (stopped when dropped).
