@@ -234,10 +234,9 @@ impl EtcdStore {
             })
             .collect();
         let asked = std::time::Instant::now();
-        let mut kv = self.client.kv_client();
-        let answer = bounded(kv.txn(Txn::new().when(compares).and_then(writes))).await;
+        let answer = send_txn(&self.client, Txn::new().when(compares).and_then(writes)).await;
         crate::metrics::etcd_request("transaction", asked);
-        let answer = answer?.map_err(etcd_error("transaction"))?;
+        let answer = answer.map_err(|e| format!("etcd transaction: {e}"))?;
         if !answer.succeeded() {
             return Err(self.why_refused(fence).await);
         }
@@ -326,10 +325,12 @@ impl EtcdStore {
             dir.clone(),
             Some(etcd_client::DeleteOptions::new().with_range(prefix_end(&dir))),
         );
-        let mut kv = self.client.kv_client();
-        let answer = bounded(kv.txn(Txn::new().when(vec![compare]).and_then(vec![delete])))
-            .await?
-            .map_err(etcd_error("deleting the intent"))?;
+        let answer = send_txn(
+            &self.client,
+            Txn::new().when(vec![compare]).and_then(vec![delete]),
+        )
+        .await
+        .map_err(|e| format!("etcd deleting the intent: {e}"))?;
         if answer.succeeded() {
             Ok(())
         } else {
@@ -446,6 +447,50 @@ impl EtcdStore {
                 .unwrap_or_else(|_| Err("listing etcd timed out".into()))?;
             Ok(listed.into_iter().map(|(k, v, _)| (k, v)).collect())
         })
+    }
+}
+
+/// Sends `txn` and returns etcd's answer, within [`TXN_TIMEOUT`] in all. A transaction whose
+/// connection could not even be made (the etcd member it was routed to is down) is sent again
+/// after a short pause: it never reached etcd, so it cannot apply twice, and the client's
+/// balanced channel routes the next try to a member that answers. Without that, one etcd
+/// member's death under a leader that is writing deposed the leader (a failed save makes it
+/// step down, its state no longer known to be etcd's). Any other failure is returned as it
+/// is: its transaction may have applied.
+async fn send_txn(client: &Client, txn: Txn) -> Result<etcd_client::TxnResponse, String> {
+    const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+    let deadline = tokio::time::Instant::now() + TXN_TIMEOUT;
+    loop {
+        let mut kv = client.kv_client();
+        match tokio::time::timeout_at(deadline, kv.txn(txn.clone())).await {
+            Ok(Ok(answer)) => return Ok(answer),
+            Ok(Err(error))
+                if never_sent(&error) && tokio::time::Instant::now() + RETRY_PAUSE < deadline =>
+            {
+                tracing::debug!(%error, "an etcd transaction could not be sent; sending it again");
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            Ok(Err(error)) => return Err(error.to_string()),
+            Err(_) => {
+                return Err(format!(
+                    "etcd gave no answer within {} ms (the outcome of the write is unknown)",
+                    TXN_TIMEOUT.as_millis()
+                ));
+            }
+        }
+    }
+}
+
+/// Whether a request surely never reached etcd: its connection could not be made. (An
+/// unavailable member that took the request, or a connection that broke after it was sent,
+/// leaves the outcome unknown.)
+fn never_sent(error: &etcd_client::Error) -> bool {
+    match error {
+        etcd_client::Error::GRpcStatus(status) => {
+            format!("{:?}", status.code()) == "Unavailable"
+                && status.message().contains("tcp connect error")
+        }
+        _ => false,
     }
 }
 
