@@ -351,7 +351,10 @@ async fn once(
     brokers: u32,
     run: u32,
 ) -> Result<FailoverRun, String> {
-    // The leader alone.
+    // The leader alone. Every producer must be acknowledged first: one still waiting for the
+    // previous run's recovery (its streamlet moved, and it learns where from the coordinator)
+    // would be counted as this kill's gap.
+    load.wait_until_every_producer_acked().await?;
     let (leading, term_before) = leader(poll).await?;
     load.take_gap();
     let killed = Instant::now();
@@ -442,6 +445,8 @@ async fn wait_for_leader_with(
 struct Load {
     stop: Arc<AtomicBool>,
     acked: Arc<AtomicU64>,
+    /// Per producer.
+    acked_each: Vec<Arc<AtomicU64>>,
     gap_max_ms: Arc<AtomicU64>,
     /// Set by `take_gap`: the ticker counts a gap under way from then, not from before.
     restart_gap: Arc<AtomicBool>,
@@ -455,13 +460,15 @@ impl Load {
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(AtomicU64::new(0));
         let mut tasks = Vec::new();
+        let mut acked_each = Vec::new();
         for _ in 0..producers {
             let producer = client
                 .producer(STREAM)
                 .build()
                 .await
                 .map_err(|e| format!("producer: {e}"))?;
-            let (stop, acked) = (stop.clone(), acked.clone());
+            let (stop, acked, mine) = (stop.clone(), acked.clone(), Arc::new(AtomicU64::new(0)));
+            acked_each.push(mine.clone());
             tasks.push(tokio::spawn(async move {
                 let value = [7u8; 100];
                 while !stop.load(Ordering::Relaxed) {
@@ -470,6 +477,7 @@ impl Load {
                         && ack.await.is_ok()
                     {
                         acked.fetch_add(1, Ordering::Relaxed);
+                        mine.fetch_add(1, Ordering::Relaxed);
                     } else {
                         tokio::time::sleep(POLL).await;
                     }
@@ -497,11 +505,36 @@ impl Load {
         Ok(Self {
             stop,
             acked,
+            acked_each,
             gap_max_ms,
             restart_gap,
             tasks,
             ticker,
         })
+    }
+
+    /// Waits until every producer has been acknowledged again from now on (bounded).
+    async fn wait_until_every_producer_acked(&self) -> Result<(), String> {
+        let before: Vec<u64> = self
+            .acked_each
+            .iter()
+            .map(|a| a.load(Ordering::Relaxed))
+            .collect();
+        let started = Instant::now();
+        while self
+            .acked_each
+            .iter()
+            .zip(&before)
+            .any(|(now, before)| now.load(Ordering::Relaxed) == *before)
+        {
+            if started.elapsed() > WAIT_MAX {
+                return Err(format!(
+                    "a producer went unacknowledged for {WAIT_MAX:?} with a leader serving"
+                ));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        Ok(())
     }
 
     /// The longest gap since the last call (a gap under way counts up to now); a gap under

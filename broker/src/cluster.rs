@@ -166,6 +166,7 @@ impl ClusterState {
         }
         if let Some(left) = self.lease.extend_leaderless() {
             metrics::counter!(crate::metrics::LEADERLESS_EXTENSIONS).increment(1);
+            self.log_bounds.leaderless_began();
             tracing::warn!(
                 coordinator = %coordinator_addr,
                 %why,

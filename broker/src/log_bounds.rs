@@ -8,6 +8,10 @@
 //! oldest kept segment past it. So whatever crashes (the owner, its backups, the coordinator),
 //! recovery knows exactly which segments it must find (the open one may instead be proven
 //! empty by a current copy), and a log missing one is declared lost, never served shorter.
+//! One exception: while no coordinator leads (the lease's leaderless extension), a segment at
+//! its first replica epoch on all R backups commits before it is saved, since nothing could
+//! save it then and recovery finds it whole on any backup that holds it; it is saved once a
+//! leader answers. Until then, losing every copy (more than R survives) would go unnamed.
 //!
 //! The next segment's replicas are opened while the head fills, and saved as the open segment
 //! as soon as they are (with the head moved up to the segment before it, once that one's digest
@@ -80,7 +84,8 @@ pub struct LogBoundsBook {
     book: Mutex<Book>,
     /// Signalled when something new is wanted (a permit is kept if nobody waits).
     wanted: Notify,
-    /// Bumped whenever something became durable.
+    /// Bumped whenever a commit may go further than before: something became durable, or
+    /// no coordinator leads any more (see `Replicator::commit_unsaved_leaderless`).
     durable: watch::Sender<u64>,
 }
 
@@ -178,7 +183,13 @@ impl LogBoundsBook {
         self.durable.send_modify(|version| *version += 1);
     }
 
-    /// Changes whenever something became durable.
+    /// No coordinator leads (the lease took its leaderless extension): replicators holding a
+    /// commit for want of saved bounds look again, as some may now commit without them.
+    pub fn leaderless_began(&self) {
+        self.durable.send_modify(|version| *version += 1);
+    }
+
+    /// Changes whenever something became durable, or no coordinator leads any more.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.durable.subscribe()
     }

@@ -33,6 +33,7 @@ pub const LOGS_BELOW_MIN_INSYNC: &str = "tailstream_logs_below_min_insync";
 pub const PRODUCE_NOT_ENOUGH_REPLICAS: &str = "tailstream_produce_not_enough_replicas_total";
 pub const ACKS_WITHHELD_LEASE_EXPIRED: &str = "tailstream_acks_withheld_lease_expired_total";
 pub const LEADERLESS_EXTENSIONS: &str = "tailstream_lease_leaderless_extensions_total";
+pub const COMMITS_UNSAVED_LEADERLESS: &str = "tailstream_commits_unsaved_leaderless_total";
 pub const COORDINATOR_TERM: &str = "tailstream_coordinator_term_seen";
 
 const COUNTERS: &[(&str, Unit, &str)] = &[
@@ -91,6 +92,11 @@ const COUNTERS: &[(&str, Unit, &str)] = &[
         LEADERLESS_EXTENSIONS,
         Unit::Count,
         "Times the coordinator that renewed this broker's lease was found leading no more (it said so, or nothing listened at its address): the lease ran on for broker.leaderless_lease_ms after its last renewal.",
+    ),
+    (
+        COMMITS_UNSAVED_LEADERLESS,
+        Unit::Count,
+        "Segments committed into before the coordinator saved them, while no coordinator leads (the lease's leaderless extension): the segment was at its first replica epoch on all R backups, where recovery finds it whole; its bounds are saved once a leader answers.",
     ),
     (FETCH_REQUESTS, Unit::Count, "Fetch requests received."),
     (FETCHED_BYTES, Unit::Bytes, "Entry bytes sent to consumers."),

@@ -327,6 +327,20 @@ async fn nobody_leads(test: &TestCluster) -> bool {
     true
 }
 
+/// Segments the brokers committed while no coordinator led, before any saved them.
+async fn unsaved_leaderless_commits(test: &TestCluster) -> f64 {
+    let mut total = 0.0;
+    for broker in test.cluster.brokers() {
+        total += common::hostile::metric(
+            broker.admin_addr,
+            "tailstream_commits_unsaved_leaderless_total",
+            &[],
+        )
+        .await;
+    }
+    total
+}
+
 /// Item 5's etcd faults. One member down changes nothing (the same term leads). Quorum lost:
 /// no coordinator leads (none can change anything), yet brokers keep serving what they own
 /// and producers keep being acked (the leader that renewed their leases said it leads no more,
@@ -339,10 +353,9 @@ async fn without_etcd_quorum_nobody_leads_and_producers_are_still_acked() {
         let Some(mut test) = TestCluster::start_on_etcd(3, "", 2).await else {
             return;
         };
-        // Head segments that outlast the outage: a log opening a new head waits for a leader
-        // to save it (the coordinator knows every head before anything in it is acked).
-        let mut stream = recovered_stream(&test);
-        stream.segment_size_bytes = 8 << 20;
+        // Segments of 64 KiB: the load rolls its logs to new ones while nobody leads, and
+        // those (never saved by a coordinator) must be acked too.
+        let stream = recovered_stream(&test);
         test.client()
             .create_stream("quorum", 3, stream)
             .await
@@ -384,19 +397,32 @@ async fn without_etcd_quorum_nobody_leads_and_producers_are_still_acked() {
         );
         // Past every short lease (`broker.lease_ms`) the last leader granted.
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let (first, since) = (acked(), Instant::now());
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let second = acked();
-        eprintln!(
-            "without etcd quorum for {:?}: {} records acked in the last {:?}",
-            lost.elapsed(),
-            second - first,
-            since.elapsed()
-        );
-        assert!(
-            second > first || second >= capped,
-            "no record was acked while nobody led"
-        );
+        let unsaved_before = unsaved_leaderless_commits(&test).await;
+        let since = Instant::now();
+        // Every second: acks do not stop once the segments saved before the outage fill.
+        for second in 0..3 {
+            let first = acked();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let next = acked();
+            eprintln!(
+                "without etcd quorum for {:?}: {} records acked in second {second}",
+                lost.elapsed(),
+                next - first,
+            );
+            assert!(
+                next > first || next >= capped,
+                "no record was acked in second {second} of {:?} while nobody led",
+                since.elapsed()
+            );
+        }
+        if acked() < capped {
+            let unsaved = unsaved_leaderless_commits(&test).await - unsaved_before;
+            eprintln!("{unsaved} segments committed before any coordinator saved them");
+            assert!(
+                unsaved > 0.0,
+                "no segment was committed unsaved: the load did not roll while nobody led"
+            );
+        }
         assert!(
             nobody_leads(&test).await,
             "a coordinator led without etcd quorum"

@@ -140,6 +140,8 @@ pub(super) struct Replicator {
     /// The log's kept segments as the coordinator last said it saved them (cached from the
     /// cluster's `LogBoundsBook`, asked again when a segment needs more).
     pub(super) durable: Option<Kept>,
+    /// The last segment committed unsaved while leaderless (counted once per segment).
+    pub(super) unsaved_leaderless: Option<SegmentId>,
     /// Per backup whose last open failed: not asked to open again before this (the wait
     /// doubling while its opens keep failing), so a backup whose pool is full is not asked
     /// in a tight loop when the selector has no other to choose. Other backups are not held
@@ -196,6 +198,7 @@ pub fn spawn_recovered(
         published: Vec::new(),
         health: None,
         durable: None,
+        unsaved_leaderless: None,
         open_backoff: std::collections::HashMap::new(),
         publisher: super::placements::new_publisher(),
     };
@@ -577,7 +580,9 @@ impl Replicator {
                 // Asked for only once the epoch is settled (see `epoch_settled`); the commit
                 // could not move before that anyway.
                 blocked = settled.then_some(OpenSegment { segment, epoch });
-                break;
+                if !self.commit_unsaved_leaderless(index) {
+                    break;
+                }
             }
             let seg = &self.active[index].seg;
             if seg.committed() > 0 {
@@ -598,6 +603,28 @@ impl Replicator {
 }
 
 impl Replicator {
+    /// Whether the segment at `index`, which the saved bounds do not cover, may be committed
+    /// anyway because no coordinator leads (the lease runs on its leaderless extension, so
+    /// nothing could save them) and recovery finds it whole without them
+    /// ([`ReplicatedSegment::found_whole_by_recovery`]): a log's first segment, or one rolled
+    /// to while leaderless, then costs producers no wait for the next leader. Acknowledged
+    /// records stay on all R backups, where the next leader's recovery reads them. Until the
+    /// bounds are saved (they are still asked for), what is given up is only that losing every
+    /// copy, more than R survives, would find the log short instead of naming it lost.
+    fn commit_unsaved_leaderless(&mut self, index: usize) -> bool {
+        let lease = self.ctx.cluster.lease();
+        let leaderless = lease.has_extension() && lease.is_valid();
+        if !(leaderless && self.active[index].seg.found_whole_by_recovery()) {
+            return false;
+        }
+        let segment = self.active[index].seg.id.segment;
+        if self.unsaved_leaderless.replace(segment) != Some(segment) {
+            tracing::info!(log = ?self.log_key(), ?segment, "no coordinator leads: committing a segment whose bounds are not saved yet (on all R backups at its first epoch)");
+            metrics::counter!(m::COMMITS_UNSAVED_LEADERLESS).increment(1);
+        }
+        true
+    }
+
     /// Whether the saved bounds allow acknowledging a record in `segment` at `epoch`.
     fn commit_allowed(&mut self, segment: SegmentId, epoch: ReplicaEpoch) -> bool {
         if self

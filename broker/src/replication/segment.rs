@@ -295,6 +295,16 @@ impl ReplicatedSegment {
             })
     }
 
+    /// Whether every copy recovery could find of this segment holds everything it commits:
+    /// the epoch is settled at the first one (no copy was ever replaced, so no copy is stale)
+    /// and no slot is excused (all R copies count). Recovery then finds the segment, whole,
+    /// on any one backup that holds it, without the coordinator having saved anything of it.
+    pub fn found_whole_by_recovery(&self) -> bool {
+        self.epoch == ReplicaEpoch(1)
+            && self.epoch_settled()
+            && self.slots.iter().all(|s| !s.is_excused())
+    }
+
     /// Every byte is on every backup, every replica is closed and current.
     pub fn is_done(&self) -> bool {
         self.sealed

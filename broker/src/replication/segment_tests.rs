@@ -501,3 +501,48 @@ fn an_epoch_is_settled_only_once_every_copy_that_counts_is_open_at_it() {
     // Silence the unused warning for the fresh segment's actions.
     let _ = seg.next_actions(4);
 }
+
+/// What a segment may be committed under without saved bounds while no coordinator leads:
+/// only while every copy recovery could find holds everything committed.
+#[test]
+fn only_a_segment_never_re_replicated_on_all_r_copies_is_found_whole_by_recovery() {
+    let fresh = ReplicatedSegment::new(id(), 1 << 20, 2);
+    assert!(
+        !fresh.found_whole_by_recovery(),
+        "no replica is open: no copy to find"
+    );
+
+    let mut seg = opened(2);
+    assert!(seg.found_whole_by_recovery(), "both copies open at epoch 1");
+    seg.appended(100);
+    seg.next_actions(4);
+    done(&mut seg, 0, 100);
+    done(&mut seg, 1, 100);
+    assert!(seg.found_whole_by_recovery());
+
+    // A copy lost: until its replacement is current, the other is the only one that counts,
+    // and after it the epoch is 2 (a stale copy at epoch 1 could come back): not found whole
+    // without the coordinator's word on the epoch.
+    seg.failed(1);
+    assert!(!seg.found_whole_by_recovery(), "a copy was lost");
+    seg.next_actions(4);
+    seg.assign(1, server(9));
+    open_answered(&mut seg, 1, 900);
+    assert_eq!(writes(&seg.next_actions(4)), vec![(1, 0, 100)]);
+    done(&mut seg, 1, 100);
+    seg.next_actions(4);
+    seg.epoch_set(ReplicaEpoch(2));
+    seg.epoch_set(ReplicaEpoch(2));
+    assert!(seg.epoch_settled(), "settled again, at epoch 2");
+    assert!(
+        !seg.found_whole_by_recovery(),
+        "re-replicated: its first epoch's copies may be stale"
+    );
+
+    // Too few brokers: committing on min_insync copies is not all R.
+    let short = short_of_backups(3, 2, 2);
+    assert!(
+        !short.found_whole_by_recovery(),
+        "one copy of three excused"
+    );
+}
