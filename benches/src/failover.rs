@@ -407,6 +407,9 @@ async fn etcd_fault(
     members_down: usize,
     down: Duration,
 ) -> Result<EtcdFault, String> {
+    // As before a leader kill: a producer still waiting for an earlier recovery is not this
+    // fault's gap.
+    load.wait_until_every_producer_acked().await?;
     let (_, term_before) = leader(poll).await?;
     load.take_gap();
     let killed = Instant::now();
