@@ -175,6 +175,24 @@ async fn a_killed_leader_is_replaced_brokers_follow_and_nothing_acked_is_lost() 
         // same situation, not of this test's making.
         let squatter = std::net::TcpListener::bind(next_admin).ok();
         test.cluster.kill_coordinator_at(leader).await.unwrap();
+        // Until a standby leads (seconds: its etcd lease must run out), producers are acked:
+        // the brokers serve on without a leader, into 64 KiB segments they keep rolling to
+        // that no coordinator saved.
+        let acked = || load.acked.load(std::sync::atomic::Ordering::Relaxed);
+        let capped = 2 * RECORDS_PER_PRODUCER_MAX;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let (first, since) = (acked(), Instant::now());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let second = acked();
+        eprintln!(
+            "{} records acked in the {:?} from 300 ms after the leader's kill",
+            second - first,
+            since.elapsed()
+        );
+        assert!(
+            second > first || second >= capped,
+            "no record was acked in the second after the leader's kill"
+        );
         let took = wait_for_a_leader(&test, 4).await;
         eprintln!("a standby led, with every broker heartbeating to it, {took:?} after the kill");
         let after = test.client().describe_leadership().await.unwrap();
