@@ -11,7 +11,8 @@
 //! One exception: while no coordinator leads (the lease's leaderless extension), a segment at
 //! its first replica epoch on all R backups commits before it is saved, since nothing could
 //! save it then and recovery finds it whole on any backup that holds it; it is saved once a
-//! leader answers. Until then, losing every copy (more than R survives) would go unnamed.
+//! leader answers. Until then, a loss beyond what R copies survive (the owner and every copy
+//! of that segment) would go unnamed: recovery would serve the log without the segment.
 //!
 //! The next segment's replicas are opened while the head fills, and saved as the open segment
 //! as soon as they are (with the head moved up to the segment before it, once that one's digest

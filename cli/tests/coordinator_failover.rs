@@ -362,13 +362,14 @@ async fn unsaved_leaderless_commits(test: &TestCluster) -> f64 {
 /// Item 5's etcd faults. One member down changes nothing (the same term leads). Quorum lost:
 /// no coordinator leads (none can change anything), yet brokers keep serving what they own
 /// and producers keep being acked (the leader that renewed their leases said it leads no more,
-/// or its address went quiet, so their leases run on: `broker::lease`); quorum back, a leader
-/// serves again, and every acked record is read back exactly once.
+/// or its address went quiet, so their leases run on: `broker::lease`), into segments no
+/// coordinator saved; an owner then killed loses none of them: quorum back, a leader serves
+/// again, recovers it, and every acked record is read back exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_etcd_quorum_nobody_leads_and_producers_are_still_acked() {
     let _turn = ONE_AT_A_TIME.lock().await;
     tokio::time::timeout(TEST_TIMEOUT, async {
-        let Some(mut test) = TestCluster::start_on_etcd(3, "", 2).await else {
+        let Some(mut test) = TestCluster::start_on_etcd(4, "", 2).await else {
             return;
         };
         // Segments of 64 KiB: the load rolls its logs to new ones while nobody leads, and
@@ -380,6 +381,8 @@ async fn without_etcd_quorum_nobody_leads_and_producers_are_still_acked() {
             .unwrap();
         let load = Load::start(&test, "quorum", 2);
         load.wait_for_acks(5_000).await;
+        // Killed while nobody leads (owners do not move without a leader).
+        let victim = test.owner_of("quorum", 0).await;
         let acked = || load.acked.load(std::sync::atomic::Ordering::Relaxed);
         let capped = 2 * RECORDS_PER_PRODUCER_MAX;
 
@@ -445,14 +448,36 @@ async fn without_etcd_quorum_nobody_leads_and_producers_are_still_acked() {
             nobody_leads(&test).await,
             "a coordinator led without etcd quorum"
         );
+        // An owner whose logs hold such segments crashes before any leader saved them: the
+        // next leader's recovery must find every acknowledged record in them (the checker
+        // below reads each back exactly once).
+        let victim_admin = test.cluster.broker(victim).unwrap().admin_addr;
+        let victims_unsaved = common::hostile::metric(
+            victim_admin,
+            "tailstream_commits_unsaved_leaderless_total",
+            &[],
+        )
+        .await;
+        eprintln!("the owner killed committed {victims_unsaved} segments unsaved");
+        assert!(
+            victims_unsaved > 0.0 || acked() >= capped,
+            "the owner to kill committed no segment unsaved"
+        );
+        test.cluster.kill_broker(victim).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
 
-        // Quorum back: a leader serves again, and the load goes on to the end.
+        // Quorum back: a leader serves again, recovers the crash, and the load goes on to
+        // the end.
         let etcd = test.etcd.as_mut().unwrap();
         etcd.restart(0).await.unwrap();
         etcd.restart(1).await.unwrap();
         etcd.wait_healthy(Duration::from_secs(30)).await.unwrap();
         let took = wait_for_a_leader(&test, 3).await;
-        eprintln!("etcd quorum back: a coordinator led with every broker {took:?} later");
+        eprintln!("etcd quorum back: a coordinator led with every live broker {took:?} later");
+        let serving = wait_until_serving(&test, "quorum").await;
+        eprintln!(
+            "the broker killed without a leader: its streamlets serve again {serving:?} later"
+        );
         load.wait_for_acks((acked() + 5_000).min(capped)).await;
         load.finish_and_check().await;
         test.stop().await;

@@ -26,6 +26,7 @@ pub const LEADER: &str = "tailstream_coordinator_leader";
 pub const LEADER_TERM: &str = "tailstream_coordinator_leader_term";
 pub const LEADERSHIP_LOST: &str = "tailstream_coordinator_leadership_lost_total";
 pub const INVARIANT_VIOLATIONS: &str = "tailstream_coordinator_invariant_violations_total";
+pub const ETCD_UNSENT_RETRIES: &str = "tailstream_coordinator_etcd_unsent_retries_total";
 
 /// Registers every coordinator metric with its help text.
 pub fn describe() {
@@ -49,6 +50,10 @@ pub fn describe() {
         (
             STREAMLETS_RECOVERED,
             "Streamlets rebuilt on a new owner and serving again.",
+        ),
+        (
+            ETCD_UNSENT_RETRIES,
+            "etcd transactions sent again because their connection could not be made (an etcd member down): never sent, so never applied twice.",
         ),
         (
             LEADERSHIP_LOST,
@@ -121,7 +126,7 @@ pub fn describe() {
     describe_histogram!(
         ETCD_REQUEST,
         Unit::Seconds,
-        "etcd requests, answered or failed, by op: transaction (a change, fenced), range (a page of a load), keepalive (a renewal of the election lease)."
+        "etcd requests, answered or failed, by op: transaction (a change, fenced; its resends to another member included), range (a page of a load), keepalive (a renewal of the election lease)."
     );
     describe_histogram!(
         TAKEOVER_LOAD,

@@ -140,7 +140,7 @@ pub(super) struct Replicator {
     /// The log's kept segments as the coordinator last said it saved them (cached from the
     /// cluster's `LogBoundsBook`, asked again when a segment needs more).
     pub(super) durable: Option<Kept>,
-    /// The last segment committed unsaved while leaderless (counted once per segment).
+    /// The newest segment committed unsaved while leaderless (each is counted once).
     pub(super) unsaved_leaderless: Option<SegmentId>,
     /// Per backup whose last open failed: not asked to open again before this (the wait
     /// doubling while its opens keep failing), so a backup whose pool is full is not asked
@@ -566,7 +566,8 @@ impl Replicator {
     /// never into a segment the coordinator's saved bounds do not allow (see
     /// [`Kept::allows_commit`]): what would allow it is asked for, and the commit follows once
     /// the coordinator answers. The next segment's replicas are saved as the log's open
-    /// segment as soon as they are open, so a roll normally waits for nothing.
+    /// segment as soon as they are open, so a roll normally waits for nothing. The one
+    /// exception is while no coordinator leads ([`Self::commit_unsaved_leaderless`]).
     fn commit(&mut self) {
         let mut point: Option<CommitPoint> = None;
         let mut blocked = None;
@@ -579,7 +580,11 @@ impl Replicator {
             if !self.commit_allowed(segment, epoch) {
                 // Asked for only once the epoch is settled (see `epoch_settled`); the commit
                 // could not move before that anyway.
-                blocked = settled.then_some(OpenSegment { segment, epoch });
+                // (A later blocked segment replaces an earlier one committed unsaved, but
+                // never with nothing: the earlier one's bounds are still to be asked for.)
+                if settled {
+                    blocked = Some(OpenSegment { segment, epoch });
+                }
                 if !self.commit_unsaved_leaderless(index) {
                     break;
                 }
@@ -608,9 +613,11 @@ impl Replicator {
     /// nothing could save them) and recovery finds it whole without them
     /// ([`ReplicatedSegment::found_whole_by_recovery`]): a log's first segment, or one rolled
     /// to while leaderless, then costs producers no wait for the next leader. Acknowledged
-    /// records stay on all R backups, where the next leader's recovery reads them. Until the
-    /// bounds are saved (they are still asked for), what is given up is only that losing every
-    /// copy, more than R survives, would find the log short instead of naming it lost.
+    /// records stay on all R backups, where the next leader's recovery reads them. What is
+    /// given up until the bounds are saved (they are still asked for) is only the naming of
+    /// a loss beyond what R copies survive: if the owner and every copy of such a segment were
+    /// lost, recovery would serve the log without it (a log's first segment: without the
+    /// log) instead of declaring it lost.
     fn commit_unsaved_leaderless(&mut self, index: usize) -> bool {
         let lease = self.ctx.cluster.lease();
         let leaderless = lease.has_extension() && lease.is_valid();
@@ -618,7 +625,9 @@ impl Replicator {
             return false;
         }
         let segment = self.active[index].seg.id.segment;
-        if self.unsaved_leaderless.replace(segment) != Some(segment) {
+        // Counted once: the commit passes over a sealed segment still closing each round.
+        if self.unsaved_leaderless < Some(segment) {
+            self.unsaved_leaderless = Some(segment);
             tracing::info!(log = ?self.log_key(), ?segment, "no coordinator leads: committing a segment whose bounds are not saved yet (on all R backups at its first epoch)");
             metrics::counter!(m::COMMITS_UNSAVED_LEADERLESS).increment(1);
         }

@@ -468,6 +468,7 @@ async fn send_txn(client: &Client, txn: Txn) -> Result<etcd_client::TxnResponse,
                 if never_sent(&error) && tokio::time::Instant::now() + RETRY_PAUSE < deadline =>
             {
                 tracing::debug!(%error, "an etcd transaction could not be sent; sending it again");
+                metrics::counter!(crate::metrics::ETCD_UNSENT_RETRIES).increment(1);
                 tokio::time::sleep(RETRY_PAUSE).await;
             }
             Ok(Err(error)) => return Err(error.to_string()),
@@ -486,9 +487,12 @@ async fn send_txn(client: &Client, txn: Txn) -> Result<etcd_client::TxnResponse,
 /// leaves the outcome unknown.)
 fn never_sent(error: &etcd_client::Error) -> bool {
     match error {
+        // tonic reports a failed connect as Unavailable with the connect error as its source;
+        // a request lost on a connection that was made comes back as another error.
         etcd_client::Error::GRpcStatus(status) => {
-            format!("{:?}", status.code()) == "Unavailable"
-                && status.message().contains("tcp connect error")
+            status.code() == tonic::Code::Unavailable
+                && std::iter::successors(std::error::Error::source(status), |e| e.source())
+                    .any(|cause| cause.is::<tonic::ConnectError>())
         }
         _ => false,
     }
@@ -594,6 +598,27 @@ mod tests {
         assert!(pieces(&[]).is_empty());
         let flat: Vec<&Op> = cut.iter().flat_map(|p| p.iter()).collect();
         assert!(flat.iter().zip(&ops).all(|(a, b)| *a == b));
+    }
+
+    /// A transaction to an address nothing listens at was never sent: it is resent (until
+    /// the bound), and the error it ends with says it could not connect.
+    #[tokio::test]
+    async fn a_transaction_whose_connection_is_refused_counts_as_never_sent() {
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        let options = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(std::time::Duration::from_millis(200));
+        // etcd-client connects lazily: the failure comes with the first request.
+        let client = Client::connect([format!("127.0.0.1:{port}")], Some(options))
+            .await
+            .unwrap();
+        let mut kv = client.kv_client();
+        let error = kv.txn(Txn::new()).await.unwrap_err();
+        assert!(never_sent(&error), "{error:?}");
+        let other = etcd_client::Error::GRpcStatus(tonic::Status::unavailable("tcp connect error"));
+        assert!(!never_sent(&other), "a message alone proves nothing");
     }
 
     #[test]

@@ -544,3 +544,41 @@ fn a_listing_with_only_the_newest_digests_plans_as_the_full_one() {
     let error = plan(&target_keeping(&config, &kept), &trimmed).unwrap_err();
     assert!(error.contains(&SegmentId(7).to_string()), "{error}");
 }
+
+/// While no coordinator leads, an owner commits in segments past its saved bounds when they
+/// are at their first replica epoch on every backup (`Replicator::commit_unsaved_leaderless`):
+/// recovery plans them from any one copy, past the saved head and open segment, whole.
+#[test]
+fn segments_committed_past_the_saved_bounds_while_leaderless_are_recovered_whole() {
+    let config = config(1, false);
+    let named: Vec<(u64, u64)> = (0..4).map(|s| (0, s)).collect();
+    // Saved: head 1, open 2 at epoch 1. Committed unsaved since: segment 3, of which only
+    // one backup (of R = 2) is still there.
+    let listings = vec![listing(
+        1,
+        vec![
+            replica(0, 0, 0, &named[..1], 1, Closed, 5000),
+            replica(0, 0, 1, &named[..2], 1, Closed, 5000),
+            replica(0, 0, 2, &named[..3], 1, Closed, 5000),
+            replica(0, 0, 3, &named[..4], 1, Open, 700),
+        ],
+    )];
+    let planned = plan(&target_keeping(&config, &kept_open(1, 2, 1)), &listings).unwrap();
+    let segments: Vec<(u64, u32)> = planned.logs[0]
+        .segments
+        .iter()
+        .map(|s| (s.segment.0, s.length))
+        .collect();
+    assert_eq!(segments, [(0, 5000), (1, 5000), (2, 5000), (3, 700)]);
+    assert!(planned.empty_open.is_empty());
+    assert_eq!(planned.next_segment, SegmentId(4));
+
+    // A log whose first segment was committed unsaved (nothing kept at all) is recovered too.
+    let first = vec![listing(
+        2,
+        vec![replica(0, 0, 0, &named[..1], 1, Open, 300)],
+    )];
+    let planned = plan(&target_keeping(&config, &NOTHING_KEPT), &first).unwrap();
+    assert_eq!(planned.logs[0].segments.len(), 1);
+    assert_eq!(planned.logs[0].segments[0].length, 300);
+}
