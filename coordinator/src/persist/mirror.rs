@@ -18,7 +18,7 @@ use etcd_client::{Client, EventType, WatchOptions};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 /// Where the election's keys are, below the cluster's prefix (see [`crate::election`]).
 const ELECTION_DIR: &str = "leader/";
@@ -150,6 +150,9 @@ pub struct EtcdMirror {
     state: Arc<Mutex<MirrorState>>,
     /// Bumped after every change applied, for waiters.
     changed: watch::Receiver<u64>,
+    /// Cuts the pause before the next listing short: a coordinator just elected wants a
+    /// current copy now (its campaign succeeding says etcd answers again).
+    list_now: Arc<Notify>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -164,16 +167,19 @@ impl EtcdMirror {
     pub fn start(client: Client, prefix: &str) -> Self {
         let state = Arc::new(Mutex::new(MirrorState::default()));
         let (changed_tx, changed) = watch::channel(0);
+        let list_now = Arc::new(Notify::new());
         let task = tokio::spawn(follow_forever(
             client,
             prefix.to_string(),
             state.clone(),
             changed_tx,
+            list_now.clone(),
         ));
         Self {
             prefix: prefix.to_string(),
             state,
             changed,
+            list_now,
             task,
         }
     }
@@ -193,6 +199,12 @@ impl EtcdMirror {
         let leader_key = std::str::from_utf8(leader_key).ok()?;
         let relative = leader_key.strip_prefix(&format!("{}/", self.prefix))?;
         let mut changed = self.changed.clone();
+        // A copy that stopped following (etcd lost its quorum, say) waits out a pause of up
+        // to REFOLLOW_PAUSE_MAX before it lists again: list at once instead, or the takeover
+        // would wait out its bound and read every key anyway.
+        if !self.lock().following {
+            self.list_now.notify_one();
+        }
         let wait = async {
             loop {
                 if let Some(copy) = self.lock().current_for(relative, term) {
@@ -215,6 +227,7 @@ async fn follow_forever(
     prefix: String,
     state: Arc<Mutex<MirrorState>>,
     changed: watch::Sender<u64>,
+    list_now: Arc<Notify>,
 ) {
     let mut pause = REFOLLOW_PAUSE;
     loop {
@@ -230,7 +243,10 @@ async fn follow_forever(
             (pause * 2).min(REFOLLOW_PAUSE_MAX)
         };
         tracing::warn!(%error, pause_ms = pause.as_millis() as u64, "the warm copy of etcd stopped following; listing again");
-        tokio::time::sleep(pause).await;
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = list_now.notified() => {}
+        }
     }
 }
 
