@@ -62,7 +62,41 @@ impl Leadership {
             }
             Err(_) => tracing::warn!("resigning leadership timed out; its lease will run out"),
         }
-        let _ = tokio::time::timeout(bound, client.lease_revoke(self.lease_id)).await;
+        if let Ok(Ok(_)) = tokio::time::timeout(bound, client.lease_revoke(self.lease_id)).await {
+            return;
+        }
+        // etcd unreachable (it lost its quorum, say): the leader key would then outlive the
+        // outage by the lease's whole TTL (etcd restarts lease clocks when it elects a
+        // leader), and every candidate wait for it. Revoked as soon as etcd answers, the next
+        // candidate leads at once. This coordinator leads no more, so it gives up nothing.
+        tokio::spawn(revoke_when_etcd_answers(client.clone(), self.lease_id));
+    }
+}
+
+/// How long a stepped-down leader keeps trying to revoke its lease (far past any lease: an
+/// outage without quorum freezes lease expiry).
+const REVOKE_RETRY_FOR: Duration = Duration::from_secs(120);
+
+async fn revoke_when_etcd_answers(mut client: Client, lease_id: i64) {
+    let started = tokio::time::Instant::now();
+    while started.elapsed() < REVOKE_RETRY_FOR {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        match tokio::time::timeout(Duration::from_secs(1), client.lease_revoke(lease_id)).await {
+            Ok(Ok(_)) => {
+                tracing::info!(
+                    "the lease of the leadership given up is revoked: the next candidate leads"
+                );
+                return;
+            }
+            // Expired meanwhile ("requested lease not found"), or any answer that is not a
+            // failure to reach etcd: nothing more to do.
+            Ok(Err(etcd_client::Error::GRpcStatus(status)))
+                if status.code() != tonic::Code::Unavailable =>
+            {
+                return;
+            }
+            _ => {}
+        }
     }
 }
 
