@@ -47,8 +47,8 @@ impl Leadership {
         }
     }
 
-    /// Gives leadership up (best effort: an unreachable etcd ends it when the lease runs
-    /// out).
+    /// Gives leadership up (best effort: with etcd unreachable, its lease is revoked once
+    /// etcd answers again, within `REVOKE_RETRY_FOR`, or runs out).
     pub async fn resign(self, client: &mut Client) {
         self.valid.end();
         self.keeper.abort();
@@ -58,44 +58,52 @@ impl Leadership {
         match tokio::time::timeout(bound, resign).await {
             Ok(Ok(_)) => {}
             Ok(Err(error)) => {
-                tracing::warn!(%error, "resigning leadership failed; its lease will run out");
+                tracing::warn!(%error, "resigning leadership failed; revoking its lease");
             }
-            Err(_) => tracing::warn!("resigning leadership timed out; its lease will run out"),
+            Err(_) => tracing::warn!("resigning leadership timed out; revoking its lease"),
         }
-        if let Ok(Ok(_)) = tokio::time::timeout(bound, client.lease_revoke(self.lease_id)).await {
+        let revoked = tokio::time::timeout(bound, client.lease_revoke(self.lease_id)).await;
+        if revoke_settled(&revoked) {
             return;
         }
         // etcd unreachable (it lost its quorum, say): the leader key would then outlive the
         // outage by the lease's whole TTL (etcd restarts lease clocks when it elects a
         // leader), and every candidate wait for it. Revoked as soon as etcd answers, the next
         // candidate leads at once. This coordinator leads no more, so it gives up nothing.
+        // (A process that exits meanwhile, at shutdown, leaves it to the TTL.)
         tokio::spawn(revoke_when_etcd_answers(client.clone(), self.lease_id));
     }
 }
 
-/// How long a stepped-down leader keeps trying to revoke its lease (far past any lease: an
-/// outage without quorum freezes lease expiry).
+/// How long a stepped-down leader keeps trying to revoke its lease: an outage longer than
+/// this leaves its key to run out its TTL after etcd is back, as before.
 const REVOKE_RETRY_FOR: Duration = Duration::from_secs(120);
+
+/// Whether a revocation needs no retry: it succeeded, or the lease is gone already (expired).
+/// Anything else (no answer, a broken connection, an etcd without a leader) is retried.
+fn revoke_settled<T>(
+    revoked: &Result<Result<T, etcd_client::Error>, tokio::time::error::Elapsed>,
+) -> bool {
+    match revoked {
+        Ok(Ok(_)) => true,
+        Ok(Err(etcd_client::Error::GRpcStatus(status))) => status.code() == tonic::Code::NotFound,
+        _ => false,
+    }
+}
 
 async fn revoke_when_etcd_answers(mut client: Client, lease_id: i64) {
     let started = tokio::time::Instant::now();
     while started.elapsed() < REVOKE_RETRY_FOR {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        match tokio::time::timeout(Duration::from_secs(1), client.lease_revoke(lease_id)).await {
-            Ok(Ok(_)) => {
+        let revoked =
+            tokio::time::timeout(Duration::from_secs(1), client.lease_revoke(lease_id)).await;
+        if revoke_settled(&revoked) {
+            if matches!(revoked, Ok(Ok(_))) {
                 tracing::info!(
                     "the lease of the leadership given up is revoked: the next candidate leads"
                 );
-                return;
             }
-            // Expired meanwhile ("requested lease not found"), or any answer that is not a
-            // failure to reach etcd: nothing more to do.
-            Ok(Err(etcd_client::Error::GRpcStatus(status)))
-                if status.code() != tonic::Code::Unavailable =>
-            {
-                return;
-            }
-            _ => {}
+            return;
         }
     }
 }
