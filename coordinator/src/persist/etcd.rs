@@ -472,12 +472,7 @@ async fn send_txn(client: &Client, txn: Txn) -> Result<etcd_client::TxnResponse,
                 tokio::time::sleep(RETRY_PAUSE).await;
             }
             Ok(Err(error)) => return Err(error.to_string()),
-            Err(_) => {
-                return Err(format!(
-                    "etcd gave no answer within {} ms (the outcome of the write is unknown)",
-                    TXN_TIMEOUT.as_millis()
-                ));
-            }
+            Err(_) => return Err(no_answer()),
         }
     }
 }
@@ -498,16 +493,19 @@ fn never_sent(error: &etcd_client::Error) -> bool {
     }
 }
 
+/// What a request unanswered within [`TXN_TIMEOUT`] fails with.
+fn no_answer() -> String {
+    format!(
+        "etcd gave no answer within {} ms (the outcome of the write is unknown)",
+        TXN_TIMEOUT.as_millis()
+    )
+}
+
 /// `request`, or an error once it has gone [`TXN_TIMEOUT`] unanswered.
 async fn bounded<T>(request: impl std::future::Future<Output = T>) -> Result<T, String> {
     tokio::time::timeout(TXN_TIMEOUT, request)
         .await
-        .map_err(|_| {
-            format!(
-                "etcd gave no answer within {} ms (the outcome of the write is unknown)",
-                TXN_TIMEOUT.as_millis()
-            )
-        })
+        .map_err(|_| no_answer())
 }
 
 /// Refuses ops that no transaction could carry.
