@@ -179,20 +179,31 @@ impl State {
         metadata
     }
 
-    /// Streamlets serving with a log short of R copies, per their owners' last reports.
+    /// Streamlets serving with a log short of R copies, per their owners' last reports (as
+    /// `with_replication` shows them, without copying every stream: the gauges ask for this
+    /// every half second, and a cluster may hold 160,000 streamlets).
     pub fn under_replicated_streamlets(&self) -> usize {
-        self.metadata
-            .all_streams()
-            .into_iter()
-            .map(|s| self.with_replication(s))
-            .map(|s| {
-                let replicas = s.config.replicas;
-                s.streamlets
-                    .iter()
-                    .filter(|p| p.under_replicated_logs(replicas) > 0)
-                    .count()
-            })
-            .sum()
+        let mut under = 0;
+        for stream in self.metadata.streams.values() {
+            let replicas = stream.config.replicas;
+            if replicas == 0 {
+                continue;
+            }
+            for (streamlet, placement) in stream.streamlet_ids() {
+                if placement.state != PlacementState::Serving {
+                    continue;
+                }
+                let short = (0..stream.config.logs_per_streamlet).any(|log| {
+                    self.replication
+                        .get(&(stream.id, streamlet, LogId(log)))
+                        .is_some_and(|(reporter, set)| {
+                            *reporter == placement.owner && set.in_sync_replicas < replicas
+                        })
+                });
+                under += usize::from(short);
+            }
+        }
+        under
     }
 
     /// Takes what a broker's heartbeat reports of its logs: heads, committed ends, replica
@@ -411,6 +422,58 @@ mod tests {
             replication: HashMap::new(),
             proven_gone: HashSet::new(),
         }
+    }
+
+    /// The count the gauge shows equals what `with_replication` shows streamlet by streamlet:
+    /// only the owner's report counts, and only a log short of R.
+    #[test]
+    fn under_replicated_streamlets_count_the_owners_short_reports() {
+        let mut state = empty_state();
+        let a = state
+            .metadata
+            .register_broker("127.0.0.1:1", "peer-1", "admin", "")
+            .unwrap()
+            .server_id;
+        let b = state
+            .metadata
+            .register_broker("127.0.0.1:2", "peer-2", "admin", "")
+            .unwrap()
+            .server_id;
+        let mut config = tailstream_config::Config::embedded().stream_defaults;
+        config.replicas = 1;
+        config.logs_per_streamlet = 2;
+        let stream = state
+            .metadata
+            .create_stream("s", 2, config, &[a, b])
+            .unwrap()
+            .clone();
+        let set = |log, in_sync_replicas| LogReplicaSet {
+            log: LogId(log),
+            backups: Vec::new(),
+            in_sync: Vec::new(),
+            in_sync_replicas,
+        };
+        let owner = |i: usize| stream.placements[i].owner;
+        let key = |streamlet, log| (stream.id, StreamletId(streamlet), LogId(log));
+        // Streamlet 0: one log short, reported by its owner.
+        state.replication.insert(key(0, 0), (owner(0), set(0, 1)));
+        state.replication.insert(key(0, 1), (owner(0), set(1, 0)));
+        // Streamlet 1: short, but reported by a broker that is not its owner.
+        state.replication.insert(key(1, 0), (owner(0), set(0, 0)));
+        let by_description: usize = state
+            .metadata
+            .all_streams()
+            .into_iter()
+            .map(|s| state.with_replication(s))
+            .map(|s| {
+                s.streamlets
+                    .iter()
+                    .filter(|p| p.under_replicated_logs(1) > 0)
+                    .count()
+            })
+            .sum();
+        assert_eq!(by_description, 1);
+        assert_eq!(state.under_replicated_streamlets(), 1);
     }
 
     /// Issue 21, finding 3: a broker back at its address made the coordinator forget when it
