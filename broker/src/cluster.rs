@@ -21,37 +21,39 @@
 //! replicated log's replica set when it changes (under-replication shows cluster-wide).
 
 use crate::backup::BackupStore;
+use crate::heartbeat_reports::Reports;
 use crate::lease::{BootInstant, Lease};
 use crate::log_bounds::LogBoundsBook;
 use crate::replication::placements::{LogKey, Publisher, ReplicaPlacements};
 use crate::storage::{Store, Streamlet};
 use crate::term_fence::{TermFence, stale};
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tailstream_config::COORDINATOR_FRAME_BODY_BYTES_MAX;
 use tailstream_net::RpcClientConfig;
 use tailstream_stubs::{CoordinatorAddresses, CoordinatorPeerClient, StubError};
+use tailstream_wire::field::{WireField, encoded_len};
 use tailstream_wire::messages::{
-    AssignStreamletsRequest, BrokerHeartbeatRequest, BrokerInfo, LogEnd, LogHead, LogReplicaSet,
-    LogReplication, RegisterBrokerRequest, ReportLogBoundsRequest,
+    AssignStreamletsRequest, BrokerHeartbeatRequest, BrokerInfo, LogBounds, LogEnd, LogHead,
+    LogReplicaSet, LogReplication, RegisterBrokerRequest, ReportLogBoundsRequest,
 };
-use tailstream_wire::{
-    CoordinatorTerm, LogId, RecordOffset, SegmentId, ServerId, Status, StreamId, StreamletId,
-};
+use tailstream_wire::{CoordinatorTerm, RecordOffset, SegmentId, ServerId, Status, StreamId};
 use tokio::sync::{mpsc, watch};
 
 #[derive(Debug, Default)]
 struct Membership {
     server_id: Option<ServerId>,
     version: u64,
-    /// Log heads the coordinator has acknowledged.
-    reported_heads: HashMap<(StreamId, StreamletId, LogId), SegmentId>,
-    /// Committed ends the coordinator has acknowledged.
-    reported_ends: HashMap<(StreamId, StreamletId, LogId), RecordOffset>,
-    /// Replica sets the coordinator has acknowledged, and which replicator published each: a
-    /// log replicated here again (after another broker owned it, say) is reported afresh even
-    /// when its set looks the same, since the coordinator holds the other broker's meanwhile.
-    reported_replication: HashMap<LogKey, (Publisher, LogReplicaSet)>,
+    /// Log heads, committed ends and replica sets: what the coordinator acknowledged and what
+    /// the coming heartbeats look at again (the replication one also says which replicator
+    /// published each set: a log replicated here again, after another broker owned it, say, is
+    /// reported afresh even when its set looks the same, since the coordinator holds the
+    /// other broker's meanwhile).
+    heads: Reports<LogKey, SegmentId>,
+    ends: Reports<LogKey, RecordOffset>,
+    replication: Reports<LogKey, (Publisher, LogReplicaSet)>,
+    /// Whether the next heartbeat must look at every log again (the coordinator knows none).
+    rescan: bool,
     /// Retired generations whose replicas this backup already dropped.
     dropped: std::collections::HashSet<ServerId>,
     /// Deleted streams whose replicas this backup already dropped (those the coordinator still
@@ -61,9 +63,10 @@ struct Membership {
 
 impl Membership {
     fn forget_reported(&mut self) {
-        self.reported_heads.clear();
-        self.reported_ends.clear();
-        self.reported_replication.clear();
+        self.heads.forget();
+        self.ends.forget();
+        self.replication.forget();
+        self.rescan = true;
     }
 }
 
@@ -212,15 +215,10 @@ impl ClusterState {
                 .copied()
                 .filter(|s| membership.dropped_streams.insert(*s))
                 .collect();
-            membership
-                .reported_heads
-                .retain(|(stream, _, _), _| !fresh.contains(stream));
-            membership
-                .reported_ends
-                .retain(|(stream, _, _), _| !fresh.contains(stream));
-            membership
-                .reported_replication
-                .retain(|(stream, _, _), _| !fresh.contains(stream));
+            let gone = |(stream, _, _): &LogKey| fresh.contains(stream);
+            membership.heads.forget_where(gone);
+            membership.ends.forget_where(gone);
+            membership.replication.forget_where(gone);
             fresh
         };
         if fresh.is_empty() {
@@ -399,107 +397,116 @@ impl ClusterState {
         Ok(())
     }
 
-    /// Log heads (the newest segment with committed bytes: a segment rolled in memory whose
-    /// bytes reached no backup yet is no loss if it disappears with this broker) that changed
-    /// since the coordinator last acknowledged them.
-    fn changed_heads(&self) -> Vec<LogHead> {
-        let reported = self.lock().reported_heads.clone();
-        let mut changed = Vec::new();
-        for streamlet in self.store.streamlets() {
-            for log in streamlet.logs() {
-                let Some(head) = log.committed_segment() else {
-                    continue;
-                };
-                let key = (streamlet.stream(), streamlet.id(), log.id());
-                if reported.get(&key) != Some(&head) {
-                    changed.push(LogHead {
-                        stream: key.0,
-                        streamlet: key.1,
-                        log: key.2,
-                        segment: head,
-                    });
-                }
-            }
-        }
-        changed
-    }
-
-    /// Committed ends of owned logs that changed since the coordinator last acknowledged
-    /// them (what it computes consumer group lag from).
-    fn changed_ends(&self) -> Vec<LogEnd> {
-        let reported = self.lock().reported_ends.clone();
-        let mut changed = Vec::new();
-        for streamlet in self.store.streamlets() {
-            for log in streamlet.logs() {
-                let (_, committed) = log.offsets();
-                let key = (streamlet.stream(), streamlet.id(), log.id());
-                if reported.get(&key) != Some(&committed) {
-                    changed.push(LogEnd {
-                        stream: key.0,
-                        streamlet: key.1,
-                        log: key.2,
-                        committed_offset: committed,
-                    });
-                }
-            }
-        }
-        changed
-    }
-
-    fn ends_acknowledged(&self, ends: &[LogEnd]) {
+    /// What the next heartbeat reports: log heads (the newest segment with committed bytes:
+    /// a segment rolled in memory whose bytes reached no backup yet is no loss if it
+    /// disappears with this broker), committed ends (what the coordinator computes consumer
+    /// group lag from) and replica sets, each where it differs from what the coordinator
+    /// acknowledged. Costs what changed, not what is owned (see `heartbeat_reports`), and
+    /// stays within `HEARTBEAT_REPORT_BYTES_MAX`: the rest goes in the next heartbeats.
+    fn heartbeat_reports(&self) -> (Vec<LogHead>, Vec<LogEnd>, Vec<LogReplication>) {
+        let moved = self.store.take_moved_logs();
+        let health_changed = self.placements.take_changed();
+        let rescan = std::mem::take(&mut self.lock().rescan);
+        let everything = rescan.then(|| {
+            let logs: Vec<LogKey> = self
+                .store
+                .streamlets()
+                .iter()
+                .flat_map(|s| s.logs().iter().map(|log| (s.stream(), s.id(), log.id())))
+                .collect();
+            (logs, self.placements.keys_with_health())
+        });
         let mut membership = self.lock();
-        for end in ends {
-            membership
-                .reported_ends
-                .insert((end.stream, end.streamlet, end.log), end.committed_offset);
+        let membership = &mut *membership;
+        for key in moved {
+            membership.heads.mark(key);
+            membership.ends.mark(key);
         }
-    }
-
-    /// Replica sets of owned logs that changed since the coordinator last acknowledged them
-    /// (or were published by another replicator since).
-    fn changed_replication(&self) -> Vec<(Publisher, LogReplication)> {
-        let membership = self.lock();
-        let reported = &membership.reported_replication;
-        self.placements
-            .health()
+        for key in health_changed {
+            membership.replication.mark(key);
+        }
+        if let Some((logs, replicated)) = everything {
+            for key in logs {
+                membership.heads.mark(key);
+                membership.ends.mark(key);
+            }
+            for key in replicated {
+                membership.replication.mark(key);
+            }
+        }
+        let mut budget = HEARTBEAT_REPORT_BYTES_MAX;
+        let log = |key: &LogKey| {
+            let streamlet = self.store.get(key.0, key.1).ok()?;
+            let log = streamlet.log(key.2).ok()?;
+            let (_, committed) = log.offsets();
+            Some((log.committed_segment(), committed))
+        };
+        let heads = membership
+            .heads
+            .take(&mut budget, |key| log(key)?.0, |_, _| LogHead::MIN_BYTES)
             .into_iter()
-            .filter(|(key, by, set)| {
-                reported
-                    .get(key)
-                    .is_none_or(|(was_by, was)| was_by != by || was != set)
+            .map(|(key, segment)| LogHead {
+                stream: key.0,
+                streamlet: key.1,
+                log: key.2,
+                segment,
             })
-            .map(|((stream, streamlet, _), by, replicas)| {
-                (
-                    by,
-                    LogReplication {
-                        stream,
-                        streamlet,
-                        replicas,
-                    },
-                )
+            .collect();
+        let replication = membership
+            .replication
+            .take(
+                &mut budget,
+                |key| self.placements.health_of(*key),
+                |key, (_, replicas)| {
+                    encoded_len(&LogReplication {
+                        stream: key.0,
+                        streamlet: key.1,
+                        replicas: replicas.clone(),
+                    })
+                },
+            )
+            .into_iter()
+            .map(|(key, (_, replicas))| LogReplication {
+                stream: key.0,
+                streamlet: key.1,
+                replicas,
             })
-            .collect()
+            .collect();
+        let ends = membership
+            .ends
+            .take(
+                &mut budget,
+                |key| Some(log(key)?.1),
+                |_, _| LogEnd::MIN_BYTES,
+            )
+            .into_iter()
+            .map(|(key, committed_offset)| LogEnd {
+                stream: key.0,
+                streamlet: key.1,
+                log: key.2,
+                committed_offset,
+            })
+            .collect();
+        (heads, ends, replication)
     }
 
-    fn replication_acknowledged(&self, sets: Vec<(Publisher, LogReplication)>) {
+    /// The heartbeat carrying the last `heartbeat_reports` was answered.
+    fn reports_acknowledged(&self) {
         let mut membership = self.lock();
-        for (by, set) in sets {
-            membership.reported_replication.insert(
-                (set.stream, set.streamlet, set.replicas.log),
-                (by, set.replicas),
-            );
-        }
-    }
-
-    fn heads_acknowledged(&self, heads: &[LogHead]) {
-        let mut membership = self.lock();
-        for head in heads {
-            membership
-                .reported_heads
-                .insert((head.stream, head.streamlet, head.log), head.segment);
-        }
+        membership.heads.acknowledged();
+        membership.ends.acknowledged();
+        membership.replication.acknowledged();
     }
 }
+
+/// Most log bounds in one report: a frame the coordinator accepts (they are fixed-size; the
+/// rest go in the next report, sent at once since they are still wanted).
+const LOG_BOUNDS_REPORT_MAX: usize =
+    COORDINATOR_FRAME_BODY_BYTES_MAX as usize / 2 / LogBounds::MIN_BYTES;
+
+/// Bytes a heartbeat spends on log reports at most: half the frame the coordinator accepts,
+/// so the rest of the request always fits.
+const HEARTBEAT_REPORT_BYTES_MAX: usize = COORDINATOR_FRAME_BODY_BYTES_MAX as usize / 2;
 
 /// How long a coordinator may leave a heartbeat or report unanswered before the next one is
 /// tried: a lease, at least a second; none with a single coordinator (nowhere else to go).
@@ -579,16 +586,12 @@ async fn report_log_bounds(
     client: &CoordinatorPeerClient,
     server_id: ServerId,
 ) -> Result<(), StubError> {
-    let owned: std::collections::HashSet<(StreamId, StreamletId)> = cluster
-        .store
-        .streamlets()
-        .iter()
-        .map(|s| (s.stream(), s.id()))
-        .collect();
+    // Only what is wanted is looked up: this runs every `retry_every`, and a broker may own
+    // tens of thousands of streamlets.
     cluster
         .log_bounds
-        .retain_wanted(|key| owned.contains(&(key.0, key.1)));
-    let bounds = cluster.log_bounds.pending();
+        .retain_wanted(|key| cluster.store.get(key.0, key.1).is_ok());
+    let bounds = cluster.log_bounds.pending(LOG_BOUNDS_REPORT_MAX);
     if bounds.is_empty() {
         return Ok(());
     }
@@ -783,15 +786,14 @@ async fn membership_session(
         let Some(server_id) = cluster.server_id() else {
             return ("lost registration".into(), Next::Same);
         };
-        let heads = cluster.changed_heads();
-        let replication = cluster.changed_replication();
+        let (heads, log_ends, replication) = cluster.heartbeat_reports();
         let request = BrokerHeartbeatRequest {
             server_id,
             known_version: cluster.assignment_version(),
             heads,
             segment_memory_free_bytes: cluster.segment_memory_free_bytes(),
-            log_ends: cluster.changed_ends(),
-            replication: replication.iter().map(|(_, set)| set.clone()).collect(),
+            log_ends,
+            replication,
             lease_extended: cluster.lease_may_be_extended(coordinator_addr),
         };
         let sent_at = BootInstant::now();
@@ -820,9 +822,7 @@ async fn membership_session(
                     );
                 }
                 cluster.lease_renewed(coordinator_addr, response.term, sent_at);
-                cluster.heads_acknowledged(&request.heads);
-                cluster.ends_acknowledged(&request.log_ends);
-                cluster.replication_acknowledged(replication);
+                cluster.reports_acknowledged();
                 cluster.update_brokers(response.brokers, &response.retired);
                 cluster.drop_deleted_streams(&response.deleted_streams);
                 if let Some(assignments) = response.assignments
@@ -888,6 +888,75 @@ mod tests {
             Duration::from_secs(5),
         )
         .0
+    }
+
+    /// At 10,000 streams of 16 streamlets, a broker registering with a new leader reported
+    /// every log's replica set in one 1.6 MB heartbeat, which the coordinator refused as too
+    /// large, again and again: the broker's lease ran out and the cluster stopped. Now each
+    /// heartbeat carries what fits, and the rest follows.
+    #[test]
+    fn a_registration_reports_every_log_over_heartbeats_the_coordinator_accepts() {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = cluster(dir.path());
+        let backups: Vec<ServerId> = (0..7)
+            .map(|index| ServerId {
+                index,
+                generation: u32::MAX,
+            })
+            .collect();
+        let logs = 40_000u32;
+        for i in 0..logs {
+            let key = (
+                StreamId(u64::from(i)),
+                tailstream_wire::StreamletId(i),
+                tailstream_wire::LogId(0),
+            );
+            let set = LogReplicaSet {
+                log: key.2,
+                backups: backups.clone(),
+                in_sync: backups.clone(),
+                in_sync_replicas: 7,
+            };
+            cluster.placements.publish_health(key, 1, set, 7, 1);
+        }
+        cluster.registered(ServerId {
+            index: 9,
+            generation: 1,
+        });
+        let (mut reported, mut heartbeats) = (0, 0);
+        loop {
+            let (heads, log_ends, replication) = cluster.heartbeat_reports();
+            if replication.is_empty() {
+                break;
+            }
+            reported += replication.len();
+            heartbeats += 1;
+            let request = BrokerHeartbeatRequest {
+                server_id: ServerId {
+                    index: 9,
+                    generation: 1,
+                },
+                known_version: u64::MAX,
+                heads,
+                segment_memory_free_bytes: u64::MAX,
+                log_ends,
+                replication,
+                lease_extended: true,
+            };
+            let mut encoded = bytes::BytesMut::new();
+            tailstream_wire::Encode::encode(&request, &mut encoded);
+            assert!(encoded.len() <= COORDINATOR_FRAME_BODY_BYTES_MAX as usize);
+            // Every other heartbeat goes unanswered: its reports come again.
+            if heartbeats % 2 == 0 {
+                cluster.reports_acknowledged();
+            } else {
+                reported -= request.replication.len();
+            }
+        }
+        assert_eq!(reported, logs as usize);
+        assert!(heartbeats > 4, "{heartbeats} heartbeats");
+        // Nothing changed since: nothing to say.
+        assert_eq!(cluster.heartbeat_reports().2.len(), 0);
     }
 
     #[test]

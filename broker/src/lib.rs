@@ -18,6 +18,8 @@
 //!   of the tcp backend.
 //! - [`cluster`]: the broker's side of membership: register with the coordinator, heartbeat,
 //!   apply streamlet assignments.
+//! - [`heartbeat_reports`]: what heartbeats tell the coordinator of owned logs (heads,
+//!   committed ends, replica sets): only what changed, within a byte budget per heartbeat.
 //! - [`term_fence`]: the newest coordinator term seen; orders of older terms are refused.
 //! - [`log_bounds`]: what the coordinator durably knows of each replicated log's head and
 //!   oldest kept segment (a record commits only in a head it knows; a replica is freed only
@@ -39,6 +41,7 @@
 pub use tailstream_backup as backup;
 pub mod cluster;
 pub mod data_plane;
+pub mod heartbeat_reports;
 pub mod lease;
 pub mod log_bounds;
 pub mod metrics;

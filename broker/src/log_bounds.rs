@@ -145,11 +145,12 @@ impl LogBoundsBook {
         self.wanted.notified().await;
     }
 
-    /// Everything wanted and not yet durable, to send.
-    pub fn pending(&self) -> Vec<LogBounds> {
+    /// What is wanted and not yet durable, to send: at most `most` of it.
+    pub fn pending(&self, most: usize) -> Vec<LogBounds> {
         self.lock()
             .wanted
             .iter()
+            .take(most)
             .map(|(key, kept)| LogBounds {
                 stream: key.0,
                 streamlet: key.1,
@@ -289,22 +290,22 @@ mod tests {
         assert_eq!(book.durable(KEY), None);
         book.want(KEY, kept(0, 2));
         book.want(KEY, kept(1, 1));
-        assert_eq!(book.pending(), vec![saved(1, 2)]);
+        assert_eq!(book.pending(usize::MAX), vec![saved(1, 2)]);
         // Saved for less than wanted: still pending.
         book.made_durable(&[saved(0, 2)]);
         assert!(changes.has_changed().unwrap());
         changes.mark_unchanged();
         assert_eq!(book.durable(KEY), Some(kept(0, 2)));
-        assert_eq!(book.pending(), vec![saved(1, 2)]);
+        assert_eq!(book.pending(usize::MAX), vec![saved(1, 2)]);
         book.made_durable(&[saved(1, 2)]);
-        assert!(book.pending().is_empty());
+        assert!(book.pending(usize::MAX).is_empty());
         // A streamlet no longer owned here is no longer asked for.
         book.want(KEY, kept(1, 5));
         book.retain_wanted(|key| *key != KEY);
-        assert!(book.pending().is_empty());
+        assert!(book.pending(usize::MAX).is_empty());
         // Already durable: nothing to send.
         book.want(KEY, kept(0, 1));
-        assert!(book.pending().is_empty());
+        assert!(book.pending(usize::MAX).is_empty());
         book.forget_streams(&[KEY.0]);
         assert_eq!(book.durable(KEY), None);
     }

@@ -11,6 +11,7 @@
 //!
 //! Reading, listing and the replication/retention views are in `log_read`.
 
+use super::commit_feed::FeedLink;
 use super::error::StorageError;
 use super::group::Group;
 use super::producers::{ProducedBatch, ProducerTable, SequenceCheck};
@@ -123,6 +124,8 @@ pub struct Log {
     /// appended now (set by the replicator; always true for an unreplicated log). While it
     /// cannot, appends are refused (`NotEnoughReplicas`) rather than left waiting.
     insync: watch::Sender<bool>,
+    /// Where a moved commit point is told (set once the store holds the log).
+    commit_feed: OnceLock<FeedLink>,
 }
 
 pub(super) fn to_position(position: usize) -> SegmentPosition {
@@ -147,6 +150,22 @@ impl Log {
             commits: watch::Sender::new(CommitPoint::default()),
             replication_wake: OnceLock::new(),
             insync: watch::Sender::new(true),
+            commit_feed: OnceLock::new(),
+        }
+    }
+
+    /// Links the log to its store's feed and queues it there once, so what it holds already
+    /// (a rebuilt log's commit point) is reported like any later move.
+    pub(crate) fn link_commit_feed(&self, link: FeedLink) {
+        if self.commit_feed.set(link).is_ok() {
+            self.commit_moved();
+        }
+    }
+
+    /// Called after every publication of a new commit point.
+    fn commit_moved(&self) {
+        if let Some(link) = self.commit_feed.get() {
+            link.moved();
         }
     }
 
@@ -345,6 +364,7 @@ impl Log {
             }
             state.committed_offset = committed;
             self.commits.send_replace(location.commit_point());
+            self.commit_moved();
         }
         Ok(Appended {
             location,
@@ -438,6 +458,7 @@ impl Log {
     /// see it.
     pub(super) fn commit_rebuilt(&self, point: CommitPoint) {
         self.commits.send_replace(point);
+        self.commit_moved();
     }
 
     /// Replicated logs: every byte up to `point` is on every backup. Makes it readable,
@@ -472,5 +493,6 @@ impl Log {
         }
         drop(state);
         self.commits.send_replace(point);
+        self.commit_moved();
     }
 }

@@ -1,6 +1,7 @@
 //! Every streamlet this broker owns, keyed by (stream, streamlet), and what they share: the
 //! segment memory budget.
 
+use super::commit_feed::{CommitFeed, LogKey};
 use super::error::StorageError;
 use super::log::Appended;
 use super::memory::SegmentMemory;
@@ -20,6 +21,8 @@ pub struct Store {
     producers_per_log_max: usize,
     replication_backlog_bytes_max: u64,
     streamlets: RwLock<HashMap<Key, Arc<Streamlet>>>,
+    /// Logs whose commit point moved (what heartbeats report, without a scan of every log).
+    commit_feed: Arc<CommitFeed>,
 }
 
 impl Store {
@@ -33,6 +36,7 @@ impl Store {
             producers_per_log_max,
             replication_backlog_bytes_max,
             streamlets: RwLock::new(HashMap::new()),
+            commit_feed: Arc::default(),
         }
     }
 
@@ -94,6 +98,7 @@ impl Store {
                 self.replication_backlog_bytes_max,
             ));
             streamlet.set_ownership(assignment.epoch, true);
+            streamlet.link_commit_feed(&self.commit_feed);
             created.push(streamlet.clone());
             streamlets.insert(key, streamlet);
         }
@@ -109,6 +114,7 @@ impl Store {
         match streamlets.get(&key) {
             Some(existing) if existing.epoch() >= rebuilt.epoch() => (existing.clone(), false),
             _ => {
+                rebuilt.link_commit_feed(&self.commit_feed);
                 if let Some(replaced) = streamlets.insert(key, rebuilt.clone()) {
                     replaced.retire();
                 }
@@ -126,6 +132,12 @@ impl Store {
         }
         streamlets.clear();
         dropped
+    }
+
+    /// The logs whose commit point moved since the last call (each once; a log created or
+    /// rebuilt here counts as moved). Keys of logs no longer held may be among them.
+    pub fn take_moved_logs(&self) -> Vec<LogKey> {
+        self.commit_feed.take()
     }
 
     /// Segment memory not yet reserved.

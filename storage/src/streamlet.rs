@@ -7,10 +7,12 @@
 //! every id its crashed owner used). A streamlet carries its ownership epoch and whether it
 //! serves yet (a rebuilt one waits for the coordinator's word).
 
+use super::commit_feed::{CommitFeed, FeedLink};
 use super::error::StorageError;
 use super::log::{Appended, Log};
 use super::memory::{MemoryLease, SegmentMemory};
 use super::rebuild::{RebuildSummary, RecoveredSegment};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tailstream_wire::batch::BatchInfo;
@@ -225,6 +227,14 @@ impl Streamlet {
 
     pub fn logs(&self) -> &[Log] {
         &self.logs
+    }
+
+    /// Tells `feed` of every later move of its logs' commit points (and of where they are now).
+    pub(crate) fn link_commit_feed(&self, feed: &Arc<CommitFeed>) {
+        for log in &self.logs {
+            let key = (self.shared.stream, self.shared.streamlet, log.id());
+            log.link_commit_feed(FeedLink::new(key, feed.clone()));
+        }
     }
 
     /// The log a producer appends to.

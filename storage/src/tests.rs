@@ -546,3 +546,24 @@ mod model {
         }
     }
 }
+
+/// Heartbeats report heads and ends from the commit feed instead of scanning every log: each
+/// linked log is queued once when linked and once per commit move between takes.
+#[test]
+fn the_commit_feed_names_each_log_whose_commit_point_moved() {
+    let s = std::sync::Arc::new(streamlet(config(2, 4096, 4), 1 << 20));
+    let feed = std::sync::Arc::new(crate::commit_feed::CommitFeed::default());
+    s.link_commit_feed(&feed);
+    let key = |log| (StreamId(1), StreamletId(0), LogId(log));
+    assert_eq!(feed.take(), vec![key(0), key(1)]);
+    assert!(feed.take().is_empty());
+    let appended = append(&s, &batch(1, 0, &["a"])).unwrap();
+    append(&s, &batch(1, 1, &["b"])).unwrap();
+    let log = s.log_for(ProducerId(1)).id();
+    assert_eq!(feed.take(), vec![key(log.0)]);
+    assert_eq!(
+        s.log(log).unwrap().committed_segment(),
+        Some(appended.location.segment)
+    );
+    assert!(feed.take().is_empty());
+}

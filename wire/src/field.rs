@@ -15,6 +15,14 @@ pub const LIST_ITEMS_MAX: usize = 1 << 20;
 /// Longest length-prefixed byte field.
 pub const BYTES_FIELD_MAX: usize = 64 << 20;
 
+/// Bytes `value` takes encoded (encodes it once: for budgets that must hold for any value,
+/// where `MIN_BYTES` is only a floor).
+pub fn encoded_len<T: WireField>(value: &T) -> usize {
+    let mut out = BytesMut::new();
+    value.put(&mut out);
+    out.len()
+}
+
 /// A type that can be a field of a wire message.
 pub trait WireField: Sized {
     /// Fewest bytes an encoded value takes: lets list decoding reject forged counts.

@@ -5,7 +5,7 @@
 //! changed (a segment opened its replicas, a backup was lost or replaced, a segment closed on
 //! all of them), not on every append.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 pub use tailstream_wire::messages::{LogReplicaSet, SegmentReplicas};
 use tailstream_wire::{LogId, StreamId, StreamletId};
@@ -34,13 +34,65 @@ struct Published {
 /// Every replicated log's segments in flight and replica set, by log.
 #[derive(Debug, Default)]
 pub struct ReplicaPlacements {
-    logs: Mutex<HashMap<LogKey, Published>>,
+    logs: Mutex<Logs>,
+}
+
+#[derive(Debug, Default)]
+struct Logs {
+    by_key: HashMap<LogKey, Published>,
+    /// Logs whose replica set was published since `take_changed` (what heartbeats report).
+    changed: HashSet<LogKey>,
+    /// Logs short of R complete copies, and short of min_insync_replicas: kept as sets are
+    /// published, so a publication costs the same with one log as with fifty thousand.
+    under_replicated: u32,
+    below_min_insync: u32,
+}
+
+impl Logs {
+    /// `log`'s entry for `by`: a new publisher starts from nothing.
+    fn entry(&mut self, log: LogKey, by: Publisher) -> &mut Published {
+        if self.by_key.get(&log).is_some_and(|p| p.by != by) {
+            self.remove(log);
+        }
+        let entry = self.by_key.entry(log).or_default();
+        entry.by = by;
+        entry
+    }
+
+    fn remove(&mut self, log: LogKey) {
+        if let Some(gone) = self.by_key.remove(&log) {
+            self.count(gone.health.as_ref(), false);
+        }
+    }
+
+    /// Adds (or takes away) one log's contribution to the gauges' counts.
+    fn count(&mut self, health: Option<&(LogReplicaSet, u32, u32)>, add: bool) {
+        let Some((set, replicas, min_insync)) = health else {
+            return;
+        };
+        let under = u32::from(set.in_sync_replicas < *replicas);
+        let below = u32::from(set.in_sync_replicas < *min_insync);
+        if add {
+            self.under_replicated += under;
+            self.below_min_insync += below;
+        } else {
+            self.under_replicated -= under;
+            self.below_min_insync -= below;
+        }
+    }
+
+    fn export_gauges(&self) {
+        metrics::gauge!(crate::metrics::LOGS_UNDER_REPLICATED)
+            .set(f64::from(self.under_replicated));
+        metrics::gauge!(crate::metrics::LOGS_BELOW_MIN_INSYNC)
+            .set(f64::from(self.below_min_insync));
+    }
 }
 
 impl ReplicaPlacements {
     /// Replaces one log's list.
     pub fn publish(&self, log: LogKey, by: Publisher, segments: Vec<SegmentReplicas>) {
-        Self::entry(&mut self.lock(), log, by).segments = segments;
+        self.lock().entry(log, by).segments = segments;
     }
 
     /// Replaces one log's replica set (R and min_insync_replicas are its stream's).
@@ -52,37 +104,29 @@ impl ReplicaPlacements {
         replicas: u32,
         min_insync: u32,
     ) {
-        Self::entry(&mut self.lock(), log, by).health = Some((set, replicas, min_insync));
-        self.export_gauges();
+        let mut logs = self.lock();
+        let health = Some((set, replicas, min_insync));
+        let was = std::mem::replace(&mut logs.entry(log, by).health, health.clone());
+        logs.count(was.as_ref(), false);
+        logs.count(health.as_ref(), true);
+        logs.changed.insert(log);
+        logs.export_gauges();
     }
 
     /// Forgets a log that `by` no longer replicates here (unless another publisher took it
     /// over meanwhile).
     pub fn remove(&self, log: LogKey, by: Publisher) {
-        {
-            let mut logs = self.lock();
-            if logs.get(&log).is_some_and(|p| p.by == by) {
-                logs.remove(&log);
-            }
+        let mut logs = self.lock();
+        if logs.by_key.get(&log).is_some_and(|p| p.by == by) {
+            logs.remove(log);
         }
-        self.export_gauges();
-    }
-
-    /// `log`'s entry for `by`: a new publisher starts from nothing.
-    fn entry(logs: &mut HashMap<LogKey, Published>, log: LogKey, by: Publisher) -> &mut Published {
-        let entry = logs.entry(log).or_default();
-        if entry.by != by {
-            *entry = Published {
-                by,
-                ..Published::default()
-            };
-        }
-        entry
+        logs.export_gauges();
     }
 
     /// One log's list (empty if it has none).
     pub fn of(&self, log: LogKey) -> Vec<SegmentReplicas> {
         self.lock()
+            .by_key
             .get(&log)
             .map(|p| p.segments.clone())
             .unwrap_or_default()
@@ -91,23 +135,36 @@ impl ReplicaPlacements {
     /// Every log's replica set, as last published, and by whom.
     pub fn health(&self) -> Vec<(LogKey, Publisher, LogReplicaSet)> {
         self.lock()
+            .by_key
             .iter()
             .filter_map(|(key, p)| p.health.as_ref().map(|(set, ..)| (*key, p.by, set.clone())))
             .collect()
     }
 
-    /// Logs short of R complete copies, and short of min_insync_replicas.
-    fn export_gauges(&self) {
-        let (mut under, mut below) = (0u32, 0u32);
-        for (set, replicas, min_insync) in self.lock().values().filter_map(|p| p.health.as_ref()) {
-            under += u32::from(set.in_sync_replicas < *replicas);
-            below += u32::from(set.in_sync_replicas < *min_insync);
-        }
-        metrics::gauge!(crate::metrics::LOGS_UNDER_REPLICATED).set(f64::from(under));
-        metrics::gauge!(crate::metrics::LOGS_BELOW_MIN_INSYNC).set(f64::from(below));
+    /// One log's replica set, as last published, and by whom.
+    pub fn health_of(&self, log: LogKey) -> Option<(Publisher, LogReplicaSet)> {
+        let logs = self.lock();
+        let published = logs.by_key.get(&log)?;
+        let (set, ..) = published.health.as_ref()?;
+        Some((published.by, set.clone()))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<LogKey, Published>> {
+    /// Every log with a published replica set.
+    pub fn keys_with_health(&self) -> Vec<LogKey> {
+        self.lock()
+            .by_key
+            .iter()
+            .filter(|(_, p)| p.health.is_some())
+            .map(|(key, _)| *key)
+            .collect()
+    }
+
+    /// The logs whose replica set was published since the last call.
+    pub fn take_changed(&self) -> Vec<LogKey> {
+        self.lock().changed.drain().collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Logs> {
         self.logs.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -165,5 +222,41 @@ mod tests {
         assert_eq!(placements.health(), vec![(key, second, set)]);
         placements.remove(key, second);
         assert!(placements.health().is_empty());
+    }
+
+    #[test]
+    fn gauge_counts_follow_publications_and_changed_logs_are_taken_once() {
+        let placements = ReplicaPlacements::default();
+        let set = |in_sync_replicas| LogReplicaSet {
+            log: LogId(0),
+            backups: Vec::new(),
+            in_sync: Vec::new(),
+            in_sync_replicas,
+        };
+        let counts = |p: &ReplicaPlacements| {
+            let logs = p.lock();
+            (logs.under_replicated, logs.below_min_insync)
+        };
+        let (a, b) = (
+            (StreamId(1), StreamletId(0), LogId(0)),
+            (StreamId(2), StreamletId(0), LogId(0)),
+        );
+        let (first, second) = (new_publisher(), new_publisher());
+        placements.publish_health(a, first, set(0), 2, 1);
+        placements.publish_health(b, first, set(1), 2, 1);
+        assert_eq!(counts(&placements), (2, 1));
+        placements.publish_health(a, first, set(2), 2, 1);
+        assert_eq!(counts(&placements), (1, 0));
+        // A new publisher's entry replaces the old one's contribution.
+        placements.publish_health(b, second, set(0), 2, 1);
+        assert_eq!(counts(&placements), (1, 1));
+        placements.remove(b, second);
+        assert_eq!(counts(&placements), (0, 0));
+        let mut changed = placements.take_changed();
+        changed.sort();
+        assert_eq!(changed, vec![a, b]);
+        assert!(placements.take_changed().is_empty());
+        assert_eq!(placements.health_of(a), Some((first, set(2))));
+        assert_eq!(placements.keys_with_health(), vec![a]);
     }
 }
