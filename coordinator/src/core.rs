@@ -31,7 +31,8 @@ pub struct State {
     /// Each log's newest segment, as its owner last reported it (memory only: after a
     /// coordinator restart, recovery cannot tell a lost newest segment from a missing one
     /// until the owners report again).
-    pub heads: HashMap<(StreamId, StreamletId, LogId), SegmentId>,
+    /// Ordered, so one streamlet's logs are a range (recovery plans look them up per streamlet).
+    pub heads: BTreeMap<(StreamId, StreamletId, LogId), SegmentId>,
     /// Segment memory each broker had left at its last heartbeat (memory only).
     pub memory_free_bytes: HashMap<ServerId, u64>,
     /// Each log's committed end, as its owner last reported it (memory only; for consumer
@@ -250,8 +251,7 @@ impl State {
     /// The reported heads of one streamlet's logs.
     pub fn heads_of(&self, stream: StreamId, streamlet: StreamletId) -> BTreeMap<LogId, SegmentId> {
         self.heads
-            .iter()
-            .filter(|((s, l, _), _)| *s == stream && *l == streamlet)
+            .range((stream, streamlet, LogId(0))..=(stream, streamlet, LogId(u32::MAX)))
             .map(|((_, _, log), segment)| (*log, *segment))
             .collect()
     }
@@ -304,7 +304,7 @@ impl Coordinator {
                 state: Mutex::new(State {
                     metadata,
                     liveness,
-                    heads: HashMap::new(),
+                    heads: BTreeMap::new(),
                     log_ends: HashMap::new(),
                     replication: HashMap::new(),
                     memory_free_bytes: HashMap::new(),
@@ -416,7 +416,7 @@ mod tests {
         State {
             metadata: Metadata::default(),
             liveness: Liveness::new(Duration::from_secs(3)),
-            heads: HashMap::new(),
+            heads: BTreeMap::new(),
             memory_free_bytes: HashMap::new(),
             log_ends: HashMap::new(),
             replication: HashMap::new(),

@@ -10,7 +10,7 @@
 //! (its owner is fenced, so it stays empty). Only a streamlet's current owner moves them: a fenced owner cannot make
 //! recovery take segments as freed.
 
-use super::{Metadata, MetadataError};
+use super::{Metadata, MetadataError, StreamRecord};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use tailstream_wire::messages::{LogBounds, OpenSegment};
@@ -131,7 +131,16 @@ impl Metadata {
         streamlet: StreamletId,
     ) -> BTreeMap<LogId, KeptSegments> {
         self.stream_by_id(stream)
-            .and_then(|s| s.placements.get(streamlet.0 as usize))
+            .map(|s| s.kept_segments(streamlet))
+            .unwrap_or_default()
+    }
+}
+
+impl StreamRecord {
+    /// The saved bounds of one of this stream's streamlets' logs.
+    pub fn kept_segments(&self, streamlet: StreamletId) -> BTreeMap<LogId, KeptSegments> {
+        self.placements
+            .get(streamlet.0 as usize)
             .map(|p| {
                 p.log_bounds
                     .iter()

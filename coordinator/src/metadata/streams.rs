@@ -6,7 +6,7 @@ use super::{Metadata, MetadataError, Placement, STREAM_NAME_BYTES_MAX, StreamRec
 /// Deleted stream ids the metadata remembers for backups that have yet to drop their replicas
 /// (a backup away for more deletions than this keeps the oldest ones' files).
 pub const DELETED_STREAMS_KEPT: usize = 256;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use tailstream_config::{STREAMLETS_MAX, validate_stream_config};
 use tailstream_wire::messages::{
     AssignStreamletsRequest, BrokerInfo, PlacementState, StreamConfig, StreamMetadata,
@@ -167,6 +167,11 @@ impl Metadata {
     /// The stream with id `id`.
     pub fn stream_by_id(&self, id: StreamId) -> Option<&StreamRecord> {
         self.streams.values().find(|s| s.id == id)
+    }
+
+    /// Every stream by id (`stream_by_id` walks the streams: for many lookups, build this once).
+    pub fn streams_by_id(&self) -> HashMap<StreamId, &StreamRecord> {
+        self.streams.values().map(|s| (s.id, s)).collect()
     }
 
     /// The assignment of one streamlet, as its owner receives it.

@@ -152,34 +152,32 @@ impl Orchestrator {
     /// Streamlets to plan now: not serving, not being rebuilt by this coordinator, and (for
     /// lost ones) not tried too recently.
     fn candidates(&self) -> Vec<Key> {
-        let unsettled = self.core.lock().metadata.unsettled();
-        let lost: HashSet<Key> = {
+        let (unsettled, lost, hopeless) = {
             let state = self.core.lock();
-            unsettled
-                .iter()
-                .copied()
-                .filter(|(stream, streamlet)| {
-                    state
-                        .metadata
-                        .stream_by_id(*stream)
-                        .and_then(|s| s.placements.get(streamlet.0 as usize))
-                        .is_some_and(|p| p.state == tailstream_wire::messages::PlacementState::Lost)
-                })
-                .collect()
-        };
-        // A lost unreplicated streamlet stays lost: no backup can ever bring it back, so it
-        // is not worth a listing of every backup.
-        let hopeless: HashSet<Key> = {
-            let state = self.core.lock();
-            lost.iter()
-                .copied()
-                .filter(|(stream, _)| {
-                    state
-                        .metadata
-                        .stream_by_id(*stream)
-                        .is_some_and(|s| s.config.replicas == 0)
-                })
-                .collect()
+            let unsettled = state.metadata.unsettled();
+            // Looked up by id once per round, not by a walk of every stream per candidate (a
+            // crash may leave tens of thousands of candidates among thousands of streams).
+            let by_id = state.metadata.streams_by_id();
+            let mut lost = HashSet::new();
+            // A lost unreplicated streamlet stays lost: no backup can ever bring it back, so
+            // it is not worth a listing of every backup.
+            let mut hopeless = HashSet::new();
+            for key in &unsettled {
+                let Some(stream) = by_id.get(&key.0) else {
+                    continue;
+                };
+                let is_lost = stream
+                    .placements
+                    .get(key.1.0 as usize)
+                    .is_some_and(|p| p.state == tailstream_wire::messages::PlacementState::Lost);
+                if is_lost {
+                    lost.insert(*key);
+                    if stream.config.replicas == 0 {
+                        hopeless.insert(*key);
+                    }
+                }
+            }
+            (unsettled, lost, hopeless)
         };
         let in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
         let lost_tried = self.lost_tried.lock().unwrap_or_else(|p| p.into_inner());
@@ -222,13 +220,14 @@ impl Orchestrator {
         }
         let plans = {
             let state = self.core.lock();
+            let by_id = state.metadata.streams_by_id();
             let mut plans = Vec::new();
             for key in &candidates {
-                let Some(stream) = state.metadata.stream_by_id(key.0) else {
+                let Some(stream) = by_id.get(&key.0) else {
                     continue;
                 };
                 let heads = state.heads_of(key.0, key.1);
-                let kept = state.metadata.kept_segments(key.0, key.1);
+                let kept = stream.kept_segments(key.1);
                 let target = Target {
                     stream: key.0,
                     streamlet: key.1,
