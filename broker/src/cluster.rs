@@ -35,7 +35,7 @@ use tailstream_stubs::{CoordinatorAddresses, CoordinatorPeerClient, StubError};
 use tailstream_wire::field::{WireField, encoded_len};
 use tailstream_wire::messages::{
     AssignStreamletsRequest, BrokerHeartbeatRequest, BrokerInfo, LogBounds, LogEnd, LogHead,
-    LogReplicaSet, LogReplication, RegisterBrokerRequest, ReportLogBoundsRequest,
+    LogReplicaSet, LogReplication, OpenSegment, RegisterBrokerRequest, ReportLogBoundsRequest,
 };
 use tailstream_wire::{CoordinatorTerm, RecordOffset, SegmentId, ServerId, Status, StreamId};
 use tokio::sync::{mpsc, watch};
@@ -499,10 +499,10 @@ impl ClusterState {
     }
 }
 
-/// Most log bounds in one report: a frame the coordinator accepts (they are fixed-size; the
-/// rest go in the next report, sent at once since they are still wanted).
+/// Most log bounds in one report: half a frame the coordinator accepts, at their largest
+/// (with an open segment). The rest go in the next report, sent at once after a full one.
 const LOG_BOUNDS_REPORT_MAX: usize =
-    COORDINATOR_FRAME_BODY_BYTES_MAX as usize / 2 / LogBounds::MIN_BYTES;
+    COORDINATOR_FRAME_BODY_BYTES_MAX as usize / 2 / (LogBounds::MIN_BYTES + OpenSegment::MIN_BYTES);
 
 /// Bytes a heartbeat spends on log reports at most: half the frame the coordinator accepts,
 /// so the rest of the request always fits.
@@ -533,11 +533,15 @@ async fn run_log_bounds_reporter(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut client: Option<(String, CoordinatorPeerClient)> = None;
+    // A report that was full leaves more to send: the next one goes at once.
+    let mut more = false;
     loop {
-        tokio::select! {
-            _ = cluster.log_bounds.something_wanted() => {}
-            _ = tokio::time::sleep(retry_every) => {}
-            _ = tailstream_net::server::shutdown_signalled(&mut shutdown) => return,
+        if !std::mem::take(&mut more) {
+            tokio::select! {
+                _ = cluster.log_bounds.something_wanted() => {}
+                _ = tokio::time::sleep(retry_every) => {}
+                _ = tailstream_net::server::shutdown_signalled(&mut shutdown) => return,
+            }
         }
         let Some(server_id) = cluster.server_id() else {
             continue;
@@ -571,21 +575,25 @@ async fn run_log_bounds_reporter(
         } else {
             reported.await
         };
-        if let Err(error) = reported {
-            // The membership session handles registration; this only retries.
-            tracing::warn!(%error, "reporting log bounds failed; retrying");
-            coordinators.after_error(addr, &error);
-            client = None;
+        match reported {
+            Ok(full) => more = full,
+            Err(error) => {
+                // The membership session handles registration; this only retries.
+                tracing::warn!(%error, "reporting log bounds failed; retrying");
+                coordinators.after_error(addr, &error);
+                client = None;
+            }
         }
     }
 }
 
-/// Sends the log bounds replicators wait on (if any) and records what the coordinator saved.
+/// Sends the log bounds replicators wait on (if any) and records what the coordinator saved;
+/// answers whether the report was full (more may wait).
 async fn report_log_bounds(
     cluster: &ClusterState,
     client: &CoordinatorPeerClient,
     server_id: ServerId,
-) -> Result<(), StubError> {
+) -> Result<bool, StubError> {
     // Only what is wanted is looked up: this runs every `retry_every`, and a broker may own
     // tens of thousands of streamlets.
     cluster
@@ -593,15 +601,16 @@ async fn report_log_bounds(
         .retain_wanted(|key| cluster.store.get(key.0, key.1).is_ok());
     let bounds = cluster.log_bounds.pending(LOG_BOUNDS_REPORT_MAX);
     if bounds.is_empty() {
-        return Ok(());
+        return Ok(false);
     }
+    let full = bounds.len() == LOG_BOUNDS_REPORT_MAX;
     let request = ReportLogBoundsRequest { server_id, bounds };
     let started = std::time::Instant::now();
     let response = client.report_log_bounds(&request).await?;
     metrics::histogram!(crate::metrics::LOG_BOUNDS_REPORT_LATENCY)
         .record(started.elapsed().as_secs_f64());
     cluster.log_bounds.made_durable(&response.durable);
-    Ok(())
+    Ok(full)
 }
 
 /// Where this broker can be reached, as it tells the coordinator.
@@ -957,6 +966,33 @@ mod tests {
         assert!(heartbeats > 4, "{heartbeats} heartbeats");
         // Nothing changed since: nothing to say.
         assert_eq!(cluster.heartbeat_reports().2.len(), 0);
+    }
+
+    /// A full log bounds report, every entry at its largest, fits the coordinator's frame.
+    #[test]
+    fn a_full_log_bounds_report_fits_the_coordinators_frame() {
+        let bounds = LogBounds {
+            stream: StreamId(u64::MAX),
+            streamlet: tailstream_wire::StreamletId(u32::MAX),
+            log: tailstream_wire::LogId(u32::MAX),
+            oldest: SegmentId(u64::MAX),
+            head: SegmentId(u64::MAX),
+            open: Some(OpenSegment {
+                segment: SegmentId(u64::MAX),
+                epoch: tailstream_wire::ReplicaEpoch(u32::MAX),
+            }),
+        };
+        let request = ReportLogBoundsRequest {
+            server_id: ServerId {
+                index: u32::MAX,
+                generation: u32::MAX,
+            },
+            bounds: vec![bounds; LOG_BOUNDS_REPORT_MAX],
+        };
+        let mut encoded = bytes::BytesMut::new();
+        tailstream_wire::Encode::encode(&request, &mut encoded);
+        assert!(encoded.len() <= COORDINATOR_FRAME_BODY_BYTES_MAX as usize);
+        assert!(encoded.len() > COORDINATOR_FRAME_BODY_BYTES_MAX as usize / 4);
     }
 
     #[test]

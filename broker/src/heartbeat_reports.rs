@@ -4,7 +4,8 @@
 //! A broker may own tens of thousands of logs and heartbeats every tenth of a second, so a
 //! heartbeat neither scans every log nor sends every one: `Reports` keeps, per kind, what the
 //! coordinator acknowledged and a queue of keys that may differ from it (fed by the store's
-//! commit feed and the replicators' health changes, or by every key after a registration).
+//! commit feed and the replicators' health changes, or by every key when a session with a
+//! coordinator starts: a registration, or a reconnection).
 //! Each heartbeat takes queued keys in order, oldest first, until its byte budget is spent: a
 //! registration with a new leader then reports everything over a few heartbeats, in frames
 //! the coordinator accepts, instead of one frame it refuses again and again.

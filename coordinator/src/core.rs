@@ -219,20 +219,32 @@ impl State {
         ends: &[LogEnd],
         replication: Vec<LogReplication>,
     ) {
+        if heads.is_empty() && ends.is_empty() && replication.is_empty() {
+            return;
+        }
+        // One index per heartbeat, not a walk of every stream per entry: after a failover a
+        // broker's heartbeats carry thousands of entries each, under this lock.
+        let by_id = self.metadata.streams_by_id();
+        let owns = |stream: StreamId, streamlet: StreamletId| {
+            by_id
+                .get(&stream)
+                .and_then(|s| s.placements.get(streamlet.0 as usize))
+                .is_some_and(|p| p.owner == reporter)
+        };
         for head in heads {
-            if self.is_owner(reporter, head.stream, head.streamlet) {
+            if owns(head.stream, head.streamlet) {
                 self.heads
                     .insert((head.stream, head.streamlet, head.log), head.segment);
             }
         }
         for end in ends {
-            if self.is_owner(reporter, end.stream, end.streamlet) {
+            if owns(end.stream, end.streamlet) {
                 self.log_ends
                     .insert((end.stream, end.streamlet, end.log), end.committed_offset);
             }
         }
         for set in replication {
-            if self.is_owner(reporter, set.stream, set.streamlet) {
+            if owns(set.stream, set.streamlet) {
                 let key = (set.stream, set.streamlet, set.replicas.log);
                 self.replication.insert(key, (reporter, set.replicas));
             }

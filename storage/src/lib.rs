@@ -5,10 +5,10 @@
 //! `store` (every streamlet this broker owns) → `streamlet` (a MultiLog of Q logs) → `log`
 //! (append lock, head segment, groups) → `group` → `segment` (one buffer of entries and
 //! trailers, written front to back). `producers` keeps the idempotence state of each log,
-//! `commit_feed` queues the logs whose commit point moved (what
-//! heartbeats report), `memory` the broker-wide segment budget and the reuse of freed segments' buffers, `error` the reasons an operation is refused, `rebuild` makes a log again
-//! from its recovered segments (recovery), keeping every id, position and offset, and
-//! `metrics` names what storage records.
+//! `commit_feed` queues the logs whose commit point moved (what heartbeats report), `memory`
+//! the broker-wide segment budget and the reuse of freed segments' buffers, `error` the reasons
+//! an operation is refused, `rebuild` makes a log again from its recovered segments (recovery),
+//! keeping every id, position and offset, and `metrics` names what storage records.
 
 pub mod commit_feed;
 pub mod error;

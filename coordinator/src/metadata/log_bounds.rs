@@ -12,7 +12,7 @@
 
 use super::{Metadata, MetadataError, StreamRecord};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use tailstream_wire::messages::{LogBounds, OpenSegment};
 use tailstream_wire::{LogId, SegmentId, ServerId, StreamId, StreamletId};
 
@@ -43,8 +43,9 @@ impl KeptSegments {
 
 impl Metadata {
     /// The saved bounds of `bounds`' log, if it has any.
-    fn kept(&self, bounds: &LogBounds) -> Option<KeptSegments> {
-        self.stream_by_id(bounds.stream)?
+    fn kept(by_id: &HashMap<StreamId, &StreamRecord>, bounds: &LogBounds) -> Option<KeptSegments> {
+        by_id
+            .get(&bounds.stream)?
             .placements
             .get(bounds.streamlet.0 as usize)?
             .log_bounds
@@ -54,9 +55,12 @@ impl Metadata {
 
     /// Whether every one of `bounds` is already durable (nothing to save).
     pub fn log_bounds_covered(&self, bounds: &[LogBounds]) -> bool {
+        // One index per report, not a walk of every stream per bound (a report may carry
+        // thousands).
+        let by_id = self.streams_by_id();
         bounds
             .iter()
-            .all(|b| self.kept(b).is_some_and(|kept| kept.covers(b)))
+            .all(|b| Self::kept(&by_id, b).is_some_and(|kept| kept.covers(b)))
     }
 
     /// Raises the bounds of the logs `server` owns to `bounds`; returns those now covered
@@ -68,11 +72,13 @@ impl Metadata {
     ) -> Result<Vec<LogBounds>, MetadataError> {
         self.check_server(server)?;
         let mut covered = Vec::with_capacity(bounds.len());
+        let mut by_id: HashMap<StreamId, &mut StreamRecord> =
+            self.streams.values_mut().map(|s| (s.id, s)).collect();
         for reported in bounds {
             if reported.oldest > reported.head {
                 continue;
             }
-            let Some(stream) = self.streams.values_mut().find(|s| s.id == reported.stream) else {
+            let Some(stream) = by_id.get_mut(&reported.stream) else {
                 continue;
             };
             if reported.log.0 >= stream.config.logs_per_streamlet {
