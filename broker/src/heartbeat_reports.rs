@@ -101,10 +101,12 @@ impl<K: Copy + Eq + Hash, V: Clone + PartialEq> Reports<K, V> {
     }
 
     /// The value the coordinator acknowledged for `key`.
+    #[cfg(test)]
     pub fn acknowledged_value(&self, key: &K) -> Option<&V> {
         self.acknowledged.get(key)
     }
 
+    #[cfg(test)]
     pub fn queued_len(&self) -> usize {
         self.queue.len()
     }
@@ -123,6 +125,16 @@ mod tests {
 
     type Values = RefCell<HashMap<u32, u64>>;
 
+    /// Keys `0..keys`, each at `value`, all marked.
+    fn marked(keys: u32, value: u64) -> (Values, Reports<u32, u64>) {
+        let values: Values = RefCell::new((0..keys).map(|k| (k, value)).collect());
+        let mut reports = Reports::default();
+        for key in 0..keys {
+            reports.mark(key);
+        }
+        (values, reports)
+    }
+
     fn take(reports: &mut Reports<u32, u64>, values: &Values, budget: usize) -> Vec<(u32, u64)> {
         let mut budget = budget;
         reports.take(&mut budget, |k| values.borrow().get(k).copied(), |_, _| 10)
@@ -130,11 +142,7 @@ mod tests {
 
     #[test]
     fn only_changed_values_are_sent_and_each_once_acknowledged() {
-        let values: Values = RefCell::new((0..5).map(|k| (k, 0)).collect());
-        let mut reports = Reports::default();
-        for key in 0..5 {
-            reports.mark(key);
-        }
+        let (values, mut reports) = marked(5, 0);
         assert_eq!(take(&mut reports, &values, 1000).len(), 5);
         reports.acknowledged();
         // Marked again, unchanged: nothing to send.
@@ -151,11 +159,7 @@ mod tests {
 
     #[test]
     fn a_budget_splits_the_reports_over_heartbeats_oldest_first() {
-        let values: Values = RefCell::new((0..10).map(|k| (k, 1)).collect());
-        let mut reports = Reports::default();
-        for key in 0..10 {
-            reports.mark(key);
-        }
+        let (values, mut reports) = marked(10, 1);
         let mut sent = Vec::new();
         for _ in 0..4 {
             let taken = take(&mut reports, &values, 35);
@@ -169,11 +173,7 @@ mod tests {
 
     #[test]
     fn what_an_unanswered_heartbeat_carried_is_sent_again() {
-        let values: Values = RefCell::new((0..3).map(|k| (k, 1)).collect());
-        let mut reports = Reports::default();
-        for key in 0..3 {
-            reports.mark(key);
-        }
+        let (values, mut reports) = marked(3, 1);
         assert_eq!(take(&mut reports, &values, 1000).len(), 3);
         // No answer: the next heartbeat carries the same again.
         assert_eq!(take(&mut reports, &values, 1000).len(), 3);
@@ -183,11 +183,7 @@ mod tests {
 
     #[test]
     fn a_registration_sends_everything_again_and_gone_keys_are_dropped() {
-        let values: Values = RefCell::new((0..3).map(|k| (k, 1)).collect());
-        let mut reports = Reports::default();
-        for key in 0..3 {
-            reports.mark(key);
-        }
+        let (values, mut reports) = marked(3, 1);
         take(&mut reports, &values, 1000);
         reports.acknowledged();
         reports.forget();

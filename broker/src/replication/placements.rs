@@ -132,15 +132,6 @@ impl ReplicaPlacements {
             .unwrap_or_default()
     }
 
-    /// Every log's replica set, as last published, and by whom.
-    pub fn health(&self) -> Vec<(LogKey, Publisher, LogReplicaSet)> {
-        self.lock()
-            .by_key
-            .iter()
-            .filter_map(|(key, p)| p.health.as_ref().map(|(set, ..)| (*key, p.by, set.clone())))
-            .collect()
-    }
-
     /// One log's replica set, as last published, and by whom.
     pub fn health_of(&self, log: LogKey) -> Option<(Publisher, LogReplicaSet)> {
         let logs = self.lock();
@@ -219,9 +210,10 @@ mod tests {
         placements.publish_health(key, first, set.clone(), 2, 1);
         placements.publish_health(key, second, set.clone(), 2, 1);
         placements.remove(key, first);
-        assert_eq!(placements.health(), vec![(key, second, set)]);
+        assert_eq!(placements.health_of(key), Some((second, set)));
+        assert_eq!(placements.keys_with_health(), vec![key]);
         placements.remove(key, second);
-        assert!(placements.health().is_empty());
+        assert!(placements.keys_with_health().is_empty());
     }
 
     #[test]
