@@ -106,30 +106,6 @@ impl Metadata {
         Ok(covered)
     }
 
-    /// Forgets the open segments of `logs` a rebuild proved empty: their owner is fenced, so
-    /// they stay empty, and a later recovery need not prove it again (their empty copies may
-    /// be gone by then).
-    pub fn forget_open_segments(
-        &mut self,
-        stream: StreamId,
-        streamlet: StreamletId,
-        logs: &[LogId],
-    ) {
-        let Some(placement) = self
-            .streams
-            .values_mut()
-            .find(|s| s.id == stream)
-            .and_then(|s| s.placements.get_mut(streamlet.0 as usize))
-        else {
-            return;
-        };
-        for log in logs {
-            if let Some(kept) = placement.log_bounds.get_mut(&log.0) {
-                kept.open = kept.open.filter(|o| o.segment < kept.head);
-            }
-        }
-    }
-
     /// The saved bounds of one streamlet's logs.
     pub fn kept_segments(
         &self,

@@ -8,13 +8,15 @@
 //! - [`streams`]: creation, placement, descriptions and assignments;
 //! - [`log_bounds`]: each log's head and oldest kept segment, durable before acknowledgements;
 //! - [`invariants`]: what every change must keep true (checked before it is saved);
-//! - [`recovery`]: moving a crashed broker's streamlets through recovery (owner, epoch, state)
-//!   and the record of each recovery and its phases.
+//! - [`rebuilds`]: moving a crashed broker's streamlets through recovery (owner, epoch, state),
+//!   many at once;
+//! - [`recovery`]: the record of each recovery and its phases.
 
 mod brokers;
 pub mod invariants;
 mod log_bounds;
 pub mod producer_ids;
+mod rebuilds;
 mod recovery;
 mod streams;
 #[cfg(test)]
@@ -22,11 +24,12 @@ mod tests;
 
 pub use log_bounds::KeptSegments;
 pub use producer_ids::ProducerIds;
+pub use rebuilds::StreamletKey;
 pub use recovery::{RecoveryPhase, RecoveryRecord};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use tailstream_wire::messages::{PlacementState, StreamConfig};
+use tailstream_wire::messages::{PlacementState, StreamConfig, StreamletAssignment};
 use tailstream_wire::{CoordinatorTerm, OwnershipEpoch, ServerId, Status, StreamId, StreamletId};
 use thiserror::Error;
 
@@ -121,6 +124,19 @@ pub struct StreamRecord {
 }
 
 impl StreamRecord {
+    /// The assignment of one streamlet, as its owner receives it.
+    pub fn assignment(&self, streamlet: StreamletId) -> Option<StreamletAssignment> {
+        let placement = self.placements.get(streamlet.0 as usize)?;
+        Some(StreamletAssignment {
+            stream: self.id,
+            stream_name: self.name.clone(),
+            streamlet,
+            config: self.config.clone(),
+            epoch: placement.epoch,
+            recovering: placement.state == PlacementState::Recovering,
+        })
+    }
+
     pub fn streamlet_ids(&self) -> impl Iterator<Item = (StreamletId, &Placement)> {
         self.placements
             .iter()

@@ -1,12 +1,13 @@
 //! A crashed broker's streamlets through recovery: each one is handed to a new owner under a
 //! new epoch while it is rebuilt, then serves again (or is lost, explicitly). One record per
 //! crash keeps what happened and how long each phase took, and survives a coordinator restart,
-//! so an unfinished recovery is resumed.
+//! so an unfinished recovery is resumed. The moves themselves are in `rebuilds`.
 
-use super::{Metadata, MetadataError, RECOVERY_RECORDS_MAX};
+use super::{Metadata, RECOVERY_RECORDS_MAX};
 use serde::{Deserialize, Serialize};
-use tailstream_wire::messages::{PlacementState, StreamletAssignment};
-use tailstream_wire::{OwnershipEpoch, ServerId, StreamId, StreamletId};
+use std::collections::HashMap;
+use tailstream_wire::messages::PlacementState;
+use tailstream_wire::{ServerId, StreamId, StreamletId};
 
 /// Where a recovery stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,10 +104,12 @@ impl Metadata {
     /// Streamlets waiting for a new owner: recovering, with an owner that is not a member
     /// (crashed, or crashed again while rebuilding).
     pub fn orphans(&self) -> Vec<(StreamId, StreamletId)> {
+        let by_id = self.streams_by_id();
         self.unsettled()
             .into_iter()
             .filter(|(stream, streamlet)| {
-                self.stream_by_id(*stream)
+                by_id
+                    .get(stream)
                     .and_then(|s| s.placements.get(streamlet.0 as usize))
                     .is_some_and(|p| {
                         p.state == PlacementState::Lost || self.check_server(p.owner).is_err()
@@ -140,15 +143,32 @@ impl Metadata {
             .find(|r| r.streamlets.contains(&(stream, streamlet)))
     }
 
+    /// For each streamlet some record covers, the index in `recoveries` of the newest one
+    /// (what `recovery_of` finds, for many streamlets at the price of one walk).
+    pub fn recovery_index(&self) -> HashMap<(StreamId, StreamletId), usize> {
+        let mut index = HashMap::new();
+        // Records are pushed in order: a later one overrides an earlier one.
+        for (at, record) in self.recoveries.iter().enumerate() {
+            for key in &record.streamlets {
+                index.insert(*key, at);
+            }
+        }
+        index
+    }
+
     /// Closes the records whose streamlets all serve or are lost, with their total time.
     pub fn settle_recoveries(&mut self, now_ms: u64) {
+        // Looked up by id once, not by a walk of every stream per streamlet (a crash may
+        // leave tens of thousands of streamlets among thousands of streams).
+        let by_id = self.streams_by_id();
         let states: Vec<(u64, bool)> = self
             .recoveries
             .iter()
             .filter(|r| r.phase != RecoveryPhase::Done)
             .map(|r| {
                 let settled = r.streamlets.iter().all(|(stream, streamlet)| {
-                    self.stream_by_id(*stream)
+                    by_id
+                        .get(stream)
                         .and_then(|s| s.placements.get(streamlet.0 as usize))
                         .is_none_or(|p| p.state != PlacementState::Recovering)
                 });
@@ -165,97 +185,11 @@ impl Metadata {
         }
     }
 
-    fn placement_mut(
-        &mut self,
-        stream: StreamId,
-        streamlet: StreamletId,
-    ) -> Result<&mut super::Placement, MetadataError> {
-        self.streams
-            .values_mut()
-            .find(|s| s.id == stream)
-            .and_then(|s| s.placements.get_mut(streamlet.0 as usize))
-            .ok_or_else(|| {
-                MetadataError::InvalidArgument(format!("no streamlet {stream}/{streamlet}"))
-            })
-    }
-
-    /// Hands a streamlet in recovery (or lost, and now recoverable) to `target` under a new
-    /// epoch; returns the assignment the rebuild uses.
-    pub fn begin_rebuild(
-        &mut self,
-        stream: StreamId,
-        streamlet: StreamletId,
-        target: ServerId,
-    ) -> Result<StreamletAssignment, MetadataError> {
-        self.check_server(target)?;
-        let placement = self.placement_mut(stream, streamlet)?;
-        if placement.state == PlacementState::Serving {
-            return Err(MetadataError::InvalidArgument(format!(
-                "{stream}/{streamlet} is serving"
-            )));
-        }
-        placement.owner = target;
-        placement.epoch = placement
-            .epoch
-            .next()
-            .ok_or(MetadataError::Exhausted("the streamlet's epoch"))?;
-        placement.state = PlacementState::Recovering;
-        placement.detail = format!("being rebuilt on {target}");
-        self.version += 1;
-        let record = self
-            .stream_by_id(stream)
-            .ok_or_else(|| MetadataError::InvalidArgument(format!("no stream {stream}")))?;
-        self.assignment(record, streamlet)
-            .ok_or_else(|| MetadataError::InvalidArgument(format!("no streamlet {streamlet}")))
-    }
-
-    /// The rebuild at `epoch` finished: the streamlet serves again, unless it moved since or
-    /// its new owner was declared crashed meanwhile (then it is an orphan again).
-    pub fn finish_rebuild(
-        &mut self,
-        stream: StreamId,
-        streamlet: StreamletId,
-        epoch: OwnershipEpoch,
-    ) -> Result<bool, MetadataError> {
-        let owner = self.placement_mut(stream, streamlet)?.owner;
-        let owner_is_member = self.check_server(owner).is_ok();
-        let placement = self.placement_mut(stream, streamlet)?;
-        if placement.epoch != epoch
-            || placement.state != PlacementState::Recovering
-            || !owner_is_member
-        {
-            return Ok(false);
-        }
-        placement.state = PlacementState::Serving;
-        placement.detail.clear();
-        self.version += 1;
-        self.update_crashes();
-        Ok(true)
-    }
-
-    /// No live backup can supply what the streamlet needs: it is not served until one can.
-    pub fn mark_lost(
-        &mut self,
-        stream: StreamId,
-        streamlet: StreamletId,
-        detail: String,
-    ) -> Result<(), MetadataError> {
-        let placement = self.placement_mut(stream, streamlet)?;
-        if placement.state == PlacementState::Serving {
-            return Ok(());
-        }
-        placement.state = PlacementState::Lost;
-        placement.detail = detail;
-        self.version += 1;
-        self.update_crashes();
-        Ok(())
-    }
-
     /// A crash is recovered (its generation's replicas may be dropped) once no streamlet
     /// anywhere is still recovering or lost: a crashed broker may hold copies it adopted while
     /// rebuilding another crash's streamlet, so only a cluster where everything serves again
     /// needs none of them.
-    fn update_crashes(&mut self) {
+    pub(super) fn update_crashes(&mut self) {
         let settled = self.unsettled().is_empty();
         for crash in &mut self.crashes {
             crash.recovered = settled;

@@ -180,15 +180,7 @@ impl Metadata {
         stream: &StreamRecord,
         streamlet: StreamletId,
     ) -> Option<StreamletAssignment> {
-        let placement = stream.placements.get(streamlet.0 as usize)?;
-        Some(StreamletAssignment {
-            stream: stream.id,
-            stream_name: stream.name.clone(),
-            streamlet,
-            config: stream.config.clone(),
-            epoch: placement.epoch,
-            recovering: placement.state == PlacementState::Recovering,
-        })
+        stream.assignment(streamlet)
     }
 
     /// The full set of streamlets `server` must own (serving or being rebuilt), as of the

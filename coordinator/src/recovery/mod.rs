@@ -6,6 +6,8 @@
 //!   load, copies it already holds).
 //! - [`orchestrator`]: the async shell: fence and list, plan, hand over under new epochs
 //!   (saved first), order the rebuilds, wait out the crashed brokers' leases, serve again.
+//! - [`serve_again`]: the end of each rebuild, saved in batches (one metadata change and one
+//!   assignment push per new owner for every rebuild that ended meanwhile).
 //! - [`lease_wait`]: how long a hand-over waits for a crashed broker's lease, and the probes
 //!   that prove a crashed broker's process gone (no wait at all).
 
@@ -17,3 +19,4 @@ pub mod placement;
 pub mod planner;
 #[cfg(test)]
 mod planner_tests;
+mod serve_again;

@@ -10,11 +10,12 @@
 
 use super::placement::{self, Candidate};
 use super::planner::{Listing, Target, plan};
+use super::serve_again::{Ended, Outcome};
 use crate::core::{Coordinator, unix_ms};
 use crate::leader_lease::LeaderLease;
 use crate::metrics as m;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tailstream_stubs::{BackupApi, BrokerPeerApi, RebuildFault};
 use tailstream_wire::messages::{
@@ -62,14 +63,19 @@ pub struct Orchestrator {
     lost_tried: Mutex<HashMap<Key, Instant>>,
     /// Targets whose rebuild failed recently: not chosen again for `TARGET_QUARANTINE`.
     failed_targets: Mutex<HashMap<ServerId, Instant>>,
+    /// Rebuilds that ended and wait to be saved (`serve_again`).
+    ended: Mutex<Vec<Ended>>,
+    /// Held while one batch of ended rebuilds is saved.
+    pub(super) hand_over: tokio::sync::Mutex<()>,
 }
 
 /// One streamlet handed to a new owner this round.
-struct Rebuild {
-    key: Key,
-    target: ServerId,
-    target_addr: String,
-    request: RecoverStreamletRequest,
+#[derive(Debug)]
+pub(super) struct Rebuild {
+    pub(super) key: Key,
+    pub(super) target: ServerId,
+    pub(super) target_addr: String,
+    pub(super) request: RecoverStreamletRequest,
 }
 
 impl Orchestrator {
@@ -91,6 +97,8 @@ impl Orchestrator {
             in_flight: Mutex::default(),
             lost_tried: Mutex::default(),
             failed_targets: Mutex::default(),
+            ended: Mutex::default(),
+            hand_over: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -123,9 +131,13 @@ impl Orchestrator {
         metrics::gauge!(m::STREAMS).set(metadata.streams.len() as f64);
         let placements = metadata.streams.values().flat_map(|s| s.placements.iter());
         let (mut total, mut unavailable, mut lost) = (0, 0, 0);
-        // Every registered slot gets a value, so a broker that lost all its streamlets shows 0.
-        let mut owned: std::collections::BTreeMap<u32, u32> =
-            metadata.members().map(|b| (b.server_id.index, 0)).collect();
+        // Every registered slot gets a value, crashed ones included, so a broker that lost all
+        // its streamlets (to recovery, say) shows 0, not what it owned before.
+        let mut owned: std::collections::BTreeMap<u32, u32> = metadata
+            .brokers
+            .iter()
+            .map(|b| (b.server_id.index, 0))
+            .collect();
         for placement in placements {
             total += 1;
             *owned.entry(placement.owner.index).or_default() += 1;
@@ -179,8 +191,8 @@ impl Orchestrator {
             }
             (unsettled, lost, hopeless)
         };
-        let in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
-        let lost_tried = self.lost_tried.lock().unwrap_or_else(|p| p.into_inner());
+        let in_flight = self.in_flight_lock();
+        let lost_tried = self.lost_tried_lock();
         let now = Instant::now();
         unsettled
             .into_iter()
@@ -241,7 +253,7 @@ impl Orchestrator {
         };
         {
             let now = Instant::now();
-            let mut lost_tried = self.lost_tried.lock().unwrap_or_else(|p| p.into_inner());
+            let mut lost_tried = self.lost_tried_lock();
             for (key, _) in &plans {
                 lost_tried.insert(*key, now);
             }
@@ -254,10 +266,7 @@ impl Orchestrator {
         metrics::histogram!(m::RECOVERY_PHASE, "phase" => "locate")
             .record(located_at.elapsed().as_secs_f64());
         for rebuild in rebuilds {
-            self.in_flight
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(rebuild.key);
+            self.in_flight_lock().insert(rebuild.key);
             let orchestrator = self.clone();
             tokio::spawn(async move { orchestrator.rebuild(rebuild).await });
         }
@@ -318,10 +327,7 @@ impl Orchestrator {
     fn live_targets(&self) -> Vec<Candidate> {
         let state = self.core.lock();
         let now = Instant::now();
-        let failed = self
-            .failed_targets
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let failed = self.failed_targets_lock();
         state
             .metadata
             .members()
@@ -368,43 +374,73 @@ impl Orchestrator {
         let decided = self
             .core
             .change(move |metadata| {
-                let mut rebuilds = Vec::new();
+                // Each step takes every streamlet at once: a crash may leave tens of thousands.
+                let mut begun = Vec::new();
+                let mut plans = Vec::new();
+                let mut lost = Vec::new();
                 for (key, decision) in chosen {
                     match decision {
                         Ok((target, target_addr, plan)) => {
-                            let assignment = metadata.begin_rebuild(key.0, key.1, target)?;
-                            // The rebuilt logs serve every planned segment (bytes past the
-                            // old head that were never acknowledged among them): saved as
-                            // their heads now, so no later recovery plans them shorter.
-                            metadata.record_log_bounds(target, &planned_bounds(key, &plan))?;
-                            metadata.forget_open_segments(key.0, key.1, &plan.empty_open);
-                            if let Some(record) = metadata.recovery_of(key.0, key.1) {
-                                record.locate_ms =
-                                    Some(record.locate_ms.unwrap_or(0).max(locate_ms));
-                                record.phase = crate::metadata::RecoveryPhase::Rebuilding;
-                            }
-                            rebuilds.push((key, target, target_addr, assignment, plan));
+                            begun.push((key, target));
+                            plans.push((target_addr, plan));
                         }
-                        Err(missing) => {
-                            metadata.mark_lost(key.0, key.1, missing.clone())?;
-                            if let Some(record) = metadata.recovery_of(key.0, key.1)
-                                && !record.lost.contains(&missing)
-                            {
-                                record.lost.push(missing);
-                            }
-                        }
+                        Err(missing) => lost.push((key, missing)),
+                    }
+                }
+                let assignments = metadata.begin_rebuilds(&begun)?;
+                // The rebuilt logs serve every planned segment (bytes past the old head that
+                // were never acknowledged among them): saved as their heads now, so no later
+                // recovery plans them shorter.
+                let mut bounds: HashMap<ServerId, Vec<LogBounds>> = HashMap::new();
+                for ((key, target), (_, plan)) in begun.iter().zip(&plans) {
+                    bounds
+                        .entry(*target)
+                        .or_default()
+                        .extend(planned_bounds(*key, plan));
+                }
+                for (target, bounds) in &bounds {
+                    metadata.record_log_bounds(*target, bounds)?;
+                }
+                let empty_open: Vec<_> = begun
+                    .iter()
+                    .zip(&plans)
+                    .map(|((key, _), (_, plan))| (*key, plan.empty_open.clone()))
+                    .collect();
+                metadata.forget_open_segments(&empty_open);
+                metadata.mark_lost_all(&lost);
+                let records = metadata.recovery_index();
+                for (key, _) in &begun {
+                    if let Some(record) = records
+                        .get(key)
+                        .and_then(|at| metadata.recoveries.get_mut(*at))
+                    {
+                        record.locate_ms = Some(record.locate_ms.unwrap_or(0).max(locate_ms));
+                        record.phase = crate::metadata::RecoveryPhase::Rebuilding;
+                    }
+                }
+                for (key, missing) in lost {
+                    if let Some(record) = records
+                        .get(&key)
+                        .and_then(|at| metadata.recoveries.get_mut(*at))
+                        && !record.lost.contains(&missing)
+                    {
+                        record.lost.push(missing);
                     }
                 }
                 metadata.settle_recoveries(unix_ms());
                 let (version, term) = (metadata.version, metadata.term);
-                Ok(rebuilds
+                Ok(begun
                     .into_iter()
-                    .map(|(key, target, target_addr, assignment, plan)| Rebuild {
-                        key,
-                        target,
-                        target_addr,
-                        request: request_for(term, target, version, assignment, plan),
-                    })
+                    .zip(plans)
+                    .zip(assignments)
+                    .map(
+                        |(((key, target), (target_addr, plan)), assignment)| Rebuild {
+                            key,
+                            target,
+                            target_addr,
+                            request: request_for(term, target, version, assignment, plan),
+                        },
+                    )
                     .collect::<Vec<_>>())
             })
             .await;
@@ -429,114 +465,59 @@ impl Orchestrator {
     }
 
     /// Orders one rebuild, and hands the streamlet over once it is done and every crashed
-    /// broker's lease has run out.
+    /// broker's lease has run out (saved with other rebuilds that ended meanwhile).
     async fn rebuild(self: Arc<Self>, rebuild: Rebuild) {
         let started = Instant::now();
-        let key = rebuild.key;
-        let epoch = rebuild.request.assignment.epoch;
         let result = self
             .brokers
             .recover(&rebuild.target_addr, &rebuild.request)
-            .await
-            // Whom a failure blames decides whether the target is avoided for a while.
-            .map_err(|error| (error.to_string(), Some(RebuildFault::of(&error))));
+            .await;
         let outcome = match result {
             Ok(done) => {
                 // Measured before the hand-over waits out the crashed brokers' leases.
                 let elapsed_ms = started.elapsed().as_millis() as u64;
                 let waiting = Instant::now();
-                self.wait_for_leases(key).await;
-                let lease_wait_ms = waiting.elapsed().as_millis() as u64;
-                self.core
-                    .change(move |metadata| {
-                        let served = metadata.finish_rebuild(key.0, key.1, epoch)?;
-                        if let Some(record) = metadata.recovery_of(key.0, key.1) {
-                            let replay = elapsed_ms.saturating_sub(u64::from(done.rereplicate_ms));
-                            record.replay_ms = Some(record.replay_ms.unwrap_or(0).max(replay));
-                            record.rereplicate_ms = Some(
-                                record
-                                    .rereplicate_ms
-                                    .unwrap_or(0)
-                                    .max(u64::from(done.rereplicate_ms)),
-                            );
-                            record.lease_wait_ms =
-                                Some(record.lease_wait_ms.unwrap_or(0).max(lease_wait_ms));
-                            record.bytes += done.bytes;
-                            record.segments_adopted += u64::from(done.segments_adopted);
-                            record.segments_copied += u64::from(done.segments_copied);
-                        }
-                        metadata.settle_recoveries(unix_ms());
-                        Ok((served, done, lease_wait_ms))
-                    })
-                    .await
-                    // Not the target's fault: the coordinator could not save the hand-over.
-                    .map_err(|e| (format!("{e:?}"), None))
-            }
-            Err(error) => Err(error),
-        };
-        match outcome {
-            Ok((true, done, lease_wait_ms)) => {
-                metrics::counter!(m::STREAMLETS_RECOVERED).increment(1);
-                metrics::histogram!(m::RECOVERY_PHASE, "phase" => "replay").record(
-                    started
-                        .elapsed()
-                        .saturating_sub(Duration::from_millis(done.rereplicate_ms.into()))
-                        .as_secs_f64(),
-                );
-                metrics::histogram!(m::RECOVERY_PHASE, "phase" => "rereplicate")
-                    .record(f64::from(done.rereplicate_ms) / 1000.0);
-                metrics::histogram!(m::RECOVERY_PHASE, "phase" => "lease_wait")
-                    .record(lease_wait_ms as f64 / 1000.0);
-                tracing::info!(
-                    stream = %rebuild.request.assignment.stream_name,
-                    streamlet = key.1.0,
-                    new_owner = %rebuild.target,
-                    bytes = done.bytes,
-                    adopted = done.segments_adopted,
-                    copied = done.segments_copied,
-                    read_ms = done.read_ms,
-                    rereplicate_ms = done.rereplicate_ms,
-                    lease_wait_ms,
-                    total_ms = started.elapsed().as_millis() as u64,
-                    "streamlet serving again on its new owner"
-                );
-                self.record_totals();
-                self.core.push_assignments(vec![rebuild.target]).await;
-            }
-            Ok((false, _, _)) => {}
-            Err((error, blame)) => {
-                tracing::warn!(streamlet = key.1.0, target = %rebuild.target, %error, ?blame, "rebuild failed; planning it again");
-                let detail = format!("rebuild on {} failed: {error}", rebuild.target);
-                let _ = self
-                    .core
-                    .change(move |metadata| metadata.mark_lost(key.0, key.1, detail))
-                    .await;
-                // A target that failed is avoided for a while (it may be dying), and the
-                // streamlet is planned again at once, elsewhere. One that only found the plan's
-                // copies unreadable, or was superseded, is not avoided; the streamlet is planned
-                // again after `LOST_RETRY`, from fresh listings (the same listing would give
-                // the same plan, and each try fences, lists, saves and reads it all again).
-                let mut lost_tried = self.lost_tried.lock().unwrap_or_else(|p| p.into_inner());
-                if blame == Some(RebuildFault::Target) {
-                    lost_tried.remove(&key);
-                    self.failed_targets
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(rebuild.target, Instant::now());
-                } else {
-                    lost_tried.insert(key, Instant::now());
+                self.wait_for_leases(rebuild.key).await;
+                Outcome::Rebuilt {
+                    done,
+                    elapsed_ms,
+                    lease_wait_ms: waiting.elapsed().as_millis() as u64,
                 }
             }
-        }
-        self.in_flight
+            // Whom a failure blames decides whether the target is avoided for a while.
+            Err(error) => Outcome::Failed {
+                error: error.to_string(),
+                blame: Some(RebuildFault::of(&error)),
+            },
+        };
+        self.save_when_ended(Ended {
+            rebuild,
+            started,
+            outcome,
+        })
+        .await;
+    }
+
+    pub(super) fn ended_lock(&self) -> MutexGuard<'_, Vec<Ended>> {
+        self.ended.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn in_flight_lock(&self) -> MutexGuard<'_, HashSet<Key>> {
+        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn lost_tried_lock(&self) -> MutexGuard<'_, HashMap<Key, Instant>> {
+        self.lost_tried.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn failed_targets_lock(&self) -> MutexGuard<'_, HashMap<ServerId, Instant>> {
+        self.failed_targets
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&key);
-        self.wake();
     }
 
     /// Records the total of recoveries that just finished.
-    fn record_totals(&self) {
+    pub(super) fn record_totals(&self) {
         let state = self.core.lock();
         for record in state.metadata.recoveries.iter().rev().take(8) {
             if let Some(total) = record.total_ms

@@ -11,6 +11,7 @@ use crate::metadata::Metadata;
 use crate::persist::MetadataStore;
 use async_trait::async_trait;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tailstream_stubs::{BackupApi, BrokerPeerApi, RebuildFault, StubError};
@@ -25,15 +26,21 @@ use tailstream_wire::{
     GroupId, LogId, RecordOffset, ReplicaEpoch, SegmentId, ServerId, Status, StreamId, StreamletId,
 };
 
-/// Saves nowhere: the orchestrator's decisions are read back from the core's state.
+/// Saves nowhere: the orchestrator's decisions are read back from the core's state. Counts
+/// its saves, each of which takes `save_time` (as a store's round trip does).
 #[derive(Debug, Default)]
-struct MemoryStore;
+struct MemoryStore {
+    saves: AtomicUsize,
+    save_time: Mutex<Duration>,
+}
 
 impl MetadataStore for MemoryStore {
     fn load(&self) -> Result<Metadata, String> {
         Ok(Metadata::default())
     }
     fn save(&self, _: &Metadata, _: &Metadata) -> Result<(), String> {
+        self.saves.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(*self.save_time.lock().unwrap());
         Ok(())
     }
     fn describe(&self) -> String {
@@ -105,6 +112,8 @@ struct ScriptedBrokers {
     answers: Mutex<Vec<Result<RecoverStreamletResponse, StubError>>>,
     orders: Mutex<Vec<(String, Instant)>>,
     assigned: Mutex<Vec<String>>,
+    /// How long each rebuild takes.
+    rebuild_time: Mutex<Duration>,
 }
 
 impl ScriptedBrokers {
@@ -140,6 +149,8 @@ impl BrokerPeerApi for ScriptedBrokers {
             .lock()
             .unwrap()
             .push((addr.to_string(), Instant::now()));
+        let rebuild_time = *self.rebuild_time.lock().unwrap();
+        tokio::time::sleep(rebuild_time).await;
         let mut answers = self.answers.lock().unwrap();
         if answers.len() > 1 {
             answers.remove(0)
@@ -166,6 +177,7 @@ const LIST_TIMEOUT: Duration = Duration::from_millis(100);
 /// saving its log's kept segments as `0..=head`.
 struct Scene {
     core: Coordinator,
+    store: Arc<MemoryStore>,
     orchestrator: Arc<Orchestrator>,
     backups: Arc<ScriptedBackups>,
     brokers: Arc<ScriptedBrokers>,
@@ -177,6 +189,12 @@ struct Scene {
 }
 
 fn scene(head: u64) -> Scene {
+    scene_of(head, 1)
+}
+
+/// Like `scene`, with `streamlets` streamlets placed round-robin on the three brokers; only
+/// streamlet 0 has kept segments.
+fn scene_of(head: u64, streamlets: u32) -> Scene {
     let mut metadata = Metadata::default();
     let servers: Vec<ServerId> = ["a", "b", "c"]
         .iter()
@@ -192,7 +210,7 @@ fn scene(head: u64) -> Scene {
     config.replicas = 1;
     config.retention_bytes = 0;
     let record = metadata
-        .create_stream("s", 1, config, &servers)
+        .create_stream("s", streamlets, config, &servers)
         .unwrap()
         .clone();
     let stream = record.id;
@@ -211,7 +229,7 @@ fn scene(head: u64) -> Scene {
         )
         .unwrap();
     let moved = metadata.declare_crashed(crashed).unwrap();
-    assert_eq!(moved.len(), 1);
+    assert_eq!(moved.len(), streamlets.div_ceil(3) as usize);
     let survivors: Vec<ServerId> = servers.into_iter().filter(|s| *s != crashed).collect();
     let brokers = Arc::new(ScriptedBrokers::default());
     let backups = Arc::new(ScriptedBackups::default());
@@ -220,9 +238,10 @@ fn scene(head: u64) -> Scene {
     for server in &survivors {
         liveness.heard(*server, now);
     }
+    let store = Arc::new(MemoryStore::default());
     let core = Coordinator::new(
         metadata,
-        Arc::new(MemoryStore),
+        store.clone(),
         brokers.clone(),
         liveness,
         Duration::from_secs(1),
@@ -252,6 +271,7 @@ fn scene(head: u64) -> Scene {
     );
     Scene {
         core,
+        store,
         orchestrator,
         backups,
         brokers,
@@ -440,4 +460,64 @@ async fn a_rebuild_whose_target_fails_or_goes_silent_moves_to_another_target() {
     );
     let silent = StubError::timed_out("peer-b", 5000);
     assert!(!target_still_eligible_after(silent).await.0);
+}
+
+#[tokio::test]
+async fn rebuilds_that_end_together_are_saved_and_pushed_in_batches() {
+    // 48 streamlets: the crashed broker owned 16 of them. Each save takes 20 ms, as a round
+    // trip to the store does, so rebuilds that end while one batch is saved join the next.
+    let scene = scene_of(0, 48);
+    for survivor in &scene.survivors {
+        scene
+            .backups
+            .script(survivor, Listed::Now(vec![scene.copy(0)]));
+    }
+    *scene.store.save_time.lock().unwrap() = Duration::from_millis(20);
+    *scene.brokers.rebuild_time.lock().unwrap() = Duration::from_millis(50);
+    let moved = 16;
+    {
+        let mut state = scene.core.lock();
+        let orphans = state.metadata.orphans();
+        assert_eq!(orphans.len(), moved);
+        state
+            .metadata
+            .open_recovery(scene.crashed, orphans, crate::core::unix_ms(), 0);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        scene.round().await;
+        let serving = {
+            let state = scene.core.lock();
+            let stream = state.metadata.stream_by_id(scene.stream).unwrap();
+            stream
+                .placements
+                .iter()
+                .filter(|p| p.state == PlacementState::Serving)
+                .count()
+        };
+        if serving == 48 || Instant::now() > deadline {
+            assert_eq!(serving, 48, "every rebuilt streamlet serves again");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(scene.brokers.orders().len(), moved, "one rebuild each");
+    // One save hands all 16 over; the ends take far fewer than one save each.
+    let saves = scene.store.saves.load(Ordering::SeqCst);
+    assert!(saves <= 1 + moved / 4, "{saves} saves for {moved} rebuilds");
+    // Each batch pushes each new owner its assignment once.
+    let pushes = scene.brokers.assigned.lock().unwrap().len();
+    assert!(
+        pushes <= 2 * (saves - 1),
+        "{pushes} pushes for {} batches",
+        saves - 1
+    );
+    let state = scene.core.lock();
+    let record = state.metadata.recoveries.last().unwrap();
+    assert_eq!(record.phase, crate::metadata::RecoveryPhase::Done);
+    assert_eq!(
+        record.bytes,
+        100 * moved as u64,
+        "every rebuild's bytes are counted"
+    );
 }
