@@ -4,7 +4,8 @@
 //! Assignments arrive two ways: pushed by the coordinator (stream creation, recovery), and in
 //! a heartbeat answer whenever the broker's known version is behind. Both go through
 //! `apply_assignments`, which ignores anything older than what it already applied, so the two
-//! paths cannot undo each other.
+//! paths cannot undo each other. An assignment is the full set, or only what was added since
+//! a version (a new stream's streamlets), which counts only on exactly that version.
 //!
 //! Each answered heartbeat renews the broker's *lease*: it serves only until `lease_ms` after
 //! it sent the last heartbeat the coordinator answered. The coordinator hands a crashed
@@ -360,6 +361,14 @@ impl ClusterState {
         if request.version < membership.version {
             return Ok(());
         }
+        // Additions count only on top of exactly the version they were computed from: on any
+        // other, something they do not say may have changed (the heartbeat catches up).
+        if request
+            .added_since
+            .is_some_and(|base| base != membership.version)
+        {
+            return Ok(());
+        }
         // Settings decide allocations (logs, replica slots): never trust them unchecked.
         for assignment in &request.assignments {
             tailstream_config::validate_stream_config(&assignment.config).map_err(|why| {
@@ -377,9 +386,12 @@ impl ClusterState {
         if !request.brokers.is_empty() {
             self.note_membership(request.brokers.clone());
         }
-        let (created, dropped) = self
-            .store
-            .apply_assignments(request.version, &request.assignments);
+        let (created, dropped) = match request.added_since {
+            Some(_) => (self.store.add_assignments(&request.assignments), 0),
+            None => self
+                .store
+                .apply_assignments(request.version, &request.assignments),
+        };
         membership.version = request.version;
         if !created.is_empty() || dropped > 0 {
             let created = created.len();
@@ -966,6 +978,65 @@ mod tests {
         assert!(heartbeats > 4, "{heartbeats} heartbeats");
         // Nothing changed since: nothing to say.
         assert_eq!(cluster.heartbeat_reports().2.len(), 0);
+    }
+
+    /// A new stream's streamlets arrive as additions on top of the version they were
+    /// computed from; on any other version they are ignored (something they do not say may
+    /// have changed) and a full assignment still drops what it leaves out.
+    #[test]
+    fn additions_apply_only_on_their_base_version_and_never_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = cluster(dir.path());
+        let me = ServerId {
+            index: 0,
+            generation: 1,
+        };
+        cluster.registered(me);
+        let assignment = |stream: u64| tailstream_wire::messages::StreamletAssignment {
+            stream: StreamId(stream),
+            stream_name: format!("s{stream}"),
+            streamlet: tailstream_wire::StreamletId(0),
+            config: tailstream_config::Config::embedded().stream_defaults,
+            epoch: tailstream_wire::OwnershipEpoch(1),
+            recovering: false,
+        };
+        let request = |version, added_since, streams: &[u64]| AssignStreamletsRequest {
+            term: CoordinatorTerm::default(),
+            target: me,
+            version,
+            added_since,
+            assignments: streams.iter().map(|s| assignment(*s)).collect(),
+            brokers: Vec::new(),
+        };
+        let held = || {
+            let mut held: Vec<u64> = cluster
+                .store
+                .streamlets()
+                .iter()
+                .map(|s| s.stream().0)
+                .collect();
+            held.sort();
+            held
+        };
+        cluster.apply_assignments(&request(5, None, &[1])).unwrap();
+        // Computed from version 6, which this broker never saw: ignored.
+        cluster
+            .apply_assignments(&request(7, Some(6), &[3]))
+            .unwrap();
+        assert_eq!((held(), cluster.assignment_version()), (vec![1], 5));
+        cluster
+            .apply_assignments(&request(6, Some(5), &[2]))
+            .unwrap();
+        assert_eq!((held(), cluster.assignment_version()), (vec![1, 2], 6));
+        cluster
+            .apply_assignments(&request(7, Some(6), &[3]))
+            .unwrap();
+        assert_eq!((held(), cluster.assignment_version()), (vec![1, 2, 3], 7));
+        // A full assignment is the whole set.
+        cluster
+            .apply_assignments(&request(8, None, &[1, 3]))
+            .unwrap();
+        assert_eq!((held(), cluster.assignment_version()), (vec![1, 3], 8));
     }
 
     /// A full log bounds report, every entry at its largest, fits the coordinator's frame.

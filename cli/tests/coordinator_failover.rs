@@ -112,6 +112,7 @@ async fn stale_orders_are_refused(test: &TestCluster, stale: CoordinatorTerm) {
             term: stale,
             target: broker.server_id,
             version: u64::MAX / 4,
+            added_since: None,
             assignments: Vec::new(),
             brokers: Vec::new(),
         };

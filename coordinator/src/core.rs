@@ -6,6 +6,7 @@
 //! changes nothing, and no connection's reader task ever waits for a disk. Changes run one at a
 //! time (an async lock held across the save), so each builds on the last.
 
+use crate::additions::Additions;
 use crate::liveness::Liveness;
 use crate::metadata::{Metadata, MetadataError};
 use crate::persist::MetadataStore;
@@ -16,7 +17,7 @@ use tailstream_net::Response;
 use tailstream_stubs::BrokerPeerApi;
 use tailstream_wire::messages::{
     AssignStreamletsRequest, BrokerInfo, LogEnd, LogHead, LogReplicaSet, LogReplication,
-    PlacementState, StreamMetadata,
+    PlacementState, StreamMetadata, StreamletAssignment,
 };
 use tailstream_wire::{LogId, RecordOffset, SegmentId, ServerId, Status, StreamId, StreamletId};
 
@@ -44,6 +45,9 @@ pub struct State {
     /// Crashed incarnations this coordinator's own probes found nothing listening for (memory
     /// only): their process is gone, so no lease of theirs needs waiting out.
     pub proven_gone: HashSet<ServerId>,
+    /// Recent changes that only added streamlets (memory only: a new leader starts without,
+    /// and sends full assignments until it has some).
+    pub additions: Additions,
 }
 
 impl State {
@@ -155,6 +159,24 @@ impl State {
     /// What `server` must own now, with the membership to choose its backups from.
     pub fn assignments_for(&self, server: ServerId) -> AssignStreamletsRequest {
         self.metadata.assignments_for(server, self.broker_infos())
+    }
+
+    /// What takes `server` from the assignment version it `known`s to the current one: only
+    /// what was added, when every change in between only added streamlets; else its full
+    /// assignment.
+    pub fn assignments_since(&self, server: ServerId, known: u64) -> AssignStreamletsRequest {
+        let version = self.metadata.version;
+        match self.additions.since(server, known, version) {
+            Some(assignments) => AssignStreamletsRequest {
+                term: self.metadata.term,
+                target: server,
+                version,
+                added_since: Some(known),
+                assignments,
+                brokers: self.broker_infos(),
+            },
+            None => self.assignments_for(server),
+        }
     }
 
     /// `metadata` with each serving streamlet's replica sets, as its current owner last
@@ -321,6 +343,7 @@ impl Coordinator {
                     replication: HashMap::new(),
                     memory_free_bytes: HashMap::new(),
                     proven_gone: HashSet::new(),
+                    additions: Additions::default(),
                 }),
                 changes: tokio::sync::Mutex::new(()),
                 store,
@@ -386,6 +409,43 @@ impl Coordinator {
                 })
                 .collect()
         };
+        self.push(pushes).await;
+    }
+
+    /// Records that the change from version `base` to `version` only added `added` (per
+    /// owner), and pushes each owner what it gained (bounded in time, like
+    /// `push_assignments`). An owner not at `base` ignores the push and catches up through its
+    /// heartbeat.
+    pub async fn push_additions(
+        &self,
+        base: u64,
+        version: u64,
+        added: HashMap<ServerId, Vec<StreamletAssignment>>,
+    ) {
+        let pushes: Vec<_> = {
+            let mut state = self.lock();
+            let pushes = added
+                .iter()
+                .filter_map(|(server, assignments)| {
+                    let record = state.metadata.check_server(*server).ok()?;
+                    let request = AssignStreamletsRequest {
+                        term: state.metadata.term,
+                        target: *server,
+                        version,
+                        added_since: Some(base),
+                        assignments: assignments.clone(),
+                        brokers: state.broker_infos(),
+                    };
+                    Some((record.peer_addr.clone(), request))
+                })
+                .collect();
+            state.additions.record(base, version, added);
+            pushes
+        };
+        self.push(pushes).await;
+    }
+
+    async fn push(&self, pushes: Vec<(String, AssignStreamletsRequest)>) {
         let pushed = pushes.into_iter().map(|(addr, assignment)| {
             let brokers = &self.inner.brokers;
             async move { brokers.assign(&addr, &assignment).await }
@@ -433,6 +493,7 @@ mod tests {
             log_ends: HashMap::new(),
             replication: HashMap::new(),
             proven_gone: HashSet::new(),
+            additions: Additions::default(),
         }
     }
 

@@ -10,6 +10,8 @@
 //!   ping is answered after).
 //! - [`core`]: the live state and the one way to change it (saved off the reader tasks, one
 //!   change at a time), and assignment pushes.
+//! - [`additions`]: recent changes that only added streamlets, so a broker is sent what it
+//!   gained since the version it knows rather than its whole assignment (memory only).
 //! - [`liveness`]: when each broker last heartbeated (memory only).
 //! - [`detector`]: failure detection as a pure state machine (reports, probe outcomes and
 //!   heartbeat silence in, probe/declare out: a refused connection declares at once, silence
@@ -29,6 +31,7 @@
 //! - [`server`]: wires it together: listeners, admin HTTP, shutdown; the peer listener and
 //!   the watchdog on a control runtime of their own.
 
+pub mod additions;
 pub mod admin;
 pub mod core;
 pub mod detector;

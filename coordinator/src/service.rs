@@ -264,7 +264,7 @@ impl CoordinatorService {
             request.replication,
         );
         let assignments = (request.known_version < state.metadata.version)
-            .then(|| state.assignments_for(request.server_id));
+            .then(|| state.assignments_since(request.server_id, request.known_version));
         let brokers = state.broker_infos();
         Ok(Response::ok(&BrokerHeartbeatResponse {
             term: state.metadata.term,
@@ -402,19 +402,26 @@ impl CoordinatorService {
             let name = request.name.clone();
             let created = core
                 .change(move |m| {
+                    let base = m.version;
                     let record = m
                         .create_stream(&request.name, request.streamlets, request.config, &live)?
                         .clone();
-                    Ok(m.describe(&record))
+                    Ok((
+                        m.describe(&record),
+                        base,
+                        m.version,
+                        record.assignments_by_owner(),
+                    ))
                 })
                 .await;
-            let metadata = match created {
-                Ok(metadata) => metadata,
+            let (metadata, base, version, added) = match created {
+                Ok(created) => created,
                 Err(error) => return error.response(),
             };
             tracing::info!(stream = %name, streamlets = metadata.streamlets.len(), "stream created");
-            let owners = core.lock().metadata.owners_of(&name);
-            core.push_assignments(owners).await;
+            // Its owners gain its streamlets and nothing else changed: they are sent those
+            // alone, not their whole assignment.
+            core.push_additions(base, version, added).await;
             Response::ok(&metadata)
         })
     }

@@ -80,29 +80,50 @@ impl Store {
             keep
         });
         let dropped = before - streamlets.len();
-        let mut created = Vec::new();
-        for (key, assignment) in wanted {
-            if let Some(existing) = streamlets.get(&key) {
-                existing.set_ownership(assignment.epoch, !assignment.recovering);
-                continue;
-            }
-            if assignment.recovering {
-                continue;
-            }
-            let streamlet = Arc::new(Streamlet::new(
-                assignment.stream,
-                assignment.streamlet,
-                assignment.config.clone(),
-                self.memory.clone(),
-                self.producers_per_log_max,
-                self.replication_backlog_bytes_max,
-            ));
-            streamlet.set_ownership(assignment.epoch, true);
-            streamlet.link_commit_feed(&self.commit_feed);
-            created.push(streamlet.clone());
-            streamlets.insert(key, streamlet);
-        }
+        let created = wanted
+            .into_values()
+            .filter_map(|assignment| self.take_on(&mut streamlets, assignment))
+            .collect();
         (created, dropped)
+    }
+
+    /// Applies assignments that only add to what this store holds (`apply_assignments`
+    /// without dropping anything). Returns the streamlets created.
+    pub fn add_assignments(&self, assignments: &[StreamletAssignment]) -> Vec<Arc<Streamlet>> {
+        let mut streamlets = self.streamlets.write().unwrap_or_else(|p| p.into_inner());
+        assignments
+            .iter()
+            .filter_map(|assignment| self.take_on(&mut streamlets, assignment))
+            .collect()
+    }
+
+    /// One assignment: a held streamlet takes its epoch and state; a new one serving from
+    /// the start is created (one being rebuilt arrives through `insert_recovered`).
+    fn take_on(
+        &self,
+        streamlets: &mut HashMap<Key, Arc<Streamlet>>,
+        assignment: &StreamletAssignment,
+    ) -> Option<Arc<Streamlet>> {
+        let key = (assignment.stream, assignment.streamlet);
+        if let Some(existing) = streamlets.get(&key) {
+            existing.set_ownership(assignment.epoch, !assignment.recovering);
+            return None;
+        }
+        if assignment.recovering {
+            return None;
+        }
+        let streamlet = Arc::new(Streamlet::new(
+            assignment.stream,
+            assignment.streamlet,
+            assignment.config.clone(),
+            self.memory.clone(),
+            self.producers_per_log_max,
+            self.replication_backlog_bytes_max,
+        ));
+        streamlet.set_ownership(assignment.epoch, true);
+        streamlet.link_commit_feed(&self.commit_feed);
+        streamlets.insert(key, streamlet.clone());
+        Some(streamlet)
     }
 
     /// Adds a streamlet recovery rebuilt; an existing one at the same or a newer epoch stays

@@ -28,7 +28,7 @@ pub use rebuilds::StreamletKey;
 pub use recovery::{RecoveryPhase, RecoveryRecord};
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use tailstream_wire::messages::{PlacementState, StreamConfig, StreamletAssignment};
 use tailstream_wire::{CoordinatorTerm, OwnershipEpoch, ServerId, Status, StreamId, StreamletId};
 use thiserror::Error;
@@ -124,6 +124,20 @@ pub struct StreamRecord {
 }
 
 impl StreamRecord {
+    /// Each owner's assignments of this stream's streamlets (lost ones are nobody's).
+    pub fn assignments_by_owner(&self) -> HashMap<ServerId, Vec<StreamletAssignment>> {
+        let mut by_owner: HashMap<ServerId, Vec<StreamletAssignment>> = HashMap::new();
+        for (streamlet, placement) in self.streamlet_ids() {
+            if placement.state != PlacementState::Lost {
+                by_owner
+                    .entry(placement.owner)
+                    .or_default()
+                    .extend(self.assignment(streamlet));
+            }
+        }
+        by_owner
+    }
+
     /// The assignment of one streamlet, as its owner receives it.
     pub fn assignment(&self, streamlet: StreamletId) -> Option<StreamletAssignment> {
         let placement = self.placements.get(streamlet.0 as usize)?;

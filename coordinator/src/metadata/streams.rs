@@ -202,6 +202,7 @@ impl Metadata {
             term: self.term,
             target: server,
             version: self.version,
+            added_since: None,
             assignments,
             brokers,
         }

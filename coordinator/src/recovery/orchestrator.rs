@@ -66,7 +66,7 @@ pub struct Orchestrator {
     /// Rebuilds that ended and wait to be saved (`serve_again`).
     ended: Mutex<Vec<Ended>>,
     /// Held while one batch of ended rebuilds is saved.
-    pub(super) hand_over: tokio::sync::Mutex<()>,
+    pub(super) save_lock: tokio::sync::Mutex<()>,
 }
 
 /// One streamlet handed to a new owner this round.
@@ -98,7 +98,7 @@ impl Orchestrator {
             lost_tried: Mutex::default(),
             failed_targets: Mutex::default(),
             ended: Mutex::default(),
-            hand_over: tokio::sync::Mutex::new(()),
+            save_lock: tokio::sync::Mutex::new(()),
         })
     }
 

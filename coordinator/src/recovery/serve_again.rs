@@ -14,6 +14,10 @@ use std::time::{Duration, Instant};
 use tailstream_stubs::RebuildFault;
 use tailstream_wire::messages::RecoverStreamletResponse;
 
+/// Saves of one batch tried before its rebuilds are given up (and planned again).
+const SAVE_ATTEMPTS: usize = 3;
+const SAVE_RETRY_AFTER: Duration = Duration::from_millis(200);
+
 /// How one rebuild ended, waiting to be saved.
 #[derive(Debug)]
 pub(super) struct Ended {
@@ -45,12 +49,21 @@ impl Orchestrator {
     pub(super) async fn save_when_ended(&self, ended: Ended) {
         self.ended_lock().push(ended);
         let batch = {
-            let _one_batch_at_a_time = self.hand_over.lock().await;
+            let _one_batch_at_a_time = self.save_lock.lock().await;
             let batch = std::mem::take(&mut *self.ended_lock());
             if batch.is_empty() {
                 return;
             }
-            let saved = self.save_batch(&batch).await;
+            // A failed save costs every rebuild in the batch (each would be planned, fenced
+            // and read again), so a store's passing error is retried a few times first.
+            let mut saved = self.save_batch(&batch).await;
+            for _ in 1..SAVE_ATTEMPTS {
+                if saved.is_ok() {
+                    break;
+                }
+                tokio::time::sleep(SAVE_RETRY_AFTER).await;
+                saved = self.save_batch(&batch).await;
+            }
             (batch, saved)
         };
         let (batch, saved) = batch;
@@ -109,7 +122,11 @@ impl Orchestrator {
                     record.segments_adopted += u64::from(done.segments_adopted);
                     record.segments_copied += u64::from(done.segments_copied);
                 }
-                metadata.settle_recoveries(unix_ms());
+                // Only a streamlet that serves again can finish a recovery: one whose rebuild
+                // failed is planned again, and its recovery is not over.
+                if serves.contains(&true) {
+                    metadata.settle_recoveries(unix_ms());
+                }
                 Ok(serves)
             })
             .await

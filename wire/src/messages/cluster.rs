@@ -227,13 +227,21 @@ wire_message! {
 }
 
 wire_message! {
-    /// The full set of streamlets a broker owns, as of a coordinator metadata version.
+    /// The streamlets a broker owns as of a coordinator metadata version: the full set, or
+    /// only what was added since an earlier version.
     pub struct AssignStreamletsRequest {
         /// The term of the coordinator that sends it: refused by a broker that has seen a
         /// newer one.
         pub term: CoordinatorTerm,
         pub target: ServerId,
         pub version: u64,
+        /// `None`: `assignments` is the full set (any streamlet not in it is dropped).
+        /// `Some(base)`: `assignments` is what changed between `base` and `version`, where
+        /// nothing was taken away (streamlets of new streams, say); a broker whose
+        /// assignment is not exactly at `base` ignores it and catches up through its next
+        /// heartbeat. So creating a stream costs its own streamlets, not every broker's
+        /// whole list.
+        pub added_since: Option<u64>,
         #[cfg_attr(test, proptest(strategy = "small_vec::<StreamletAssignment>()"))]
         pub assignments: Vec<StreamletAssignment>,
         /// The membership as the coordinator sees it when it sends this: a broker chooses
