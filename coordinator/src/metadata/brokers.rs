@@ -91,9 +91,15 @@ impl Metadata {
             recovered: false,
         });
         let mut moved = Vec::new();
+        let owned = |p: &super::Placement| p.owner == server && p.state != PlacementState::Lost;
         for stream in self.streams.values_mut() {
+            // Only the streams the crashed broker owned a streamlet of are copied.
+            if !stream.placements.iter().any(owned) {
+                continue;
+            }
+            let stream = std::sync::Arc::make_mut(stream);
             for (i, placement) in stream.placements.iter_mut().enumerate() {
-                if placement.owner == server && placement.state != PlacementState::Lost {
+                if owned(placement) {
                     placement.state = PlacementState::Recovering;
                     placement.detail = format!("owner {server} crashed");
                     moved.push((stream.id, StreamletId(i as u32)));

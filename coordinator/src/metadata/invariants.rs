@@ -9,21 +9,26 @@
 //! - the metadata version never goes back.
 
 use super::Metadata;
+use std::sync::Arc;
 
 /// Checks `next` (the result of one change) against `previous`.
 pub fn check_transition(previous: &Metadata, next: &Metadata) -> Result<(), String> {
     if next.version < previous.version {
         return Err("the metadata version went back".into());
     }
+    // A stream this change did not touch is still shared with the previous copy: it broke
+    // nothing, unless the membership changed under it (a serving owner declared crashed).
+    let members_unchanged = next.brokers == previous.brokers;
     for (name, stream) in &next.streams {
-        let before = previous
-            .streams
-            .get(name)
-            .filter(|s| s.id == stream.id)
+        let old_stream = previous.streams.get(name).filter(|s| s.id == stream.id);
+        if members_unchanged && old_stream.is_some_and(|old| Arc::ptr_eq(old, stream)) {
+            continue;
+        }
+        let before = old_stream
             .map(|s| s.placements.as_slice())
             .unwrap_or_default();
         for (index, placement) in stream.placements.iter().enumerate() {
-            let streamlet = format!("{name:?}/{index}");
+            let streamlet = || format!("{name:?}/{index}");
             let old = before.get(index);
             let serving_elsewhere = |m: &Metadata, p: &super::Placement| {
                 p.state == tailstream_wire::messages::PlacementState::Serving
@@ -35,23 +40,27 @@ pub fn check_transition(previous: &Metadata, next: &Metadata) -> Result<(), Stri
                 && !old.is_some_and(|old| serving_elsewhere(previous, old))
             {
                 return Err(format!(
-                    "{streamlet} serves on {}, not a member",
+                    "{} serves on {}, not a member",
+                    streamlet(),
                     placement.owner
                 ));
             }
             for (log, kept) in &placement.log_bounds {
                 if kept.oldest > kept.head {
-                    return Err(format!("{streamlet} log {log}: oldest kept past its head"));
+                    return Err(format!(
+                        "{} log {log}: oldest kept past its head",
+                        streamlet()
+                    ));
                 }
             }
             let Some(old) = old else {
                 continue;
             };
             if placement.epoch < old.epoch {
-                return Err(format!("{streamlet}: ownership epoch went back"));
+                return Err(format!("{}: ownership epoch went back", streamlet()));
             }
             if placement.owner != old.owner && placement.epoch == old.epoch {
-                return Err(format!("{streamlet}: two owners at {}", old.epoch));
+                return Err(format!("{}: two owners at {}", streamlet(), old.epoch));
             }
             for (log, old_kept) in &old.log_bounds {
                 let shrunk = placement
@@ -59,7 +68,10 @@ pub fn check_transition(previous: &Metadata, next: &Metadata) -> Result<(), Stri
                     .get(log)
                     .is_none_or(|kept| kept.head < old_kept.head || kept.oldest < old_kept.oldest);
                 if shrunk {
-                    return Err(format!("{streamlet} log {log}: kept segments went back"));
+                    return Err(format!(
+                        "{} log {log}: kept segments went back",
+                        streamlet()
+                    ));
                 }
             }
         }

@@ -13,6 +13,7 @@
 use super::{Metadata, MetadataError, StreamRecord};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use tailstream_wire::messages::{LogBounds, OpenSegment};
 use tailstream_wire::{LogId, SegmentId, ServerId, StreamId, StreamletId};
 
@@ -72,7 +73,7 @@ impl Metadata {
     ) -> Result<Vec<LogBounds>, MetadataError> {
         self.check_server(server)?;
         let mut covered = Vec::with_capacity(bounds.len());
-        let mut by_id: HashMap<StreamId, &mut StreamRecord> =
+        let mut by_id: HashMap<StreamId, &mut Arc<StreamRecord>> =
             self.streams.values_mut().map(|s| (s.id, s)).collect();
         for reported in bounds {
             if reported.oldest > reported.head {
@@ -84,12 +85,29 @@ impl Metadata {
             if reported.log.0 >= stream.config.logs_per_streamlet {
                 continue;
             }
-            let Some(placement) = stream.placements.get_mut(reported.streamlet.0 as usize) else {
+            let Some(placement) = stream.placements.get(reported.streamlet.0 as usize) else {
                 continue;
             };
             if placement.owner != server {
                 continue;
             }
+            let known = placement.log_bounds.get(&reported.log.0);
+            let raises_nothing = known.is_some_and(|kept| {
+                kept.oldest >= reported.oldest
+                    && kept.head >= reported.head
+                    && kept.open >= reported.open
+            });
+            if raises_nothing {
+                // Already saved: the stream is not copied.
+                covered.push(reported.clone());
+                continue;
+            }
+            let Some(placement) = Arc::make_mut(stream)
+                .placements
+                .get_mut(reported.streamlet.0 as usize)
+            else {
+                continue;
+            };
             let kept = placement
                 .log_bounds
                 .entry(reported.log.0)

@@ -6,6 +6,7 @@
 
 use super::{Metadata, MetadataError, StreamRecord};
 use std::collections::HashMap;
+use std::sync::Arc;
 use tailstream_wire::messages::{PlacementState, StreamletAssignment};
 use tailstream_wire::{LogId, OwnershipEpoch, ServerId, StreamId, StreamletId};
 
@@ -26,9 +27,10 @@ impl Metadata {
         let mut by_id = streams_by_id_mut(self);
         let mut assignments = Vec::with_capacity(chosen.len());
         for &((stream, streamlet), target) in chosen {
-            let record = by_id
-                .get_mut(&stream)
-                .ok_or_else(|| MetadataError::InvalidArgument(format!("no stream {stream}")))?;
+            let record =
+                Arc::make_mut(by_id.get_mut(&stream).ok_or_else(|| {
+                    MetadataError::InvalidArgument(format!("no stream {stream}"))
+                })?);
             let placement = record
                 .placements
                 .get_mut(streamlet.0 as usize)
@@ -91,10 +93,13 @@ impl Metadata {
         };
         let mut by_id = streams_by_id_mut(self);
         for (((stream, streamlet), _), serves) in finished.iter().zip(&serves) {
+            if !serves {
+                continue;
+            }
             let placement = by_id
                 .get_mut(stream)
-                .and_then(|s| s.placements.get_mut(streamlet.0 as usize));
-            if let (true, Some(placement)) = (serves, placement) {
+                .and_then(|s| Arc::make_mut(s).placements.get_mut(streamlet.0 as usize));
+            if let Some(placement) = placement {
                 placement.state = PlacementState::Serving;
                 placement.detail.clear();
             }
@@ -125,15 +130,22 @@ impl Metadata {
         let mut by_id = streams_by_id_mut(self);
         let mut changed = false;
         for ((stream, streamlet), detail) in lost {
-            let Some(placement) = by_id
-                .get_mut(stream)
-                .and_then(|s| s.placements.get_mut(streamlet.0 as usize))
+            let Some(record) = by_id.get_mut(stream) else {
+                continue;
+            };
+            let serving = record
+                .placements
+                .get(streamlet.0 as usize)
+                .is_none_or(|p| p.state == PlacementState::Serving);
+            if serving {
+                continue;
+            }
+            let Some(placement) = Arc::make_mut(record)
+                .placements
+                .get_mut(streamlet.0 as usize)
             else {
                 continue;
             };
-            if placement.state == PlacementState::Serving {
-                continue;
-            }
             placement.state = PlacementState::Lost;
             placement.detail.clone_from(detail);
             changed = true;
@@ -164,9 +176,23 @@ impl Metadata {
     pub fn forget_open_segments(&mut self, proven_empty: &[(StreamletKey, Vec<LogId>)]) {
         let mut by_id = streams_by_id_mut(self);
         for ((stream, streamlet), logs) in proven_empty {
-            let Some(placement) = by_id
-                .get_mut(stream)
-                .and_then(|s| s.placements.get_mut(streamlet.0 as usize))
+            let Some(record) = by_id.get_mut(stream) else {
+                continue;
+            };
+            let binds = |kept: &super::KeptSegments| kept.open_past_head().is_some();
+            let changes = record
+                .placements
+                .get(streamlet.0 as usize)
+                .is_some_and(|p| {
+                    logs.iter()
+                        .any(|log| p.log_bounds.get(&log.0).is_some_and(binds))
+                });
+            if !changes {
+                continue;
+            }
+            let Some(placement) = Arc::make_mut(record)
+                .placements
+                .get_mut(streamlet.0 as usize)
             else {
                 continue;
             };
@@ -179,8 +205,9 @@ impl Metadata {
     }
 }
 
-/// Every stream by id, to change (one walk, then each lookup is a hash).
-fn streams_by_id_mut(metadata: &mut Metadata) -> HashMap<StreamId, &mut StreamRecord> {
+/// Every stream by id, to change (one walk, then each lookup is a hash). A stream is copied
+/// (`Arc::make_mut`) only where a move really changes it.
+fn streams_by_id_mut(metadata: &mut Metadata) -> HashMap<StreamId, &mut Arc<StreamRecord>> {
     metadata.streams.values_mut().map(|s| (s.id, s)).collect()
 }
 

@@ -7,6 +7,7 @@ use super::{Metadata, MetadataError, Placement, STREAM_NAME_BYTES_MAX, StreamRec
 /// (a backup away for more deletions than this keeps the oldest ones' files).
 pub const DELETED_STREAMS_KEPT: usize = 256;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use tailstream_config::{STREAMLETS_MAX, validate_stream_config};
 use tailstream_wire::messages::{
     AssignStreamletsRequest, BrokerInfo, PlacementState, StreamConfig, StreamMetadata,
@@ -89,7 +90,10 @@ impl Metadata {
             placements,
         };
         self.version += 1;
-        Ok(self.streams.entry(name.to_string()).or_insert(record))
+        Ok(self
+            .streams
+            .entry(name.to_string())
+            .or_insert(Arc::new(record)))
     }
 
     /// Deletes a stream: its owners drop its streamlets at the next assignment, and backups
@@ -166,12 +170,12 @@ impl Metadata {
 
     /// The stream with id `id`.
     pub fn stream_by_id(&self, id: StreamId) -> Option<&StreamRecord> {
-        self.streams.values().find(|s| s.id == id)
+        self.streams.values().find(|s| s.id == id).map(|s| &**s)
     }
 
     /// Every stream by id (`stream_by_id` walks the streams: for many lookups, build this once).
     pub fn streams_by_id(&self) -> HashMap<StreamId, &StreamRecord> {
-        self.streams.values().map(|s| (s.id, s)).collect()
+        self.streams.values().map(|s| (s.id, &**s)).collect()
     }
 
     /// The assignment of one streamlet, as its owner receives it.

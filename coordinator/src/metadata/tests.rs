@@ -284,7 +284,9 @@ fn counters_refuse_to_wrap_and_implausible_files_are_refused() {
     m.create_stream("s", 1, config(), &[m.brokers[0].server_id])
         .unwrap();
     bad.streams = m.streams.clone();
-    bad.streams.get_mut("s").unwrap().config.logs_per_streamlet = u32::MAX;
+    std::sync::Arc::make_mut(bad.streams.get_mut("s").unwrap())
+        .config
+        .logs_per_streamlet = u32::MAX;
     assert!(bad.validate().unwrap_err().contains("logs per streamlet"));
 }
 
@@ -426,7 +428,7 @@ fn transitions_that_move_epochs_back_or_give_one_epoch_two_owners_are_refused() 
     .unwrap();
     assert_eq!(check_transition(&m, &m.clone()), Ok(()));
     fn placement(m: &mut Metadata) -> &mut Placement {
-        &mut m.streams.get_mut("s").unwrap().placements[0]
+        &mut std::sync::Arc::make_mut(m.streams.get_mut("s").unwrap()).placements[0]
     }
     let mut moved = m.clone();
     placement(&mut moved).owner = other;

@@ -182,7 +182,8 @@ async fn a_write_this_leader_did_not_see_makes_it_refuse_rather_than_overwrite()
         .to_vec();
     client.put(key, value, None).await.unwrap();
     let mut later = next.clone();
-    later.streams.get_mut("s").unwrap().placements[0].detail = "changed".into();
+    std::sync::Arc::make_mut(later.streams.get_mut("s").unwrap()).placements[0].detail =
+        "changed".into();
     let refused = save(&store, &next, &later).await.unwrap_err();
     assert!(refused.contains("changed behind"), "{refused}");
     etcd.stop().await;

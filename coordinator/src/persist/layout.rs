@@ -20,6 +20,7 @@
 use crate::metadata::{BrokerRecord, Crash, Metadata, Placement, RecoveryRecord, StreamRecord};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use tailstream_wire::messages::StreamConfig;
 use tailstream_wire::{CoordinatorTerm, StreamId};
 
@@ -168,14 +169,15 @@ pub fn changes(previous: &Metadata, next: &Metadata) -> Result<Vec<Op>, String> 
 
 fn stream_changes(previous: &Metadata, next: &Metadata, ops: &mut Vec<Op>) -> Result<(), String> {
     // By id: a name deleted and created again is a different stream with other keys.
-    let before: HashMap<StreamId, &StreamRecord> =
+    let before: HashMap<StreamId, &Arc<StreamRecord>> =
         previous.streams.values().map(|s| (s.id, s)).collect();
-    let after: HashMap<StreamId, &StreamRecord> =
+    let after: HashMap<StreamId, &Arc<StreamRecord>> =
         next.streams.values().map(|s| (s.id, s)).collect();
     for stream in next.streams.values() {
         let old = before.get(&stream.id);
-        // Most streams are untouched by a change: one comparison, no header built.
-        if old.is_some_and(|old| *old == stream) {
+        // Most streams are untouched by a change: still shared with the previous copy, so
+        // one pointer comparison, no header built.
+        if old.is_some_and(|old| Arc::ptr_eq(old, stream) || *old == stream) {
             continue;
         }
         if old.map(|old| header(old)) != Some(header(stream)) {
@@ -312,7 +314,7 @@ pub fn read(listing: &BTreeMap<String, Vec<u8>>) -> Result<Metadata, String> {
         };
         if metadata
             .streams
-            .insert(header.name.clone(), record)
+            .insert(header.name.clone(), Arc::new(record))
             .is_some()
         {
             return Err(format!("two streams are named {:?}", header.name));
