@@ -395,8 +395,12 @@ async fn a_consumer_group_takes_over_from_a_member_killed_mid_stream() {
                     "--group",
                     "billing",
                     "--from-beginning",
+                    // Member 0 must still be running when the second phase reaches it: the
+                    // test waits 2.5 s past its first 1,000 records, and on a loaded 2-core
+                    // machine the second phase's first records can take seconds more (with
+                    // 6 s, member 0 once ran out of patience first and the test stalled).
                     "--idle-timeout-ms",
-                    "6000",
+                    "12000",
                 ])
                 .stdout(file)
                 .stderr(std::process::Stdio::null())
