@@ -125,7 +125,12 @@ async fn hostile_kafka_requests_cost_their_sender_its_connection_and_nobody_else
         // Metadata v8 whose topics array claims 2^31 - 1 names, in a 4-byte body.
         let metadata_lie = request(METADATA, 8, 3, &i32::MAX.to_be_bytes());
         let unserved_version = request(PRODUCE, 99, 4, &[0; 16]);
-        let attacks: [(&str, Vec<u8>); 7] = [
+        // A 2 MiB Metadata request, of which only the head is sent: anything but Produce is
+        // refused past 1 MiB on its API key, before its body is awaited or decoded.
+        let mut oversized_metadata = request(METADATA, 8, 6, &[]);
+        oversized_metadata[..4].copy_from_slice(&(2i32 << 20).to_be_bytes());
+        let attacks: [(&str, Vec<u8>); 8] = [
+            ("a 2 MiB Metadata request", oversized_metadata),
             ("garbage", [&16i32.to_be_bytes()[..], &[0xab; 16]].concat()),
             ("a 2 GiB length prefix", i32::MAX.to_be_bytes().to_vec()),
             ("a negative length prefix", (-1i32).to_be_bytes().to_vec()),
