@@ -171,9 +171,10 @@ pub fn read_batch_header(bytes: &[u8]) -> Result<BatchInfo, BatchError> {
     let producer_epoch = be_i16(bytes, 51);
     let base_sequence = be_i32(bytes, 53);
     let producer = match (producer_id, base_sequence) {
-        // No idempotence: Kafka's "no producer id" and "no sequence" (the epoch is ignored).
-        (-1, -1) => None,
-        (-1, sequence) => return Err(BatchError::BadSequence(sequence)),
+        // No idempotence: Kafka's "no producer id". As Kafka does, the epoch and sequence are
+        // then ignored, whatever they hold: a widely used client's default producer sends
+        // sequence 0 with it, and every one of its batches was refused.
+        (-1, _) => None,
         (id, _) if id < 0 => return Err(BatchError::BadProducerId(id)),
         (_, _) if producer_epoch < 0 => return Err(BatchError::BadProducerEpoch(producer_epoch)),
         (id, sequence) => {

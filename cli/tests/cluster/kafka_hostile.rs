@@ -176,7 +176,18 @@ async fn hostile_kafka_requests_cost_their_sender_its_connection_and_nobody_else
         let length = (poisoned.len() - 12) as i32;
         poisoned[8..12].copy_from_slice(&length.to_be_bytes());
         tailstream_wire::batch::restamp_sequence(&mut poisoned, BatchSequence(0)).unwrap();
+        // Without idempotence (producer id -1) Kafka ignores the epoch and sequence: a
+        // widely used client's default producer sends sequence 0 there.
+        let mut plain = RecordBatchBuilder::new(64);
+        plain.push(0, None, Some(b"plain"), &[]);
+        let mut plain = plain.finish_without_producer().to_vec();
+        tailstream_wire::batch::restamp_sequence(&mut plain, BatchSequence(0)).unwrap();
         let cases = [
+            (
+                "no producer id, sequence 0",
+                produce(9, "victim", 0, &plain),
+                0,
+            ),
             (
                 "a bit flip",
                 produce(10, "victim", 0, &corrupt),
@@ -227,7 +238,8 @@ async fn hostile_kafka_requests_cost_their_sender_its_connection_and_nobody_else
         drop(writer.await.unwrap());
 
         // The broker lives, its memory did not follow the lies, and nothing bad was stored:
-        // a consumer reads the 100 good records and nothing else.
+        // a consumer reads the 100 good records, the one without a producer id, and nothing
+        // else.
         round_trip(&test, "after-kafka-attacks", 100).await;
         let rss_after = rss_bytes(pid);
         assert!(
@@ -241,7 +253,7 @@ async fn hostile_kafka_requests_cost_their_sender_its_connection_and_nobody_else
                     "victim",
                     "--from-beginning",
                     "--max-records",
-                    "101",
+                    "102",
                     "--idle-timeout-ms",
                     "1500",
                 ],
@@ -249,7 +261,7 @@ async fn hostile_kafka_requests_cost_their_sender_its_connection_and_nobody_else
             )
             .await;
         assert!(ok, "{err}");
-        assert_eq!(String::from_utf8(out).unwrap(), lines);
+        assert_eq!(String::from_utf8(out).unwrap(), format!("{lines}plain\n"));
         test.stop().await;
     })
     .await
