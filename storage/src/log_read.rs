@@ -164,6 +164,21 @@ impl Log {
             .find_map(|segment| segment.first_at_or_after(timestamp_ms))
     }
 
+    /// The first committed record with the log's largest timestamp (its offset and
+    /// timestamp), or `None` when nothing is committed.
+    pub fn offset_of_max_timestamp(&self) -> Option<(RecordOffset, i64)> {
+        let state = self.lock();
+        let mut newest: Option<(RecordOffset, i64)> = None;
+        for segment in state.groups.iter().flat_map(|g| g.segments().iter()) {
+            if let Some(found) = segment.max_timestamp()
+                && newest.is_none_or(|(_, best)| found.1 > best)
+            {
+                newest = Some(found);
+            }
+        }
+        newest
+    }
+
     /// Offset the next record will get, and one past the last committed record.
     pub fn offsets(&self) -> (RecordOffset, RecordOffset) {
         let state = self.lock();

@@ -11,6 +11,7 @@
 
 use super::memory::MemoryLease;
 use bytes::{Bytes, BytesMut};
+use tailstream_wire::batch::BatchInfo;
 use tailstream_wire::entry::EntryType;
 use tailstream_wire::segment::{AppendedEntry, SegmentAppender, SegmentFull};
 use tailstream_wire::{RecordOffset, SegmentId};
@@ -251,39 +252,46 @@ impl Segment {
     /// and timestamp. Batches whose max timestamp is earlier are skipped by their header; in
     /// the first one that is not, records are walked (a compressed one decompressed for it).
     pub fn first_at_or_after(&self, timestamp_ms: i64) -> Option<(RecordOffset, i64)> {
-        for chunk in &self.chunks {
-            if chunk.end() > self.committed_bytes {
-                break;
+        let (payload, info, base) = self
+            .committed_batches()
+            .find(|(_, info, _)| info.max_timestamp_ms >= timestamp_ms)?;
+        Some(
+            first_record_at_or_after(payload, &info, base, timestamp_ms)
+                .unwrap_or((base, info.max_timestamp_ms)),
+        )
+    }
+
+    /// The first committed record with this segment's largest timestamp, and that timestamp
+    /// (what ListOffsets answers for Kafka's "max timestamp", -3).
+    pub fn max_timestamp(&self) -> Option<(RecordOffset, i64)> {
+        // The first batch holding the largest timestamp: a later tie does not replace it.
+        let mut newest: Option<(&[u8], BatchInfo, RecordOffset)> = None;
+        for (payload, info, base) in self.committed_batches() {
+            if newest.is_none_or(|(_, best, _)| info.max_timestamp_ms > best.max_timestamp_ms) {
+                newest = Some((payload, info, base));
             }
-            let Ok(entry) = tailstream_wire::scan::entry_at(&chunk.bytes, 0) else {
-                continue;
-            };
-            if entry.header.entry_type != EntryType::Batch {
-                continue;
-            }
-            let Ok(info) = tailstream_wire::batch::read_batch_header(entry.payload) else {
-                continue;
-            };
-            let Some(base) = tailstream_wire::batch::base_offset(entry.payload) else {
-                continue;
-            };
-            if info.max_timestamp_ms < timestamp_ms {
-                continue;
-            }
-            let records = tailstream_wire::records::RecordIter::new(
-                bytes::Bytes::copy_from_slice(entry.payload),
-                &info,
-            );
-            for record in records {
-                let Ok(record) = record else { break };
-                if record.timestamp_ms >= timestamp_ms {
-                    let offset = base.checked_advance(record.offset_delta)?;
-                    return Some((offset, record.timestamp_ms));
-                }
-            }
-            return Some((base, info.max_timestamp_ms));
         }
-        None
+        let (payload, info, base) = newest?;
+        Some(
+            first_record_at_or_after(payload, &info, base, info.max_timestamp_ms)
+                .unwrap_or((base, info.max_timestamp_ms)),
+        )
+    }
+
+    /// Every committed batch entry whose header reads: its payload, header and base offset.
+    fn committed_batches(&self) -> impl Iterator<Item = (&[u8], BatchInfo, RecordOffset)> {
+        self.chunks
+            .iter()
+            .take_while(|chunk| chunk.end() <= self.committed_bytes)
+            .filter_map(|chunk| {
+                let entry = tailstream_wire::scan::entry_at(&chunk.bytes, 0).ok()?;
+                if entry.header.entry_type != EntryType::Batch {
+                    return None;
+                }
+                let info = tailstream_wire::batch::read_batch_header(entry.payload).ok()?;
+                let base = tailstream_wire::batch::base_offset(entry.payload)?;
+                Some((entry.payload, info, base))
+            })
     }
 
     /// The written bytes `from..to` as zero-copy slices of the chunks they lie in.
@@ -324,6 +332,28 @@ impl Drop for Segment {
     fn drop(&mut self) {
         self.lease.retire(std::mem::take(&mut self.tail));
     }
+}
+
+/// The first record of a batch stamped `timestamp_ms` or later, with its offset and stamp;
+/// `None` when none reads (a reader finds a malformed record itself).
+fn first_record_at_or_after(
+    payload: &[u8],
+    info: &BatchInfo,
+    base: RecordOffset,
+    timestamp_ms: i64,
+) -> Option<(RecordOffset, i64)> {
+    let records =
+        tailstream_wire::records::RecordIter::new(bytes::Bytes::copy_from_slice(payload), info);
+    for record in records {
+        let record = record.ok()?;
+        if record.timestamp_ms >= timestamp_ms {
+            return Some((
+                base.checked_advance(record.offset_delta)?,
+                record.timestamp_ms,
+            ));
+        }
+    }
+    None
 }
 
 #[cfg(test)]

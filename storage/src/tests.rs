@@ -382,6 +382,32 @@ fn size_retention_runs_on_roll_and_freed_segments_lend_their_buffers_to_new_ones
 }
 
 #[test]
+fn the_largest_timestamp_is_found_at_its_first_record_across_segments() {
+    // Small segments, so the batches spread over several.
+    let s = streamlet(config(1, 512, 4), 1 << 30);
+    let log = s.log(LogId(0)).unwrap();
+    assert_eq!(log.offset_of_max_timestamp(), None, "nothing committed");
+    let stamped = [vec![100, 300, 200], vec![300, 50], vec![250], vec![299]];
+    for stamps in &stamped {
+        let mut builder = RecordBatchBuilder::new(256);
+        for stamp in stamps {
+            builder.push(*stamp, None, Some(&[7; 100]), &[]);
+        }
+        let bytes = builder.finish_without_producer();
+        let info = validate_batch(&bytes).unwrap();
+        s.append(LogId(0), &bytes, &info, Instant::now()).unwrap();
+    }
+    assert!(
+        log.groups().groups[0].segments.len() > 1,
+        "several segments"
+    );
+    // 300 first at offset 1; the later 300 (offset 3) does not replace it.
+    assert_eq!(log.offset_of_max_timestamp(), Some((RecordOffset(1), 300)));
+    assert_eq!(log.offset_for_timestamp(250), Some((RecordOffset(1), 300)));
+    assert_eq!(log.offset_for_timestamp(301), None);
+}
+
+#[test]
 fn a_batch_without_a_producer_is_appended_each_time_it_comes() {
     let s = streamlet(config(2, 4096, 4), 1 << 30);
     let mut builder = RecordBatchBuilder::new(256);

@@ -1,6 +1,7 @@
 //! ListOffsets: a partition's earliest offset (-2: its log start, after retention), latest
-//! (-1: its high watermark, the committed end), or the first record at or after a timestamp
-//! (offset -1 when every record is older).
+//! (-1: its high watermark, the committed end), the record with the largest timestamp (-3,
+//! the first such), or the first record at or after a timestamp (offset -1 when every record
+//! is older).
 
 use super::{Answer, encode};
 use crate::errors::{NONE, data_error_code};
@@ -16,6 +17,7 @@ use tailstream_wire::RecordOffset;
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
 
 pub(crate) fn answer(kafka: Arc<Kafka>, version: i16, request: ListOffsetsRequest) -> Answer {
     Answer::Later(Box::pin(async move {
@@ -45,6 +47,7 @@ pub(crate) fn answer(kafka: Arc<Kafka>, version: i16, request: ListOffsetsReques
                             Ok(match p.timestamp {
                                 LATEST => Some((committed, -1)),
                                 EARLIEST => Some((first, -1)),
+                                MAX_TIMESTAMP => log.offset_of_max_timestamp(),
                                 at => log.offset_for_timestamp(at),
                             })
                         });
