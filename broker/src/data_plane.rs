@@ -174,13 +174,36 @@ fn lease_holds(lease: &Lease, unreplicated: bool) -> bool {
 
 /// Validates a batch as every front end must before it is stored.
 fn validate(batch: &[u8]) -> Result<BatchInfo, DataError> {
-    validate_batch(batch).map_err(|error| match error {
-        BatchError::UnsupportedAttributes(_) => DataError::UnsupportedBatch(error),
-        error => {
-            metrics::counter!(m::INVALID_BATCHES).increment(1);
-            DataError::InvalidBatch(error)
+    validate_batch(batch).map_err(|error| {
+        refused(&error);
+        match error {
+            BatchError::UnsupportedAttributes(_) => DataError::UnsupportedBatch(error),
+            error => DataError::InvalidBatch(error),
         }
     })
+}
+
+/// Counts a refused batch by reason, and says why in the log at most once a second (a client
+/// whose every batch is refused must not flood the log, but its operator must learn why).
+fn refused(error: &BatchError) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST_LOGGED_MS: AtomicU64 = AtomicU64::new(0);
+    static UNLOGGED: AtomicU64 = AtomicU64::new(0);
+    metrics::counter!(m::INVALID_BATCHES, "reason" => error.reason()).increment(1);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let last = LAST_LOGGED_MS.load(Ordering::Relaxed);
+    let due = now_ms.saturating_sub(last) >= 1000
+        && LAST_LOGGED_MS
+            .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok();
+    if due {
+        let also = UNLOGGED.swap(0, Ordering::Relaxed);
+        tracing::warn!(%error, reason = error.reason(), unlogged_since = also, "record batch refused");
+    } else {
+        UNLOGGED.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// A fetch's first read, and what a long-poll needs to read again.
@@ -252,8 +275,9 @@ impl DataPlane {
     ) -> Result<Produced, DataError> {
         let info = validate(batch)?;
         let Some(producer) = info.producer else {
-            metrics::counter!(m::INVALID_BATCHES).increment(1);
-            return Err(DataError::InvalidBatch(BatchError::BadProducerId(-1)));
+            let error = BatchError::BadProducerId(-1);
+            refused(&error);
+            return Err(DataError::InvalidBatch(error));
         };
         let streamlet = self.admit(at)?;
         let log = streamlet.log_for(producer.producer_id).id();

@@ -51,7 +51,7 @@ const COUNTERS: &[(&str, Unit, &str)] = &[
     (
         INVALID_BATCHES,
         Unit::Count,
-        "Batches refused by validation (magic, length, CRC-32C, count, every record).",
+        "Batches refused by validation (magic, length, CRC-32C, count, every record), by `reason`.",
     ),
     (
         BACKUP_CLAIMS_REJECTED,

@@ -71,7 +71,7 @@ pub enum BatchError {
     Compression(&'static str),
     #[error("record batch producer id {0} is negative (and not -1, no producer)")]
     BadProducerId(i64),
-    #[error("record batch base sequence {0} is negative, or set without a producer id")]
+    #[error("record batch base sequence {0} is negative for an idempotent batch")]
     BadSequence(i32),
     #[error("record batch producer epoch {0} is negative for an idempotent batch")]
     BadProducerEpoch(i16),
@@ -79,6 +79,26 @@ pub enum BatchError {
     BadRecord { index: u32, reason: &'static str },
     #[error("record batch max timestamp {stored} is not its largest record timestamp {computed}")]
     MaxTimestamp { stored: i64, computed: i64 },
+}
+
+impl BatchError {
+    /// A short name for what is wrong, as a metric label (a few fixed values).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            BatchError::TooShort { .. } => "too_short",
+            BatchError::LengthMismatch { .. } => "length",
+            BatchError::BadMagic(_) => "magic",
+            BatchError::Checksum { .. } => "checksum",
+            BatchError::RecordCount { .. } => "record_count",
+            BatchError::UnsupportedAttributes(_) => "attributes",
+            BatchError::Compression(_) => "compression",
+            BatchError::BadProducerId(_) => "producer_id",
+            BatchError::BadSequence(_) => "sequence",
+            BatchError::BadProducerEpoch(_) => "producer_epoch",
+            BatchError::BadRecord { .. } => "record",
+            BatchError::MaxTimestamp { .. } => "max_timestamp",
+        }
+    }
 }
 
 /// An idempotent batch's producer (id and epoch: one producer session) and the sequence

@@ -340,10 +340,18 @@ async fn poison_and_overflowing_batches_are_refused_and_consumers_keep_reading()
         let invalid = metric(
             test.cluster.broker(0).unwrap().admin_addr,
             "tailstream_invalid_batches_total",
-            &[],
+            &[("reason", "record")],
         )
         .await;
-        assert!(invalid >= 3.0);
+        assert!(invalid >= 2.0, "{invalid} refused for a malformed record");
+        let admin = test.cluster.broker(0).unwrap().admin_addr;
+        let stamp = metric(
+            admin,
+            "tailstream_invalid_batches_total",
+            &[("reason", "max_timestamp")],
+        )
+        .await;
+        assert!(stamp >= 1.0, "{stamp} refused for a wrong max timestamp");
         // The consumer (built with overflow checks) reads every good record and exits 0.
         let (ok, out, err) = test
             .cli(
