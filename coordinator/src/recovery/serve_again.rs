@@ -48,12 +48,18 @@ impl Orchestrator {
     /// unless an earlier batch does.
     pub(super) async fn save_when_ended(&self, ended: Ended) {
         self.ended_lock().push(ended);
-        let batch = {
+        let (batch, saved, _released) = {
             let _one_batch_at_a_time = self.save_lock.lock().await;
             let batch = std::mem::take(&mut *self.ended_lock());
             if batch.is_empty() {
                 return;
             }
+            // Whatever happens from here (this task cancelled, say), the batch's streamlets
+            // leave `in_flight` and the next round may plan them.
+            let released = Release {
+                orchestrator: self,
+                keys: batch.iter().map(|ended| ended.rebuild.key).collect(),
+            };
             // A failed save costs every rebuild in the batch (each would be planned, fenced
             // and read again), so a store's passing error is retried a few times first.
             let mut saved = self.save_batch(&batch).await;
@@ -64,9 +70,8 @@ impl Orchestrator {
                 tokio::time::sleep(SAVE_RETRY_AFTER).await;
                 saved = self.save_batch(&batch).await;
             }
-            (batch, saved)
+            (batch, saved, released)
         };
-        let (batch, saved) = batch;
         self.after_saving(batch, saved).await;
     }
 
@@ -142,8 +147,8 @@ impl Orchestrator {
             .collect())
     }
 
-    /// Reports each outcome, pushes the new owners their assignments, and lets the next round
-    /// plan whatever did not serve.
+    /// Reports each outcome and pushes the new owners their assignments (the caller's
+    /// `Release` then lets the next round plan whatever did not serve).
     async fn after_saving(&self, batch: Vec<Ended>, saved: Result<Vec<bool>, String>) {
         let mut pushes = BTreeSet::new();
         for (at, ended) in batch.iter().enumerate() {
@@ -183,13 +188,6 @@ impl Orchestrator {
                 .push_assignments(pushes.into_iter().collect())
                 .await;
         }
-        {
-            let mut in_flight = self.in_flight_lock();
-            for ended in &batch {
-                in_flight.remove(&ended.rebuild.key);
-            }
-        }
-        self.wake();
     }
 
     fn report_served(&self, ended: &Ended, done: &RecoverStreamletResponse, lease_wait_ms: u64) {
@@ -235,5 +233,23 @@ impl Orchestrator {
         } else {
             lost_tried.insert(key, Instant::now());
         }
+    }
+}
+
+/// Takes a batch's streamlets out of `in_flight` and wakes the orchestrator when dropped.
+struct Release<'a> {
+    orchestrator: &'a Orchestrator,
+    keys: Vec<(tailstream_wire::StreamId, tailstream_wire::StreamletId)>,
+}
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        {
+            let mut in_flight = self.orchestrator.in_flight_lock();
+            for key in &self.keys {
+                in_flight.remove(key);
+            }
+        }
+        self.orchestrator.wake();
     }
 }
