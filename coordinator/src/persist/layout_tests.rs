@@ -139,3 +139,30 @@ fn a_listing_with_a_missing_placement_or_a_stray_key_is_refused() {
     listing.insert(keys::stream(id), b"{ not json".to_vec());
     assert!(read(&listing).unwrap_err().contains("not valid"));
 }
+
+#[test]
+fn streams_gone_and_new_on_either_side_of_untouched_ones_write_only_their_keys() {
+    // "a" and "b" exist; "a" goes, "0" (sorted before both) and "c" (after both) come.
+    let (m, brokers) = cluster();
+    let mut next = m.clone();
+    let gone = m.streams["a"].id;
+    next.delete_stream("a").unwrap();
+    next.create_stream("0", 1, config(), &brokers).unwrap();
+    next.create_stream("c", 2, config(), &brokers).unwrap();
+    let ops = changes(&m, &next).unwrap();
+    let untouched = format!("{:020}", m.streams["b"].id.0);
+    assert!(
+        !ops.iter().any(|op| op.key().contains(&untouched)),
+        "the untouched stream is not rewritten: {ops:?}"
+    );
+    assert!(ops.contains(&Op::Delete {
+        key: keys::stream(gone)
+    }));
+    for name in ["0", "c"] {
+        let id = next.streams[name].id;
+        assert!(ops.iter().any(|op| op.key() == keys::stream(id)), "{name}");
+    }
+    let mut listing = stored(&m);
+    apply(&mut listing, &ops);
+    assert_eq!(read(&listing).unwrap(), next);
+}
