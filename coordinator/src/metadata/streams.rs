@@ -92,7 +92,7 @@ impl Metadata {
         self.version += 1;
         Ok(self
             .streams
-            .entry(name.to_string())
+            .entry(Arc::from(name))
             .or_insert(Arc::new(record)))
     }
 

@@ -326,7 +326,7 @@ pub fn read(listing: &BTreeMap<String, Vec<u8>>) -> Result<Metadata, String> {
         };
         if metadata
             .streams
-            .insert(header.name.clone(), Arc::new(record))
+            .insert(Arc::from(header.name.as_str()), Arc::new(record))
             .is_some()
         {
             return Err(format!("two streams are named {:?}", header.name));
