@@ -8,13 +8,20 @@
 //! from, so a chain from a broker's version to the current one exists only when every step in
 //! between is a recorded addition; anything else (a deletion, a recovery, a change of another
 //! leader) breaks the chain and the broker gets its full assignment, as before.
+//!
+//! Additions never take anything away, and a full set is what drops a streamlet a broker holds
+//! but should not (a rebuild that finished after it was planned elsewhere): so a broker whose
+//! assignment changes gets its full set at least every `FULL_SET_EVERY` all the same.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
 use tailstream_wire::ServerId;
 use tailstream_wire::messages::StreamletAssignment;
 
 /// Steps remembered: a broker further behind than this gets its full assignment.
 pub const STEPS_KEPT: usize = 256;
+/// A broker whose assignment changes is sent its full set at least this often.
+pub const FULL_SET_EVERY: Duration = Duration::from_secs(30);
 
 /// One change that only added streamlets.
 #[derive(Debug)]
@@ -28,6 +35,8 @@ struct Step {
 pub struct Additions {
     /// By the version each step starts from.
     steps: BTreeMap<u64, Step>,
+    /// When each broker was last sent its full assignment.
+    full_sent: HashMap<ServerId, Instant>,
 }
 
 impl Additions {
@@ -47,14 +56,32 @@ impl Additions {
         }
     }
 
+    /// `server` was sent its full assignment at `now`.
+    pub fn sent_full(&mut self, server: ServerId, now: Instant) {
+        self.full_sent.insert(server, now);
+    }
+
+    /// Whether `server` had its full assignment within `FULL_SET_EVERY` of `now` (if not, it
+    /// gets it again rather than additions).
+    pub fn full_is_recent(&self, server: ServerId, now: Instant) -> bool {
+        self.full_sent
+            .get(&server)
+            .is_some_and(|at| now.saturating_duration_since(*at) < FULL_SET_EVERY)
+    }
+
     /// What `server` gains from `known` to `current`, in order, if every step in between is a
-    /// recorded addition; `None` when it needs its full assignment.
+    /// recorded addition and its last full set is recent; `None` when it needs its full
+    /// assignment.
     pub fn since(
         &self,
         server: ServerId,
         known: u64,
         current: u64,
+        now: Instant,
     ) -> Option<Vec<StreamletAssignment>> {
+        if !self.full_is_recent(server, now) {
+            return None;
+        }
         let mut at = known;
         let mut gained = Vec::new();
         while at < current {
@@ -100,9 +127,18 @@ mod tests {
         added
     }
 
+    /// Every broker of the tests had its full set just now.
+    fn fresh() -> Additions {
+        let mut additions = Additions::default();
+        for index in 0..3 {
+            additions.sent_full(server(index), Instant::now());
+        }
+        additions
+    }
+
     #[test]
     fn a_chain_of_recorded_additions_composes_per_broker_in_order() {
-        let mut additions = Additions::default();
+        let mut additions = fresh();
         additions.record(10, 11, step(&[(0, 1, 0), (1, 1, 1)]));
         additions.record(11, 12, step(&[(1, 2, 0)]));
         additions.record(12, 14, step(&[(0, 3, 0), (0, 3, 1)]));
@@ -110,30 +146,43 @@ mod tests {
             v.iter().map(|a| (a.stream.0, a.streamlet.0)).collect()
         };
         assert_eq!(
-            keys(additions.since(server(0), 10, 14).unwrap()),
+            keys(additions.since(server(0), 10, 14, Instant::now()).unwrap()),
             [(1, 0), (3, 0), (3, 1)]
         );
-        assert_eq!(keys(additions.since(server(1), 11, 14).unwrap()), [(2, 0)]);
-        assert_eq!(keys(additions.since(server(2), 10, 14).unwrap()), []);
-        assert_eq!(additions.since(server(0), 14, 14).unwrap(), []);
+        assert_eq!(
+            keys(additions.since(server(1), 11, 14, Instant::now()).unwrap()),
+            [(2, 0)]
+        );
+        assert_eq!(
+            keys(additions.since(server(2), 10, 14, Instant::now()).unwrap()),
+            []
+        );
+        assert_eq!(
+            additions.since(server(0), 14, 14, Instant::now()).unwrap(),
+            []
+        );
     }
 
     #[test]
     fn an_unrecorded_step_or_a_version_inside_a_step_needs_the_full_assignment() {
-        let mut additions = Additions::default();
+        let mut additions = fresh();
         additions.record(10, 11, step(&[(0, 1, 0)]));
         // 11 -> 12 was a deletion: not recorded.
         additions.record(12, 13, step(&[(0, 2, 0)]));
-        assert_eq!(additions.since(server(0), 10, 13), None);
+        assert_eq!(additions.since(server(0), 10, 13, Instant::now()), None);
         assert_eq!(
-            additions.since(server(0), 9, 11),
+            additions.since(server(0), 9, 11, Instant::now()),
             None,
             "before the first step"
         );
         additions.record(13, 16, step(&[(0, 3, 0)]));
-        assert_eq!(additions.since(server(0), 14, 16), None, "inside a step");
         assert_eq!(
-            additions.since(server(0), 13, 15),
+            additions.since(server(0), 14, 16, Instant::now()),
+            None,
+            "inside a step"
+        );
+        assert_eq!(
+            additions.since(server(0), 13, 15, Instant::now()),
             None,
             "past the current version"
         );
@@ -141,13 +190,28 @@ mod tests {
 
     #[test]
     fn only_the_newest_steps_are_kept() {
-        let mut additions = Additions::default();
+        let mut additions = fresh();
         for base in 0..(STEPS_KEPT as u64 + 10) {
             additions.record(base, base + 1, step(&[(0, base, 0)]));
         }
         let newest = STEPS_KEPT as u64 + 10;
-        assert_eq!(additions.since(server(0), 0, newest), None);
-        let kept = additions.since(server(0), 10, newest).unwrap();
+        assert_eq!(additions.since(server(0), 0, newest, Instant::now()), None);
+        let kept = additions
+            .since(server(0), 10, newest, Instant::now())
+            .unwrap();
         assert_eq!(kept.len(), STEPS_KEPT);
+    }
+
+    #[test]
+    fn a_broker_without_a_recent_full_set_gets_one_instead_of_additions() {
+        let server = ServerId::new(0, 1);
+        let mut additions = Additions::default();
+        additions.record(1, 2, HashMap::new());
+        let now = Instant::now();
+        assert_eq!(additions.since(server, 1, 2, now), None, "never had one");
+        additions.sent_full(server, now);
+        assert_eq!(additions.since(server, 1, 2, now), Some(Vec::new()));
+        let later = now + FULL_SET_EVERY;
+        assert_eq!(additions.since(server, 1, 2, later), None, "too long ago");
     }
 }

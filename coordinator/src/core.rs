@@ -162,11 +162,12 @@ impl State {
     }
 
     /// What takes `server` from the assignment version it `known`s to the current one: only
-    /// what was added, when every change in between only added streamlets; else its full
-    /// assignment.
-    pub fn assignments_since(&self, server: ServerId, known: u64) -> AssignStreamletsRequest {
+    /// what was added, when every change in between only added streamlets (and its last full
+    /// set is recent); else its full assignment.
+    pub fn assignments_since(&mut self, server: ServerId, known: u64) -> AssignStreamletsRequest {
         let version = self.metadata.version;
-        match self.additions.since(server, known, version) {
+        let now = Instant::now();
+        match self.additions.since(server, known, version, now) {
             Some(assignments) => AssignStreamletsRequest {
                 term: self.metadata.term,
                 target: server,
@@ -175,7 +176,10 @@ impl State {
                 assignments,
                 brokers: self.broker_infos(),
             },
-            None => self.assignments_for(server),
+            None => {
+                self.additions.sent_full(server, now);
+                self.assignments_for(server)
+            }
         }
     }
 
@@ -400,22 +404,25 @@ impl Coordinator {
     /// misses it catches up through its next heartbeat.
     pub async fn push_assignments(&self, servers: Vec<ServerId>) {
         let pushes: Vec<_> = {
-            let state = self.lock();
-            servers
-                .into_iter()
-                .filter_map(|server| {
-                    let record = state.metadata.check_server(server).ok()?;
-                    Some((record.peer_addr.clone(), state.assignments_for(server)))
-                })
-                .collect()
+            let mut state = self.lock();
+            let now = Instant::now();
+            let mut pushes = Vec::new();
+            for server in servers {
+                let Ok(record) = state.metadata.check_server(server) else {
+                    continue;
+                };
+                pushes.push((record.peer_addr.clone(), state.assignments_for(server)));
+                state.additions.sent_full(server, now);
+            }
+            pushes
         };
         self.push(pushes).await;
     }
 
     /// Records that the change from version `base` to `version` only added `added` (per
     /// owner), and pushes each owner what it gained (bounded in time, like
-    /// `push_assignments`). An owner not at `base` ignores the push and catches up through its
-    /// heartbeat.
+    /// `push_assignments`), or its full set when its last one is not recent. An owner not at
+    /// `base` ignores additions and catches up through its heartbeat.
     pub async fn push_additions(
         &self,
         base: u64,
@@ -424,21 +431,28 @@ impl Coordinator {
     ) {
         let pushes: Vec<_> = {
             let mut state = self.lock();
-            let pushes = added
-                .iter()
-                .filter_map(|(server, assignments)| {
-                    let record = state.metadata.check_server(*server).ok()?;
-                    let request = AssignStreamletsRequest {
+            let now = Instant::now();
+            let mut pushes = Vec::new();
+            for (server, assignments) in &added {
+                let Ok(record) = state.metadata.check_server(*server) else {
+                    continue;
+                };
+                let addr = record.peer_addr.clone();
+                let request = if state.additions.full_is_recent(*server, now) {
+                    AssignStreamletsRequest {
                         term: state.metadata.term,
                         target: *server,
                         version,
                         added_since: Some(base),
                         assignments: assignments.clone(),
                         brokers: state.broker_infos(),
-                    };
-                    Some((record.peer_addr.clone(), request))
-                })
-                .collect();
+                    }
+                } else {
+                    state.additions.sent_full(*server, now);
+                    state.assignments_for(*server)
+                };
+                pushes.push((addr, request));
+            }
             state.additions.record(base, version, added);
             pushes
         };

@@ -233,6 +233,7 @@ impl CoordinatorService {
             state.broker_registered(server_id, Instant::now());
             tracing::info!(%server_id, rpc = %rpc_addr, "broker registered");
             let assignments = state.assignments_for(server_id);
+            state.additions.sent_full(server_id, Instant::now());
             Response::ok(&RegisterBrokerResponse {
                 server_id,
                 assignments,

@@ -125,7 +125,8 @@ impl Metadata {
     }
 
     /// No live backup can supply what these streamlets need: none is served until one can.
-    /// A streamlet that serves (or is unknown) is left alone.
+    /// A streamlet that serves, is unknown, or is already lost for the same reason is left
+    /// alone.
     pub fn mark_lost_all(&mut self, lost: &[(StreamletKey, String)]) {
         let mut by_id = streams_by_id_mut(self);
         let mut changed = false;
@@ -133,11 +134,13 @@ impl Metadata {
             let Some(record) = by_id.get_mut(stream) else {
                 continue;
             };
-            let serving = record
-                .placements
-                .get(streamlet.0 as usize)
-                .is_none_or(|p| p.state == PlacementState::Serving);
-            if serving {
+            // Serving, or already lost for the same reason: nothing to change (and no version
+            // to bump, which would send every broker its full assignment).
+            let unchanged = record.placements.get(streamlet.0 as usize).is_none_or(|p| {
+                p.state == PlacementState::Serving
+                    || (p.state == PlacementState::Lost && p.detail == *detail)
+            });
+            if unchanged {
                 continue;
             }
             let Some(placement) = Arc::make_mut(record)
