@@ -4,7 +4,7 @@
 //! streamlet is found through one index of the streams by id, and what depends on the whole
 //! cluster (the crashes' `recovered` flags) is worked out once per call, not per streamlet.
 
-use super::{Metadata, MetadataError, StreamRecord};
+use super::{Metadata, MetadataError, Placement, StreamRecord};
 use std::collections::HashMap;
 use std::sync::Arc;
 use tailstream_wire::messages::{PlacementState, StreamletAssignment};
@@ -131,22 +131,12 @@ impl Metadata {
         let mut by_id = streams_by_id_mut(self);
         let mut changed = false;
         for ((stream, streamlet), detail) in lost {
-            let Some(record) = by_id.get_mut(stream) else {
-                continue;
-            };
             // Serving, or already lost for the same reason: nothing to change (and no version
             // to bump, which would send every broker its full assignment).
-            let unchanged = record.placements.get(streamlet.0 as usize).is_none_or(|p| {
-                p.state == PlacementState::Serving
-                    || (p.state == PlacementState::Lost && p.detail == *detail)
-            });
-            if unchanged {
-                continue;
-            }
-            let Some(placement) = Arc::make_mut(record)
-                .placements
-                .get_mut(streamlet.0 as usize)
-            else {
+            let Some(placement) = placement_to_change(&mut by_id, *stream, *streamlet, |p| {
+                p.state != PlacementState::Serving
+                    && (p.state != PlacementState::Lost || p.detail != *detail)
+            }) else {
                 continue;
             };
             placement.state = PlacementState::Lost;
@@ -179,24 +169,11 @@ impl Metadata {
     pub fn forget_open_segments(&mut self, proven_empty: &[(StreamletKey, Vec<LogId>)]) {
         let mut by_id = streams_by_id_mut(self);
         for ((stream, streamlet), logs) in proven_empty {
-            let Some(record) = by_id.get_mut(stream) else {
-                continue;
-            };
             let binds = |kept: &super::KeptSegments| kept.open_past_head().is_some();
-            let changes = record
-                .placements
-                .get(streamlet.0 as usize)
-                .is_some_and(|p| {
-                    logs.iter()
-                        .any(|log| p.log_bounds.get(&log.0).is_some_and(binds))
-                });
-            if !changes {
-                continue;
-            }
-            let Some(placement) = Arc::make_mut(record)
-                .placements
-                .get_mut(streamlet.0 as usize)
-            else {
+            let Some(placement) = placement_to_change(&mut by_id, *stream, *streamlet, |p| {
+                logs.iter()
+                    .any(|log| p.log_bounds.get(&log.0).is_some_and(binds))
+            }) else {
                 continue;
             };
             for log in logs {
@@ -212,6 +189,23 @@ impl Metadata {
 /// (`Arc::make_mut`) only where a move really changes it.
 fn streams_by_id_mut(metadata: &mut Metadata) -> HashMap<StreamId, &mut Arc<StreamRecord>> {
     metadata.streams.values_mut().map(|s| (s.id, s)).collect()
+}
+
+/// A streamlet's placement, made writable (its stream copied if shared) only when `changes`
+/// says the move alters it; `None` for an unknown streamlet or one left as it is.
+fn placement_to_change<'a>(
+    by_id: &'a mut HashMap<StreamId, &mut Arc<StreamRecord>>,
+    stream: StreamId,
+    streamlet: StreamletId,
+    changes: impl FnOnce(&Placement) -> bool,
+) -> Option<&'a mut Placement> {
+    let record = by_id.get_mut(&stream)?;
+    if !changes(record.placements.get(streamlet.0 as usize)?) {
+        return None;
+    }
+    Arc::make_mut(record)
+        .placements
+        .get_mut(streamlet.0 as usize)
 }
 
 fn no_streamlet(stream: StreamId, streamlet: StreamletId) -> MetadataError {
