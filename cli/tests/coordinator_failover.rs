@@ -591,13 +591,16 @@ async fn kafka_clients_and_a_consumer_group_carry_on_through_a_leader_kill() {
         }
         let before = test.client().describe_leadership().await.unwrap();
         let leader = before.leader.clone();
+        let killed = Instant::now();
         test.cluster
             .kill_coordinator_at(leader.rpc_addr.parse().unwrap())
             .await
             .unwrap();
         let acked = producer.await.unwrap();
         assert_eq!(acked.len(), 12_000, "every record acknowledged");
+        eprintln!("producer done {:?} after the kill", killed.elapsed());
         let read = member.await.unwrap();
+        eprintln!("member done {:?} after the kill", killed.elapsed());
         let acked_set: std::collections::HashSet<&Seen> = acked.iter().collect();
         let read_set: std::collections::HashSet<&Seen> = read.iter().collect();
         let missing = acked.iter().filter(|r| !read_set.contains(r)).count();
@@ -618,6 +621,7 @@ async fn kafka_clients_and_a_consumer_group_carry_on_through_a_leader_kill() {
         let again = client(&["consume", &bootstrap, "orders", "readers", "0", "4"])
             .await
             .unwrap();
+        eprintln!("second member done {:?} after the kill", killed.elapsed());
         assert!(again.is_empty(), "the group read {} again", again.len());
         let lag = coordinator.describe_consumer_groups().await.unwrap().lag;
         let readers: Vec<_> = lag.iter().filter(|l| l.group == "readers").collect();

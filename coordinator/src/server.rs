@@ -185,6 +185,7 @@ pub async fn lead(
         None => LeadershipView::alone(own),
     };
     metrics::gauge!(crate::metrics::LEADER_TERM).set(metadata.term.0 as f64);
+    let term_number = metadata.term.0;
     tracing::info!(
         term = metadata.term.0,
         streams = metadata.streams.len(),
@@ -265,6 +266,7 @@ pub async fn lead(
             groups_max: coordinator.groups_max as usize,
             members_max: coordinator.group_members_max as usize,
         },
+        term_number,
         offsets,
     );
     tokio::spawn(groups.clone().run_ticker(shutdown.clone()));

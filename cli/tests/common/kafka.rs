@@ -54,7 +54,13 @@ pub fn bootstrap(test: &TestCluster) -> String {
 }
 
 /// Runs a command to its end (bounded), returning its stdout; fails the test on an error.
+/// The client's stderr goes to the test's output line by line as it comes, stamped with the
+/// time since start, so a test that fails or times out shows what each client was doing.
 pub async fn run(program: &PathBuf, args: &[&str], stdin: &[u8]) -> String {
+    use tokio::io::AsyncBufReadExt;
+    let started = std::time::Instant::now();
+    let label: Vec<&str> = args.iter().skip(1).take(4).copied().collect();
+    let label = label.join(" ");
     let mut child = Command::new(program)
         .args(args)
         .stdin(Stdio::piped())
@@ -69,15 +75,36 @@ pub async fn run(program: &PathBuf, args: &[&str], stdin: &[u8]) -> String {
         use tokio::io::AsyncWriteExt;
         let _ = input.write_all(&data).await;
     });
+    let stderr = child.stderr.take().unwrap();
+    let (stderr_label, errors) = (label.clone(), tokio::sync::oneshot::channel::<String>());
+    let (errors_tx, errors_rx) = errors;
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        let mut all = String::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            eprintln!(
+                "[{stderr_label} +{:.1}s] {line}",
+                started.elapsed().as_secs_f64()
+            );
+            all.push_str(&line);
+            all.push('\n');
+        }
+        let _ = errors_tx.send(all);
+    });
     let output = tokio::time::timeout(Duration::from_secs(150), child.wait_with_output())
         .await
-        .expect("the client finished in time")
+        .unwrap_or_else(|_| panic!("{label}: the client did not finish in 150 s"))
         .unwrap();
+    let errors = errors_rx.await.unwrap_or_default();
+    eprintln!(
+        "[{label}] finished in {:.1}s: {}",
+        started.elapsed().as_secs_f64(),
+        output.status
+    );
     assert!(
         output.status.success(),
-        "{} {args:?} failed: {}",
+        "{} {args:?} failed: {errors}",
         program.display(),
-        String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8(output.stdout).unwrap()
 }

@@ -92,7 +92,8 @@ impl TestCluster {
             brokers,
             ports: Ports::Ephemeral,
             config_file: config_file.clone(),
-            log_filter: "info".into(),
+            // Debugging a failure: TAILSTREAM_TEST_LOG sets the processes' RUST_LOG.
+            log_filter: std::env::var("TAILSTREAM_TEST_LOG").unwrap_or_else(|_| "info".into()),
             own_addresses: false,
             etcd: etcd.as_ref().map(|etcd| EtcdSpec {
                 endpoints: etcd.endpoints(),

@@ -10,6 +10,7 @@
       limit), leaves after MAX records (0: no limit) or after IDLE_S seconds without one, and
       closes (commit, LeaveGroup).
 """
+import logging
 import sys
 import time
 
@@ -71,6 +72,14 @@ def consume(bootstrap, topic, group, limit, idle_s, rate):
 
 
 def main():
+    # Warnings, and the group's joins and rebalances, go to stderr: a test shows them when it
+    # fails.
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.WARNING,
+        format="%(relativeCreated)d ms %(name)s %(levelname)s %(message)s",
+    )
+    logging.getLogger("kafka.coordinator").setLevel(logging.INFO)
     command, bootstrap, topic = sys.argv[1], sys.argv[2], sys.argv[3]
     if command == "produce":
         rate = int(sys.argv[5]) if len(sys.argv) > 5 else 0

@@ -100,8 +100,14 @@ fn read(listing: Vec<(String, Vec<u8>)>) -> Result<HashMap<String, Committed>, S
 pub struct EtcdOffsets {
     store: Arc<EtcdStore>,
     limits: OffsetLimits,
-    /// What etcd holds, as this leader wrote or read it (one commit at a time).
+    /// What etcd holds, as this leader wrote or read it. Held only for moments, never across
+    /// an etcd call: async tasks read it on the runtime's workers (fetches, lag, metrics), and
+    /// the write they would wait on is driven by those same workers; with every worker
+    /// waiting, the write never ends and the leader stops (its lease keep-alive with it).
     groups: Mutex<HashMap<String, Committed>>,
+    /// Held across a commit's write, so commits check, write and apply one at a time, in the
+    /// order etcd took them. Only commits (on the blocking pool) take it.
+    writing: Mutex<()>,
 }
 
 impl EtcdOffsets {
@@ -112,6 +118,7 @@ impl EtcdOffsets {
             store,
             limits,
             groups: Mutex::new(groups),
+            writing: Mutex::new(()),
         })
     }
 
@@ -130,6 +137,7 @@ impl EtcdOffsets {
             store,
             limits,
             groups: Mutex::new(read(listing)?),
+            writing: Mutex::new(()),
         })
     }
 
@@ -140,16 +148,16 @@ impl EtcdOffsets {
 
 impl CommittedOffsets for EtcdOffsets {
     fn commit(&self, group: &str, offsets: Vec<CommittedOffset>) -> Result<(), OffsetError> {
-        // Held across the write: commits apply in the order etcd took them.
-        let mut groups = self.lock();
-        check_commit(&groups, &self.limits, group, &offsets)?;
+        // Commits are the only writers of `groups`: checked before the write, still true after.
+        let _writing = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        check_commit(&self.lock(), &self.limits, group, &offsets)?;
         let ops = commit_ops(group, &offsets)
             .map_err(|why| OffsetError::Refused(why, Status::Internal))?;
         self.store
             .write(&ops)
             .map_err(|why| OffsetError::Io(std::io::Error::other(why)))?;
         apply(
-            &mut groups,
+            &mut self.lock(),
             OffsetsRecord {
                 group: group.to_owned(),
                 offsets,

@@ -248,14 +248,20 @@ impl Group {
 pub struct Groups {
     groups: HashMap<String, Group>,
     limits: GroupLimits,
+    /// The coordinator term these groups live in, part of every member id: membership is not
+    /// kept across a failover, and a member of an earlier leader's group must find its id
+    /// unknown to the next one, never taken by another client (its heartbeats and commits
+    /// would pass for that client's).
+    term: u64,
     next_member: u64,
 }
 
 impl Groups {
-    pub fn new(limits: GroupLimits) -> Self {
+    pub fn new(limits: GroupLimits, term: u64) -> Self {
         Self {
             groups: HashMap::new(),
             limits,
+            term,
             next_member: 0,
         }
     }
@@ -300,7 +306,12 @@ impl Groups {
                 return refuse(Status::GroupFull);
             }
             self.next_member += 1;
-            format!("{}-{}", sanitize(&request.client_id), self.next_member)
+            format!(
+                "{}-{}.{}",
+                sanitize(&request.client_id),
+                self.term,
+                self.next_member
+            )
         } else if group.members.contains_key(&request.member_id) {
             request.member_id.clone()
         } else {

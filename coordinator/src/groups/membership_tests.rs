@@ -111,7 +111,7 @@ fn sync_request(member: &str, generation: u32, assignments: &[(&str, &str)]) -> 
 
 #[test]
 fn members_join_the_leader_assigns_and_each_member_gets_its_own_assignment() {
-    let mut groups = Groups::new(limits());
+    let mut groups = Groups::new(limits(), 1);
     let now = Instant::now();
     let (leader, follower) = two_members(&mut groups, now);
     // The follower syncs first and waits for the leader's assignments.
@@ -146,7 +146,7 @@ fn members_join_the_leader_assigns_and_each_member_gets_its_own_assignment() {
 
 #[test]
 fn a_new_member_makes_the_others_rejoin_into_the_next_generation() {
-    let mut groups = Groups::new(limits());
+    let mut groups = Groups::new(limits(), 1);
     let now = Instant::now();
     let (leader, follower) = two_members(&mut groups, now);
     let t = now + SECOND;
@@ -198,7 +198,7 @@ fn a_new_member_makes_the_others_rejoin_into_the_next_generation() {
 
 #[test]
 fn a_member_that_leaves_or_falls_silent_is_dropped_and_the_rest_rebalance() {
-    let mut groups = Groups::new(limits());
+    let mut groups = Groups::new(limits(), 1);
     let now = Instant::now();
     let (leader, follower) = two_members(&mut groups, now);
     let t = now + SECOND;
@@ -247,7 +247,7 @@ fn a_member_that_leaves_or_falls_silent_is_dropped_and_the_rest_rebalance() {
 
 #[test]
 fn a_rebalance_completes_at_its_deadline_without_those_that_did_not_rejoin() {
-    let mut groups = Groups::new(limits());
+    let mut groups = Groups::new(limits(), 1);
     let now = Instant::now();
     let (leader, follower) = two_members(&mut groups, now);
     let t = now + SECOND;
@@ -269,7 +269,7 @@ fn a_rebalance_completes_at_its_deadline_without_those_that_did_not_rejoin() {
 
 #[test]
 fn joins_that_do_not_fit_the_group_are_refused() {
-    let mut groups = Groups::new(limits());
+    let mut groups = Groups::new(limits(), 1);
     let now = Instant::now();
     two_members(&mut groups, now);
     let out = groups.join(join_request("", &["sticky"]), 30, now);
@@ -300,7 +300,7 @@ fn joins_that_do_not_fit_the_group_are_refused() {
 
 #[test]
 fn a_rejoin_while_waiting_replaces_the_earlier_join() {
-    let mut groups = Groups::new(limits());
+    let mut groups = Groups::new(limits(), 1);
     let now = Instant::now();
     groups.join(join_request("", &["range"]), 1, now);
     let out = groups.tick(now + SECOND);
@@ -324,4 +324,27 @@ fn a_rejoin_while_waiting_replaces_the_earlier_join() {
     );
     let out = groups.join(join_request(&member, &["range"]), 6, now + SECOND);
     assert_eq!(out, vec![(5, Err(Status::RebalanceInProgress))]);
+}
+
+#[test]
+fn member_ids_of_a_later_term_never_repeat_an_earlier_terms() {
+    // Membership is not kept across a coordinator failover: a member of the old leader's group
+    // must be unknown to the new one, not mistaken for a newcomer that got the same id.
+    let now = Instant::now();
+    let mut old = Groups::new(limits(), 4);
+    old.join(join_request("", &["range"]), 1, now);
+    let old_member = joined(&old.tick(now + SECOND), 1).member_id;
+    let mut new = Groups::new(limits(), 5);
+    new.join(join_request("", &["range"]), 1, now);
+    let new_member = joined(&new.tick(now + SECOND), 1).member_id;
+    assert_ne!(old_member, new_member);
+    let heartbeat = GroupHeartbeatRequest {
+        group: "g".into(),
+        generation: 1,
+        member_id: old_member,
+    };
+    assert_eq!(
+        new.heartbeat(&heartbeat, now + SECOND),
+        Err(Status::UnknownMember)
+    );
 }

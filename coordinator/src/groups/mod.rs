@@ -51,9 +51,10 @@ fn refused(status: Status) -> Response {
 }
 
 impl GroupCoordinator {
-    pub fn new(limits: GroupLimits, offsets: Arc<dyn CommittedOffsets>) -> Arc<Self> {
+    /// Groups of coordinator term `term` (it makes member ids unique across leaders).
+    pub fn new(limits: GroupLimits, term: u64, offsets: Arc<dyn CommittedOffsets>) -> Arc<Self> {
         Arc::new(Self {
-            membership: Mutex::new(Groups::new(limits)),
+            membership: Mutex::new(Groups::new(limits, term)),
             waiters: Mutex::new(HashMap::new()),
             next_waiter: AtomicU64::new(1),
             offsets,

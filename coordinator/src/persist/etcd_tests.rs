@@ -200,7 +200,7 @@ async fn a_change_too_big_for_one_transaction_is_applied_whole_even_after_a_cras
     let base = load(&store).await.unwrap();
     let mut next = base.clone();
     let live = brokers(&mut next, 4);
-    for i in 0..40 {
+    for i in 0..200 {
         next.create_stream(&format!("s{i}"), 16, config(), &live)
             .unwrap();
     }
@@ -298,6 +298,74 @@ async fn committed_offsets_survive_a_change_of_leader_and_a_deposed_one_commits_
         349
     );
     etcd.stop().await;
+}
+
+/// Regression: a commit held the offsets' map locked across its etcd write, and the runtime's
+/// workers drive that write. A worker reading the map meanwhile (an OffsetFetch, the lag, the
+/// metrics) waited for the lock; with every worker waiting, the write never finished: the
+/// leader stopped answering, its election lease keep-alive too, with no word in its log.
+/// One worker here (as on a one-core machine), reading the map as often as it can.
+#[test]
+fn a_commit_finishes_while_every_worker_reads_the_committed_offsets() {
+    use crate::groups::etcd_offsets::EtcdOffsets;
+    use crate::groups::offsets::{CommittedOffsets, OffsetLimits};
+    use tailstream_wire::messages::CommittedOffset;
+    let (finished, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let dir = tempfile::tempdir().unwrap();
+            let Some(etcd) = local_etcd(dir.path()).await else {
+                return;
+            };
+            let (store, _leadership, _client) = leading_store(&etcd, "/t/stall", "one").await;
+            let limits = OffsetLimits {
+                groups_max: 10,
+                partitions_per_group_max: 10,
+            };
+            let offsets = tokio::task::spawn_blocking(move || EtcdOffsets::load(store, limits))
+                .await
+                .unwrap()
+                .unwrap();
+            let offsets = Arc::new(offsets);
+            let committer = {
+                let offsets = offsets.clone();
+                tokio::task::spawn_blocking(move || {
+                    for i in 0..200 {
+                        let offset = CommittedOffset {
+                            topic: "t".into(),
+                            partition: 0,
+                            offset: i,
+                            metadata: String::new(),
+                        };
+                        offsets.commit("g", vec![offset]).unwrap();
+                    }
+                })
+            };
+            // On the worker (a spawned task, as the lag publisher and fetches are), reading at
+            // moments a timer picks, as often as every 200 µs.
+            let reader = {
+                let offsets = offsets.clone();
+                tokio::spawn(async move {
+                    while !committer.is_finished() {
+                        let _ = offsets.fetch("g", None);
+                        tokio::time::sleep(Duration::from_micros(200)).await;
+                    }
+                    committer.await.unwrap();
+                })
+            };
+            reader.await.unwrap();
+            assert_eq!(offsets.fetch("g", None)[0].offset, 199);
+            etcd.stop().await;
+        });
+        let _ = finished.send(());
+    });
+    done.recv_timeout(Duration::from_secs(60))
+        .expect("200 commits finish in a minute while the one worker reads the offsets");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
