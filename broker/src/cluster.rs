@@ -93,6 +93,10 @@ pub struct ClusterState {
     /// word that it leads no more (naming that term), or a refused connection at that
     /// address, extends the lease (another's says nothing of it).
     renewed_by: Mutex<(String, CoordinatorTerm)>,
+    /// Woken when pushed additions could not be applied (this broker was behind the version
+    /// they build on): the next heartbeat, which brings what it missed, goes at once rather
+    /// than at its tick, so a stream created meanwhile is served in a round trip.
+    catch_up: tokio::sync::Notify,
 }
 
 impl ClusterState {
@@ -115,6 +119,7 @@ impl ClusterState {
             log_bounds: Arc::default(),
             term: TermFence::default(),
             renewed_by: Mutex::new((String::new(), CoordinatorTerm(0))),
+            catch_up: tokio::sync::Notify::new(),
         };
         (state, created_rx)
     }
@@ -367,6 +372,7 @@ impl ClusterState {
             .added_since
             .is_some_and(|base| base != membership.version)
         {
+            self.catch_up.notify_one();
             return Ok(());
         }
         // Settings decide allocations (logs, replica slots): never trust them unchecked.
@@ -803,7 +809,10 @@ async fn membership_session(
     let mut tick = tokio::time::interval(heartbeat_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = cluster.catch_up.notified() => {}
+        }
         let Some(server_id) = cluster.server_id() else {
             return ("lost registration".into(), Next::Same);
         };
