@@ -39,6 +39,9 @@ pub struct GroupCoordinator {
     waiters: Mutex<HashMap<Waiter, oneshot::Sender<Result<Answer, Status>>>>,
     next_waiter: AtomicU64,
     offsets: Arc<dyn CommittedOffsets>,
+    /// Commits go to disk (or etcd) one at a time: the ones waiting their turn wait here, as
+    /// parked tasks, not as blocking-pool threads (which metadata saves need too).
+    commit_turn: Arc<tokio::sync::Mutex<()>>,
     changed: Notify,
 }
 
@@ -58,6 +61,7 @@ impl GroupCoordinator {
             waiters: Mutex::new(HashMap::new()),
             next_waiter: AtomicU64::new(1),
             offsets,
+            commit_turn: Arc::default(),
             changed: Notify::new(),
         })
     }
@@ -152,8 +156,9 @@ impl GroupCoordinator {
         {
             return Reply::Ready(refused(status));
         }
-        let offsets = self.offsets.clone();
+        let (offsets, turn) = (self.offsets.clone(), self.commit_turn.clone());
         Reply::Later(Box::pin(async move {
+            let _turn = turn.lock().await;
             let committed = tokio::task::spawn_blocking(move || {
                 offsets.commit(&request.group, request.offsets)
             })

@@ -10,7 +10,10 @@
 //! valid). A failed compaction leaves the old file in use; only a rename that may not be
 //! durable stops the store.
 //!
-//! Blocking (file I/O): called from the blocking pool, one commit at a time.
+//! Blocking (file I/O): commits are called from the blocking pool, one at a time. Readers
+//! (fetches, lag, metrics) run on async threads, the coordinator's control thread among them
+//! (which answers broker heartbeats): they take only the map's lock, held for moments, never
+//! the file's, which a commit holds across its fsync and a compaction's rewrite.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
@@ -45,7 +48,6 @@ struct Inner {
     /// The file size at which to look at compacting next (looking costs a pass over every
     /// committed offset, so not on every commit).
     compact_at: u64,
-    groups: HashMap<String, Committed>,
     /// Why the file can no longer be trusted to end where `file_bytes` says (a failed write
     /// that could not be cut off, a compaction's rename that may not be durable): commits are
     /// refused from then on.
@@ -121,7 +123,10 @@ impl Inner {
 pub struct OffsetStore {
     dir: PathBuf,
     limits: OffsetLimits,
+    /// The file, held by commits only (across their write and fsync).
     inner: Mutex<Inner>,
+    /// What the file holds, as commits applied it: locked for moments only.
+    groups: Mutex<HashMap<String, Committed>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -186,16 +191,20 @@ impl OffsetStore {
                 file,
                 file_bytes: valid,
                 compact_at: COMPACT_BYTES_MIN,
-                groups,
                 broken: None,
                 #[cfg(test)]
                 fault: None,
             }),
+            groups: Mutex::new(groups),
         })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn groups(&self) -> std::sync::MutexGuard<'_, HashMap<String, Committed>> {
+        self.groups.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Commits `offsets` of `group`: on disk (fsynced) when this returns `Ok`.
@@ -206,14 +215,16 @@ impl OffsetStore {
                 "offset commits are refused until the coordinator restarts: {why}"
             ))));
         }
-        check_commit(&inner.groups, &self.limits, group, &offsets)?;
+        // Commits are the only writers of the map, and they hold the file: what is checked
+        // here still holds once the record is on disk.
+        check_commit(&self.groups(), &self.limits, group, &offsets)?;
         let record = OffsetsRecord {
             group: group.to_owned(),
             offsets,
         };
         let encoded = encode_record(&record);
         inner.append_durably(&encoded)?;
-        apply(&mut inner.groups, record);
+        apply(&mut self.groups(), record);
         // The commit is durable now: a compaction that fails does not fail it.
         if let Err(error) = self.compact_if_due(&mut inner) {
             tracing::warn!(%error, "offsets file compaction failed; the file stays as it was");
@@ -228,7 +239,7 @@ impl OffsetStore {
         group: &str,
         partitions: Option<&[TopicPartition]>,
     ) -> Vec<CommittedOffset> {
-        fetch_from(&self.lock().groups, group, partitions)
+        fetch_from(&self.groups(), group, partitions)
     }
 
     /// Rewrites the file as one record per group once it is `COMPACT_RATIO` times that.
@@ -236,8 +247,8 @@ impl OffsetStore {
         if inner.file_bytes < inner.compact_at {
             return Ok(());
         }
-        let records: Vec<_> = inner
-            .groups
+        let records: Vec<_> = self
+            .groups()
             .iter()
             .map(|(group, committed)| {
                 encode_record(&OffsetsRecord {
@@ -283,7 +294,7 @@ impl OffsetStore {
         }
         tracing::info!(
             bytes = live,
-            groups = inner.groups.len(),
+            groups = records.len(),
             "offsets file compacted"
         );
         Ok(())
@@ -291,12 +302,12 @@ impl OffsetStore {
 
     /// Every group's committed offsets, by group name.
     pub fn snapshot(&self) -> Vec<(String, Vec<CommittedOffset>)> {
-        snapshot_of(&self.lock().groups)
+        snapshot_of(&self.groups())
     }
 
     /// Groups with committed offsets.
     pub fn group_count(&self) -> usize {
-        self.lock().groups.len()
+        self.groups().len()
     }
 }
 
