@@ -81,6 +81,8 @@ pub struct CoordinatorConfig {
     pub group_initial_rebalance_delay_ms: u64,
     pub groups_max: u32,
     pub group_members_max: u32,
+    /// Streams the cluster holds at most: a create past it is refused (`QuotaExceeded`).
+    pub streams_max: u32,
     pub group_committed_partitions_max: u32,
     pub connections_max: u32,
     pub peer_connections_max: u32,
@@ -241,6 +243,12 @@ pub struct KafkaConfig {
     pub advertised_addr: String,
     pub auto_create_topics: bool,
     pub auto_create_streamlets: u32,
+    /// Auto-creations per second this broker makes at most, on average...
+    pub auto_creates_per_second: u32,
+    /// ...and at once.
+    pub auto_create_burst: u32,
+    /// Topics one Metadata request may name.
+    pub metadata_topics_max: u32,
     pub connections_max: u32,
     pub request_bytes_max: u32,
     pub requests_in_flight_per_connection_max: u32,
@@ -372,6 +380,9 @@ impl Config {
                 "coordinator group timeouts and limits must be positive, min <= max".into(),
             );
         }
+        if coordinator.streams_max == 0 {
+            return invalid("coordinator.streams_max must be positive".into());
+        }
         if coordinator.connections_max == 0 || coordinator.peer_connections_max == 0 {
             return invalid("coordinator connection limits must be positive".into());
         }
@@ -413,6 +424,14 @@ impl Config {
             return invalid(format!(
                 "kafka.auto_create_streamlets must be in 1..={STREAMLETS_MAX}"
             ));
+        }
+        if kafka.auto_creates_per_second == 0
+            || kafka.auto_create_burst == 0
+            || kafka.metadata_topics_max == 0
+        {
+            return invalid(
+                "kafka auto-creation rate and burst, and metadata_topics_max, must be positive (auto_create_topics = false turns auto-creation off)".into(),
+            );
         }
         let listeners = &self.listeners;
         if listeners.idle_timeout_ms == 0

@@ -15,7 +15,7 @@ use crate::metadata::Metadata;
 use crate::metrics as m;
 use crate::persist::{MetadataFile, MetadataStore};
 use crate::recovery::orchestrator::{Orchestrator, OrchestratorConfig};
-use crate::service::{BrokerLeases, ClientFacing, CoordinatorService, PeerFacing};
+use crate::service::{ClientFacing, CoordinatorService, PeerFacing, ServiceSettings};
 use crate::watchdog::{self, WatchdogConfig};
 use std::sync::Arc;
 use std::time::Duration;
@@ -277,9 +277,10 @@ pub async fn lead(
         groups,
         leadership,
         view,
-        BrokerLeases {
+        ServiceSettings {
             lease_ms: config.broker.lease_ms,
             leaderless_lease_ms: config.broker.leaderless_lease_ms,
+            streams_max: coordinator.streams_max as usize,
         },
     );
     tokio::spawn(publish_group_lag(service.clone(), shutdown.clone()));

@@ -60,18 +60,24 @@ pub struct CoordinatorService {
     leadership: Arc<LeaderLease>,
     /// Who leads (this one), and who stands by.
     view: LeadershipView,
-    /// Told to every broker at registration: one lease length in the cluster.
-    broker_leases: BrokerLeases,
+    /// Lease lengths (told to every broker at registration: one lease length in the
+    /// cluster) and the cluster's limits.
+    settings: ServiceSettings,
     /// The stretch of leadership (`LeaderLease::valid_since`, boot-clock nanoseconds) the
     /// brokers' liveness counts from: a new one restarts it.
     liveness_stretch: Arc<AtomicU64>,
 }
 
-/// The brokers' lease lengths, the coordinator's settings (told to each at registration).
+/// The coordinator's settings the service applies.
 #[derive(Clone, Copy, Debug)]
-pub struct BrokerLeases {
+pub struct ServiceSettings {
+    /// The brokers' lease lengths (told to each at registration).
     pub lease_ms: u64,
     pub leaderless_lease_ms: u64,
+    /// Streams the cluster holds at most (`coordinator.streams_max`): a create past it is
+    /// refused with `QuotaExceeded`, so that no client (an auto-creating Kafka client
+    /// among them) grows the metadata without end.
+    pub streams_max: usize,
 }
 
 fn decode<T: Decode>(body: Bytes) -> Result<T, Response> {
@@ -90,7 +96,7 @@ impl CoordinatorService {
         groups: Arc<GroupCoordinator>,
         leadership: Arc<LeaderLease>,
         view: LeadershipView,
-        broker_leases: BrokerLeases,
+        settings: ServiceSettings,
     ) -> Self {
         Self {
             core,
@@ -100,7 +106,7 @@ impl CoordinatorService {
             groups,
             leadership,
             view,
-            broker_leases,
+            settings,
             liveness_stretch: Arc::default(),
         }
     }
@@ -190,7 +196,7 @@ impl CoordinatorService {
         };
         let core = self.core.clone();
         let orchestrator = self.orchestrator.clone();
-        let (leadership, leases) = (self.leadership.clone(), self.broker_leases);
+        let (leadership, leases) = (self.leadership.clone(), self.settings);
         later(async move {
             let now_ms = unix_ms();
             let changed = core
@@ -387,7 +393,7 @@ impl CoordinatorService {
             Ok(request) => request,
             Err(response) => return Reply::Ready(response),
         };
-        let core = self.core.clone();
+        let (core, streams_max) = (self.core.clone(), self.settings.streams_max);
         later(async move {
             let live: Vec<ServerId> = {
                 let state = core.lock();
@@ -404,6 +410,14 @@ impl CoordinatorService {
             let created = core
                 .change(move |m| {
                     let base = m.version;
+                    if m.streams.len() >= streams_max
+                        && !m.streams.contains_key(request.name.as_str())
+                    {
+                        return Err(crate::metadata::MetadataError::LimitReached(format!(
+                            "the cluster holds {} streams, its limit (coordinator.streams_max)",
+                            m.streams.len()
+                        )));
+                    }
                     let record = m
                         .create_stream(&request.name, request.streamlets, request.config, &live)?
                         .clone();

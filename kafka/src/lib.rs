@@ -9,7 +9,9 @@
 //! - `shared`: what they all use: the broker's state every connection shares, a
 //!   connection's limits.
 //! - `topics`: topic = stream, partition = one log of one streamlet; metadata from the
-//!   coordinator. `errors`: Kafka's names for Tailstream's refusals. `metrics`: metric names.
+//!   coordinator; auto-creation within a `budget` (a token bucket). `errors`: Kafka's names
+//!   for Tailstream's refusals. `metrics`: metric names.
+mod budget;
 mod connection;
 mod errors;
 pub mod front_end;

@@ -6,5 +6,11 @@ pub const REQUESTS: &str = "tailstream_kafka_requests_total";
 /// Requests refused before decoding (malformed, hostile, unserved): each closed its
 /// connection.
 pub const REQUESTS_REFUSED: &str = "tailstream_kafka_requests_refused_total";
+/// Topics not auto-created, by reason (`rate`: this broker's auto-creation budget was spent;
+/// `limit`: the cluster holds `coordinator.streams_max` streams).
+pub const AUTO_CREATES_REFUSED: &str = "tailstream_kafka_auto_creates_refused_total";
+/// Metadata requests answered INVALID_REQUEST unlooked-up: they named more than
+/// `kafka.metadata_topics_max` topics.
+pub const METADATA_TOO_MANY_TOPICS: &str = "tailstream_kafka_metadata_too_many_topics_total";
 /// Record batches produced through the Kafka listener.
 pub const PRODUCED_BATCHES: &str = "tailstream_kafka_produced_batches_total";

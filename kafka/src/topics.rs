@@ -4,9 +4,12 @@
 //! changes once a stream exists (its id, Q, its streamlet count), so that is cached, while a
 //! Metadata request asks the coordinator afresh (owners move when a broker crashes).
 
+use crate::budget::TokenBucket;
 use crate::errors::cluster_error_code;
+use kafka_protocol::ResponseError;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 use tailstream_config::KafkaConfig;
 use tailstream_stubs::{CoordinatorClient, StubError};
 use tailstream_wire::messages::{StreamConfig, StreamMetadata};
@@ -51,6 +54,11 @@ pub(crate) struct Topics {
     cache: Mutex<HashMap<String, Arc<StreamMetadata>>>,
     auto_create: bool,
     auto_create_streamlets: u32,
+    /// This broker's auto-creations: a client that names new topics without end creates
+    /// them at this pace at most, not at the coordinator's.
+    auto_creates: Mutex<TokenBucket>,
+    /// Topics one Metadata request may name (`kafka.metadata_topics_max`).
+    pub names_per_request_max: usize,
     defaults: StreamConfig,
 }
 
@@ -81,6 +89,12 @@ impl Topics {
             cache: Mutex::new(HashMap::new()),
             auto_create: config.auto_create_topics,
             auto_create_streamlets: config.auto_create_streamlets,
+            auto_creates: Mutex::new(TokenBucket::new(
+                config.auto_creates_per_second,
+                config.auto_create_burst,
+                Instant::now(),
+            )),
+            names_per_request_max: config.metadata_topics_max as usize,
             defaults,
         }
     }
@@ -121,6 +135,21 @@ impl Topics {
             Err(error)
                 if error.status() == Some(Status::UnknownStream) && create && self.auto_create =>
             {
+                let allowed = self
+                    .auto_creates
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take(Instant::now());
+                if !allowed {
+                    metrics::counter!(crate::metrics::AUTO_CREATES_REFUSED, "reason" => "rate")
+                        .increment(1);
+                    // Retriable for the client: it asks again, and the topic is created once
+                    // the budget refills.
+                    return Err(TopicError {
+                        code: ResponseError::UnknownTopicOrPartition.code(),
+                        message: "this broker's topic auto-creation budget is spent (kafka.auto_creates_per_second)".into(),
+                    });
+                }
                 self.create(name).await
             }
             Err(error) => Err(error.into()),
@@ -146,6 +175,14 @@ impl Topics {
             // Another broker created it first.
             Err(error) if error.status() == Some(Status::StreamExists) => {
                 self.coordinator.refresh_stream(name).await?
+            }
+            Err(error) if error.status() == Some(Status::QuotaExceeded) => {
+                metrics::counter!(crate::metrics::AUTO_CREATES_REFUSED, "reason" => "limit")
+                    .increment(1);
+                return Err(TopicError {
+                    code: ResponseError::UnknownTopicOrPartition.code(),
+                    message: error.to_string(),
+                });
             }
             Err(error) => return Err(error.into()),
         };

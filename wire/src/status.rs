@@ -118,6 +118,9 @@ statuses! {
     /// An order from a coordinator term older than one this server has seen: its sender was
     /// deposed, and the order is void.
     StaleTerm = 55,
+    /// A limit of the cluster or of this client was reached (streams per cluster, topic
+    /// auto-creations per second): nothing was done. Retry later, or raise the limit.
+    QuotaExceeded = 56,
 
     /// The consumer group is rebalancing: rejoin it.
     RebalanceInProgress = 60,

@@ -267,3 +267,162 @@ async fn hostile_kafka_requests_cost_their_sender_its_connection_and_nobody_else
     .await
     .unwrap();
 }
+
+/// Metadata v4 naming `topics`, auto-creation asked for.
+fn metadata_naming(correlation_id: i32, topics: &[String]) -> Vec<u8> {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{MetadataRequest, TopicName};
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+    let named = topics
+        .iter()
+        .map(|t| {
+            MetadataRequestTopic::default()
+                .with_name(Some(TopicName(StrBytes::from_string(t.clone()))))
+        })
+        .collect();
+    let body = MetadataRequest::default()
+        .with_topics(Some(named))
+        .with_allow_auto_topic_creation(true);
+    let mut encoded = BytesMut::new();
+    body.encode(&mut encoded, 4).unwrap();
+    request(METADATA, 4, correlation_id, &encoded)
+}
+
+/// Each topic of a Metadata v4 answer with its error code.
+fn topic_errors(body: &[u8]) -> Vec<(String, i16)> {
+    use kafka_protocol::messages::MetadataResponse;
+    use kafka_protocol::protocol::Decodable;
+    let answer = MetadataResponse::decode(&mut bytes::Bytes::copy_from_slice(body), 4).unwrap();
+    answer
+        .topics
+        .iter()
+        .map(|t| {
+            let name = t.name.as_ref().map(|n| n.to_string()).unwrap_or_default();
+            (name, t.error_code)
+        })
+        .collect()
+}
+
+/// Issue 23's auto-creation flood: one Metadata request naming 524,000 new topics kept a
+/// coordinator busy for 35 minutes, and any client could create streams without end. Now a
+/// request naming more than `kafka.metadata_topics_max` topics is refused whole, unlooked-up;
+/// a broker auto-creates at its budget's pace (the rest are answered
+/// UNKNOWN_TOPIC_OR_PARTITION, which clients retry, and created once the budget refills);
+/// and the cluster holds at most `coordinator.streams_max` streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_auto_creation_floods_are_bounded_by_request_rate_and_cluster() {
+    const INVALID_REQUEST: i16 = 42;
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let overrides = "[kafka]\nmetadata_topics_max = 50\nauto_creates_per_second = 2\n\
+                         auto_create_burst = 4\n[coordinator]\nstreams_max = 7\n";
+        let test = TestCluster::start(1, overrides).await;
+        let broker = test.cluster.broker(0).unwrap();
+        let kafka = broker.kafka_addr.unwrap();
+        let names = |prefix: &str, count: usize| -> Vec<String> {
+            (0..count).map(|i| format!("{prefix}-{i}")).collect()
+        };
+        let streams = || async { test.client().list_streams().await.unwrap().len() };
+        let mut stream = connect_from_elsewhere(kafka).await;
+
+        // 51 names: every one refused, nothing looked up or created.
+        stream
+            .write_all(&metadata_naming(1, &names("flood", 51)))
+            .await
+            .unwrap();
+        let (_, body) = answer(&mut stream).await.expect("answered, not closed");
+        let errors = topic_errors(&body);
+        assert_eq!(errors.len(), 51);
+        assert!(
+            errors.iter().all(|(_, code)| *code == INVALID_REQUEST),
+            "{errors:?}"
+        );
+        assert_eq!(streams().await, 0, "nothing created for a refused request");
+        let too_many = metric(
+            broker.admin_addr,
+            "tailstream_kafka_metadata_too_many_topics_total",
+            &[],
+        )
+        .await;
+        assert_eq!(too_many, 1.0);
+
+        // 10 new names at once: the burst (4) is created, and what the budget refilled
+        // (2 a second) while it was; the rest wait for the budget.
+        let asked = std::time::Instant::now();
+        stream
+            .write_all(&metadata_naming(2, &names("burst", 10)))
+            .await
+            .unwrap();
+        let (_, body) = answer(&mut stream).await.expect("answered, not closed");
+        let refilled = (asked.elapsed().as_secs_f64() * 2.0).ceil() as usize;
+        let created = topic_errors(&body)
+            .iter()
+            .filter(|(_, code)| *code == 0)
+            .count();
+        let refused = topic_errors(&body)
+            .iter()
+            .filter(|(_, code)| *code == UNKNOWN_TOPIC_OR_PARTITION)
+            .count();
+        assert!(
+            created >= 4 && created <= 4 + refilled,
+            "{created} created at once, {refilled} refilled meanwhile"
+        );
+        assert_eq!(created + refused, 10);
+        assert_eq!(streams().await, created);
+        let by_rate = metric(
+            broker.admin_addr,
+            "tailstream_kafka_auto_creates_refused_total",
+            &[("reason", "rate")],
+        )
+        .await;
+        assert_eq!(by_rate, refused as f64);
+
+        // Asked again as the budget refills, the rest are created, up to the cluster's 7
+        // streams; the last ones are refused for the cluster's limit, not the rate.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let mut correlation_id = 3;
+        while streams().await < 7 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "never reached 7 streams"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            stream
+                .write_all(&metadata_naming(correlation_id, &names("burst", 10)))
+                .await
+                .unwrap();
+            correlation_id += 1;
+            answer(&mut stream).await.expect("answered, not closed");
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        stream
+            .write_all(&metadata_naming(correlation_id, &names("burst", 10)))
+            .await
+            .unwrap();
+        let (_, body) = answer(&mut stream).await.expect("answered, not closed");
+        let errors = topic_errors(&body);
+        assert_eq!(
+            errors.iter().filter(|(_, code)| *code == 0).count(),
+            7,
+            "{errors:?}"
+        );
+        assert_eq!(streams().await, 7, "never past coordinator.streams_max");
+        let by_limit = metric(
+            broker.admin_addr,
+            "tailstream_kafka_auto_creates_refused_total",
+            &[("reason", "limit")],
+        )
+        .await;
+        assert!(
+            by_limit >= 1.0,
+            "{by_limit} refused for the cluster's limit"
+        );
+        let (ok, _, err) = test
+            .cli(&["stream", "create", "explicit", "--streamlets", "1"], b"")
+            .await;
+        assert!(!ok, "an explicit create past the limit is refused too");
+        assert!(err.contains("streams_max"), "{err}");
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}

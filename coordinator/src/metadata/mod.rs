@@ -59,6 +59,9 @@ pub enum MetadataError {
     /// un-fence old incarnations).
     #[error("{0} is exhausted")]
     Exhausted(&'static str),
+    /// A configured limit (`coordinator.streams_max`) was reached.
+    #[error("{0}")]
+    LimitReached(String),
 }
 
 impl MetadataError {
@@ -71,6 +74,7 @@ impl MetadataError {
             MetadataError::UnknownServer(_) => Status::UnknownServer,
             MetadataError::StaleGeneration(_) => Status::StaleGeneration,
             MetadataError::Exhausted(_) => Status::Internal,
+            MetadataError::LimitReached(_) => Status::QuotaExceeded,
         }
     }
 }

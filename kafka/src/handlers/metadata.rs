@@ -34,6 +34,22 @@ pub(crate) fn answer(kafka: Arc<Kafka>, version: i16, request: MetadataRequest) 
                 Ok(streams) => topics.extend(streams.iter().map(|s| topic(s, version))),
                 Err(error) => return Err(format!("listing streams: {}", error.message)),
             }
+        } else if request.topics.as_ref().map_or(0, Vec::len) > kafka.topics.names_per_request_max {
+            // Each named topic costs a question to the coordinator (and maybe a create):
+            // a request naming more than the cap gets none of that, only the refusal.
+            metrics::counter!(crate::metrics::METADATA_TOO_MANY_TOPICS).increment(1);
+            let refused = TopicError {
+                code: ResponseError::InvalidRequest.code(),
+                message: format!(
+                    "a Metadata request names at most {} topics (kafka.metadata_topics_max)",
+                    kafka.topics.names_per_request_max
+                ),
+            };
+            for wanted in request.topics.iter().flatten() {
+                if let Some(name) = wanted.name.as_ref() {
+                    topics.push(failed_topic(name.as_str(), &refused));
+                }
+            }
         } else {
             for wanted in request.topics.iter().flatten() {
                 let Some(name) = wanted.name.as_ref() else {
