@@ -79,8 +79,13 @@ impl KafkaListener {
                     .saturating_add(config.producer.request_timeout_ms),
             ),
         );
+        let group_calls = CoordinatorClient::new(
+            &context.coordinator_peer_addr,
+            client_rpc_config(&config.client, config.producer.request_timeout_ms),
+        );
         let kafka = Arc::new(Kafka {
             groups,
+            group_calls,
             plane: context.plane,
             cluster: context.cluster,
             topics: Topics::new(

@@ -17,9 +17,13 @@ pub(crate) struct Kafka {
     pub plane: Arc<DataPlane>,
     pub cluster: Arc<ClusterState>,
     pub coordinator: Arc<CoordinatorClient>,
-    /// The coordinator too, for group requests: a join waits for its group's rebalance, up to
+    /// The coordinator too, for joins and syncs: they wait for their group's rebalance, up to
     /// the coordinator's longest rebalance timeout, so these calls may take that long.
     pub groups: Arc<CoordinatorClient>,
+    /// The coordinator for the group calls answered at once (heartbeats, leaves, offset
+    /// commits and fetches), on a connection of their own: a client that holds a thousand
+    /// joins open fills only the joins' connection, and delays nobody's commits.
+    pub group_calls: Arc<CoordinatorClient>,
     pub topics: Topics,
     pub broker: BrokerConfig,
     /// Where this broker's Kafka clients are told to connect.

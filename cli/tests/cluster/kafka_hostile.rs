@@ -426,3 +426,125 @@ async fn topic_auto_creation_floods_are_bounded_by_request_rate_and_cluster() {
     .await
     .unwrap();
 }
+
+/// JoinGroup v1 of a new member to `group`, sessions and rebalances of 60 s.
+fn join_group(correlation_id: i32, group: &str) -> Vec<u8> {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::{GroupId, JoinGroupRequest};
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+    let body = JoinGroupRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
+        .with_session_timeout_ms(60_000)
+        .with_rebalance_timeout_ms(60_000)
+        .with_protocol_type(StrBytes::from_static_str("consumer"))
+        .with_protocols(vec![
+            JoinGroupRequestProtocol::default()
+                .with_name(StrBytes::from_static_str("range"))
+                .with_metadata(bytes::Bytes::from_static(b"m")),
+        ]);
+    let mut encoded = BytesMut::new();
+    body.encode(&mut encoded, 1).unwrap();
+    request(11, 1, correlation_id, &encoded)
+}
+
+/// OffsetCommit v2 of a group without members: `topic` partition 0 at `offset`.
+fn commit_offset(correlation_id: i32, group: &str, topic: &str, offset: i64) -> Vec<u8> {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{GroupId, OffsetCommitRequest, TopicName};
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+    let body = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
+        .with_generation_id_or_member_epoch(-1)
+        .with_retention_time_ms(-1)
+        .with_topics(vec![
+            OffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_partitions(vec![
+                    OffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(offset),
+                ]),
+        ]);
+    let mut encoded = BytesMut::new();
+    body.encode(&mut encoded, 2).unwrap();
+    request(8, 2, correlation_id, &encoded)
+}
+
+/// Issue 23's group lockout through one broker: its Kafka clients' group calls went to the
+/// coordinator over one connection, so one client's 1,100 joins (each waiting for a rebalance
+/// that a silent member holds open) blocked every offset commit through that broker for
+/// minutes. Joins and syncs now have a connection of their own: with 1,100 of them waiting,
+/// another group's commit is answered at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_waiting_joins_never_delay_another_groups_commits() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let test = TestCluster::start(1, "[coordinator]\ngroup_members_max = 2000\n").await;
+        let kafka = test.cluster.broker(0).unwrap().kafka_addr.unwrap();
+        let (ok, _, err) = test
+            .cli(
+                &[
+                    "stream",
+                    "create",
+                    "ledger",
+                    "--streamlets",
+                    "1",
+                    "--logs",
+                    "1",
+                ],
+                b"",
+            )
+            .await;
+        assert!(ok, "{err}");
+        // The silent member: joins (alone, the group forms), then never rejoins, so every
+        // later join waits for the rebalance's 60 s deadline.
+        let mut silent = connect_from_elsewhere(kafka).await;
+        silent.write_all(&join_group(1, "held")).await.unwrap();
+        answer(&mut silent).await.expect("the first member joined");
+        // 1,100 joins on 20 connections (55 each, under the per-connection cap of 64).
+        let mut joiners = Vec::new();
+        for connection in 0..20 {
+            let mut stream = connect_from_elsewhere(kafka).await;
+            for i in 0..55 {
+                stream
+                    .write_all(&join_group(connection * 100 + i, "held"))
+                    .await
+                    .unwrap();
+            }
+            joiners.push(stream);
+        }
+        // Give them time to reach the coordinator and wait there.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let mut committer = connect_from_elsewhere(kafka).await;
+        for round in 0..3 {
+            let asked = std::time::Instant::now();
+            committer
+                .write_all(&commit_offset(round, "bystander", "ledger", 1))
+                .await
+                .unwrap();
+            let (_, body) = answer(&mut committer).await.expect("answered, not closed");
+            let code = {
+                use kafka_protocol::messages::OffsetCommitResponse;
+                use kafka_protocol::protocol::Decodable;
+                let mut body = bytes::Bytes::from(body);
+                OffsetCommitResponse::decode(&mut body, 2).unwrap().topics[0].partitions[0]
+                    .error_code
+            };
+            assert_eq!(code, 0, "the bystander's commit was refused");
+            eprintln!(
+                "a commit behind 1,100 waiting joins answered in {:?}",
+                asked.elapsed()
+            );
+            assert!(
+                asked.elapsed() < Duration::from_secs(2),
+                "a commit took {:?} behind 1,100 waiting joins",
+                asked.elapsed()
+            );
+        }
+        drop(joiners);
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}

@@ -122,7 +122,7 @@ pub(crate) fn heartbeat(kafka: Arc<Kafka>, version: i16, request: HeartbeatReque
             generation: u32::try_from(request.generation_id).unwrap_or(u32::MAX),
             member_id: request.member_id.as_str().to_owned(),
         };
-        let code = match kafka.groups.heartbeat_group(&native).await {
+        let code = match kafka.group_calls.heartbeat_group(&native).await {
             Ok(()) => 0,
             Err(error) => group_error_code(&error),
         };
@@ -146,7 +146,7 @@ pub(crate) fn leave(kafka: Arc<Kafka>, version: i16, request: LeaveGroupRequest)
             group: request.group_id.as_str().to_owned(),
             member_ids: members.clone(),
         };
-        let code = match kafka.groups.leave_group(&native).await {
+        let code = match kafka.group_calls.leave_group(&native).await {
             Ok(()) => 0,
             Err(error) => group_error_code(&error),
         };
@@ -208,7 +208,7 @@ pub(crate) fn commit(kafka: Arc<Kafka>, version: i16, request: OffsetCommitReque
             member,
             offsets,
         };
-        let code = match kafka.groups.commit_offsets(&native).await {
+        let code = match kafka.group_calls.commit_offsets(&native).await {
             Ok(()) => 0,
             Err(error) if error.status() == Some(Status::InvalidArgument) => {
                 ResponseError::OffsetMetadataTooLarge.code()
@@ -260,7 +260,7 @@ pub(crate) fn fetch(kafka: Arc<Kafka>, version: i16, request: OffsetFetchRequest
             group: request.group_id.as_str().to_owned(),
             partitions: wanted,
         };
-        let (committed, code) = match kafka.groups.fetch_offsets(&native).await {
+        let (committed, code) = match kafka.group_calls.fetch_offsets(&native).await {
             Ok(response) => (response.offsets, 0),
             Err(error) => (Vec::new(), group_error_code(&error)),
         };
