@@ -247,7 +247,8 @@ pub struct KafkaConfig {
     pub auto_creates_per_second: u32,
     /// ...and at once.
     pub auto_create_burst: u32,
-    /// Topics one Metadata request may name.
+    /// Topics one Metadata request may name and have looked up one by one (and auto-created);
+    /// past it, one listing answers, and nothing is created.
     pub metadata_topics_max: u32,
     pub connections_max: u32,
     pub request_bytes_max: u32,

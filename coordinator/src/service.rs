@@ -410,17 +410,17 @@ impl CoordinatorService {
             let created = core
                 .change(move |m| {
                     let base = m.version;
-                    if m.streams.len() >= streams_max
-                        && !m.streams.contains_key(request.name.as_str())
-                    {
-                        return Err(crate::metadata::MetadataError::LimitReached(format!(
-                            "the cluster holds {} streams, its limit (coordinator.streams_max)",
-                            m.streams.len()
-                        )));
-                    }
                     let record = m
                         .create_stream(&request.name, request.streamlets, request.config, &live)?
                         .clone();
+                    // Counted after the create's own checks (a bad name or an existing
+                    // stream says so first); refused, the change is not kept.
+                    if m.streams.len() > streams_max {
+                        return Err(crate::metadata::MetadataError::LimitReached(format!(
+                            "the cluster holds {} streams, its limit (coordinator.streams_max)",
+                            m.streams.len() - 1
+                        )));
+                    }
                     Ok((
                         m.describe(&record),
                         base,

@@ -9,8 +9,8 @@ pub const REQUESTS_REFUSED: &str = "tailstream_kafka_requests_refused_total";
 /// Topics not auto-created, by reason (`rate`: this broker's auto-creation budget was spent;
 /// `limit`: the cluster holds `coordinator.streams_max` streams).
 pub const AUTO_CREATES_REFUSED: &str = "tailstream_kafka_auto_creates_refused_total";
-/// Metadata requests answered INVALID_REQUEST unlooked-up: they named more than
-/// `kafka.metadata_topics_max` topics.
+/// Metadata requests that named more than `kafka.metadata_topics_max` topics: answered from
+/// one listing of the streams, nothing auto-created.
 pub const METADATA_TOO_MANY_TOPICS: &str = "tailstream_kafka_metadata_too_many_topics_total";
 /// Record batches produced through the Kafka listener.
 pub const PRODUCED_BATCHES: &str = "tailstream_kafka_produced_batches_total";

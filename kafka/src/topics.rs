@@ -143,10 +143,10 @@ impl Topics {
                 if !allowed {
                     metrics::counter!(crate::metrics::AUTO_CREATES_REFUSED, "reason" => "rate")
                         .increment(1);
-                    // Retriable for the client: it asks again, and the topic is created once
-                    // the budget refills.
+                    // What Kafka answers for a topic being created: every client retries it
+                    // quietly, and the topic is created once the budget refills.
                     return Err(TopicError {
-                        code: ResponseError::UnknownTopicOrPartition.code(),
+                        code: ResponseError::LeaderNotAvailable.code(),
                         message: "this broker's topic auto-creation budget is spent (kafka.auto_creates_per_second)".into(),
                     });
                 }

@@ -200,7 +200,7 @@ async fn a_change_too_big_for_one_transaction_is_applied_whole_even_after_a_cras
     let base = load(&store).await.unwrap();
     let mut next = base.clone();
     let live = brokers(&mut next, 4);
-    for i in 0..200 {
+    for i in 0..40 {
         next.create_stream(&format!("s{i}"), 16, config(), &live)
             .unwrap();
     }

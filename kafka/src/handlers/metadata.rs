@@ -11,6 +11,7 @@ use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use std::collections::HashMap;
 use std::sync::Arc;
 use tailstream_wire::LogId;
 use tailstream_wire::messages::{PlacementState, StreamMetadata, StreamletPlacement};
@@ -35,19 +36,28 @@ pub(crate) fn answer(kafka: Arc<Kafka>, version: i16, request: MetadataRequest) 
                 Err(error) => return Err(format!("listing streams: {}", error.message)),
             }
         } else if request.topics.as_ref().map_or(0, Vec::len) > kafka.topics.names_per_request_max {
-            // Each named topic costs a question to the coordinator (and maybe a create):
-            // a request naming more than the cap gets none of that, only the refusal.
+            // Each named topic costs a question to the coordinator (and maybe a create). A
+            // request naming more than the cap (a mirror, a connector with thousands of
+            // topics, or a flood) is answered from one listing instead, and creates nothing.
             metrics::counter!(crate::metrics::METADATA_TOO_MANY_TOPICS).increment(1);
-            let refused = TopicError {
-                code: ResponseError::InvalidRequest.code(),
-                message: format!(
-                    "a Metadata request names at most {} topics (kafka.metadata_topics_max)",
-                    kafka.topics.names_per_request_max
-                ),
+            let streams = match kafka.topics.all().await {
+                Ok(streams) => streams,
+                Err(error) => return Err(format!("listing streams: {}", error.message)),
+            };
+            let by_name: HashMap<&str, &StreamMetadata> = streams
+                .iter()
+                .map(|s| (s.name.as_str(), s.as_ref()))
+                .collect();
+            let unknown = TopicError {
+                code: ResponseError::UnknownTopicOrPartition.code(),
+                message: String::new(),
             };
             for wanted in request.topics.iter().flatten() {
                 if let Some(name) = wanted.name.as_ref() {
-                    topics.push(failed_topic(name.as_str(), &refused));
+                    topics.push(match by_name.get(name.as_str()) {
+                        Some(stream) => topic(stream, version),
+                        None => failed_topic(name.as_str(), &unknown),
+                    });
                 }
             }
         } else {
