@@ -356,11 +356,9 @@ async fn topic_auto_creation_floods_are_bounded_by_request_rate_and_cluster() {
             .unwrap();
         let (_, body) = answer(&mut stream).await.expect("answered, not closed");
         let refilled = (asked.elapsed().as_secs_f64() * 2.0).ceil() as usize;
-        let created = topic_errors(&body)
-            .iter()
-            .filter(|(_, code)| *code == 0)
-            .count();
-        let refused = topic_errors(&body)
+        let errors = topic_errors(&body);
+        let created = errors.iter().filter(|(_, code)| *code == 0).count();
+        let refused = errors
             .iter()
             .filter(|(_, code)| *code == LEADER_NOT_AVAILABLE)
             .count();
@@ -503,21 +501,10 @@ async fn a_thousand_waiting_joins_never_delay_another_groups_commits() {
     tokio::time::timeout(TEST_TIMEOUT, async {
         let test = TestCluster::start(1, "[coordinator]\ngroup_members_max = 2000\n").await;
         let kafka = test.cluster.broker(0).unwrap().kafka_addr.unwrap();
-        let (ok, _, err) = test
-            .cli(
-                &[
-                    "stream",
-                    "create",
-                    "ledger",
-                    "--streamlets",
-                    "1",
-                    "--logs",
-                    "1",
-                ],
-                b"",
-            )
-            .await;
-        assert!(ok, "{err}");
+        test.client()
+            .create_stream("ledger", 1, test.stream_config())
+            .await
+            .unwrap();
         // The silent member: joins (alone, the group forms), then never rejoins, so every
         // later join waits for the rebalance's 60 s deadline.
         let mut silent = connect_from_elsewhere(kafka).await;

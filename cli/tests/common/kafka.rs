@@ -76,8 +76,8 @@ pub async fn run(program: &PathBuf, args: &[&str], stdin: &[u8]) -> String {
         let _ = input.write_all(&data).await;
     });
     let stderr = child.stderr.take().unwrap();
-    let (stderr_label, errors) = (label.clone(), tokio::sync::oneshot::channel::<String>());
-    let (errors_tx, errors_rx) = errors;
+    let stderr_label = label.clone();
+    let (errors_tx, errors_rx) = tokio::sync::oneshot::channel::<String>();
     tokio::spawn(async move {
         let mut lines = tokio::io::BufReader::new(stderr).lines();
         let mut all = String::new();
