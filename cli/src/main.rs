@@ -67,6 +67,9 @@ enum Command {
     /// Consumer groups and their lag.
     #[command(subcommand)]
     Group(commands::group::GroupCommand),
+    /// The users Kafka clients authenticate as.
+    #[command(subcommand)]
+    User(commands::user::UserCommand),
     /// Produce one record per stdin line; prints the acked count to stderr.
     Produce(commands::produce::ProduceArgs),
     /// Print one record per line to stdout.
@@ -151,6 +154,7 @@ fn main() -> ExitCode {
                 commands::cluster::run(config, &coordinator, command).await
             }
             Command::Group(command) => commands::group::run(config, &coordinator, command).await,
+            Command::User(command) => commands::user::run(config, &coordinator, command).await,
             Command::Bench(BenchCommand::Produce(args)) => {
                 tailstream_bench::produce::run(config, config_path, cli_coordinator(&args), args)
                     .await

@@ -83,6 +83,8 @@ pub struct CoordinatorConfig {
     pub group_members_max: u32,
     /// Streams the cluster holds at most: a create past it is refused (`QuotaExceeded`).
     pub streams_max: u32,
+    /// Users kept at most: a create past it is refused (`QuotaExceeded`).
+    pub users_max: u32,
     pub group_committed_partitions_max: u32,
     pub connections_max: u32,
     pub peer_connections_max: u32,
@@ -140,6 +142,9 @@ pub struct ListenersConfig {
     pub idle_timeout_ms: u64,
     pub request_read_timeout_ms: u64,
     pub connections_per_address_max: u32,
+    /// Where authentication is required: a connection not authenticated this long after it
+    /// opened is closed.
+    pub handshake_timeout_ms: u64,
     pub admin_connections_max: u32,
 }
 
@@ -150,6 +155,10 @@ impl ListenersConfig {
 
     pub fn request_read_timeout(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.request_read_timeout_ms)
+    }
+
+    pub fn handshake_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.handshake_timeout_ms)
     }
 }
 
@@ -254,7 +263,12 @@ pub struct KafkaConfig {
     pub request_bytes_max: u32,
     pub requests_in_flight_per_connection_max: u32,
     pub request_body_bytes_max: u32,
+    /// SASL mechanisms a client must authenticate with; empty: no authentication.
+    pub sasl_mechanisms: Vec<String>,
 }
+
+/// The SASL mechanisms the Kafka listener can require.
+pub const SASL_MECHANISMS: &[&str] = &["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"];
 
 impl Default for Config {
     fn default() -> Self {
@@ -381,8 +395,8 @@ impl Config {
                 "coordinator group timeouts and limits must be positive, min <= max".into(),
             );
         }
-        if coordinator.streams_max == 0 {
-            return invalid("coordinator.streams_max must be positive".into());
+        if coordinator.streams_max == 0 || coordinator.users_max == 0 {
+            return invalid("coordinator.streams_max and users_max must be positive".into());
         }
         if coordinator.connections_max == 0 || coordinator.peer_connections_max == 0 {
             return invalid("coordinator connection limits must be positive".into());
@@ -435,7 +449,17 @@ impl Config {
             );
         }
         let listeners = &self.listeners;
+        if let Some(unknown) = kafka
+            .sasl_mechanisms
+            .iter()
+            .find(|m| !SASL_MECHANISMS.contains(&m.as_str()))
+        {
+            return invalid(format!(
+                "kafka.sasl_mechanisms: {unknown:?} is not one of {SASL_MECHANISMS:?}"
+            ));
+        }
         if listeners.idle_timeout_ms == 0
+            || listeners.handshake_timeout_ms == 0
             || listeners.request_read_timeout_ms == 0
             || listeners.connections_per_address_max == 0
             || listeners.admin_connections_max == 0

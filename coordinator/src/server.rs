@@ -281,6 +281,7 @@ pub async fn lead(
             lease_ms: config.broker.lease_ms,
             leaderless_lease_ms: config.broker.leaderless_lease_ms,
             streams_max: coordinator.streams_max as usize,
+            users_max: coordinator.users_max as usize,
         },
     );
     tokio::spawn(publish_group_lag(service.clone(), shutdown.clone()));

@@ -78,7 +78,12 @@ pub struct ServiceSettings {
     /// refused with `QuotaExceeded`, so that no client (an auto-creating Kafka client
     /// among them) grows the metadata without end.
     pub streams_max: usize,
+    /// Users kept at most (`coordinator.users_max`).
+    pub users_max: usize,
 }
+
+#[path = "service_users.rs"]
+mod users;
 
 fn decode<T: Decode>(body: Bytes) -> Result<T, Response> {
     T::decode_exact(body).map_err(|e| Response::error(Status::Malformed, e.to_string()))
@@ -548,6 +553,12 @@ impl CoordinatorService {
                 later(async move { Response::ok(&service.describe_leadership().await) })
             }
             (_, Opcode::ListRecoveries) => Reply::Ready(Response::ok(&self.list_recoveries())),
+            (_, Opcode::CreateUser) => self.create_user(request.body),
+            (_, Opcode::DeleteUser) => self.delete_user(request.body),
+            (_, Opcode::ListUsers) => Reply::Ready(self.list_users()),
+            (Facing::Peers, Opcode::LookupCredentials) => {
+                ready(self.lookup_credentials(request.body))
+            }
             (_, Opcode::ListStreams) => Reply::Ready(Response::ok(&self.snapshot().1)),
             (_, Opcode::ListBrokers) => Reply::Ready(Response::ok(&self.snapshot().0)),
             (_, Opcode::GroupJoin) => self.groups.join(request.body),
@@ -561,7 +572,10 @@ impl CoordinatorService {
             }
             (
                 Facing::Clients,
-                Opcode::RegisterBroker | Opcode::BrokerHeartbeat | Opcode::ReportLogBounds,
+                Opcode::RegisterBroker
+                | Opcode::BrokerHeartbeat
+                | Opcode::ReportLogBounds
+                | Opcode::LookupCredentials,
             ) => Reply::Ready(Response::error(
                 Status::UnknownOpcode,
                 format!(

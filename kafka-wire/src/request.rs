@@ -8,7 +8,8 @@ use bytes::Bytes;
 use kafka_protocol::messages::{
     ApiVersionsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
     InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest,
-    MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, SyncGroupRequest,
+    MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest,
+    SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::Decodable;
 use thiserror::Error;
@@ -38,6 +39,8 @@ pub enum RequestBody {
     SyncGroup(SyncGroupRequest),
     ApiVersions(ApiVersionsRequest),
     InitProducerId(InitProducerIdRequest),
+    SaslHandshake(SaslHandshakeRequest),
+    SaslAuthenticate(SaslAuthenticateRequest),
 }
 
 /// What a frame turned out to be.
@@ -171,6 +174,12 @@ pub fn decode_request(frame: Bytes) -> Result<Decoded, DecodeError> {
         }
         Api::InitProducerId => RequestBody::InitProducerId(
             InitProducerIdRequest::decode(buf, version).map_err(malformed)?,
+        ),
+        Api::SaslHandshake => RequestBody::SaslHandshake(
+            SaslHandshakeRequest::decode(buf, version).map_err(malformed)?,
+        ),
+        Api::SaslAuthenticate => RequestBody::SaslAuthenticate(
+            SaslAuthenticateRequest::decode(buf, version).map_err(malformed)?,
         ),
     };
     Ok(Decoded::Request {
@@ -316,6 +325,13 @@ mod tests {
                 // v3's producer id and epoch stay at their defaults (-1), which v0 can carry.
                 InitProducerIdRequest::default().with_transaction_timeout_ms(60_000),
             ),
+            Api::SaslHandshake => RequestBody::SaslHandshake(
+                SaslHandshakeRequest::default().with_mechanism(name("SCRAM-SHA-256")),
+            ),
+            Api::SaslAuthenticate => RequestBody::SaslAuthenticate(
+                SaslAuthenticateRequest::default()
+                    .with_auth_bytes(Bytes::from_static(b"n,,n=user,r=nonce")),
+            ),
         }
     }
 
@@ -334,6 +350,8 @@ mod tests {
             RequestBody::SyncGroup(r) => r.encode(out, version),
             RequestBody::ApiVersions(r) => r.encode(out, version),
             RequestBody::InitProducerId(r) => r.encode(out, version),
+            RequestBody::SaslHandshake(r) => r.encode(out, version),
+            RequestBody::SaslAuthenticate(r) => r.encode(out, version),
         };
         encoded.unwrap_or_else(|e| panic!("encoding {body:?} v{version}: {e}"));
     }
@@ -407,10 +425,10 @@ mod tests {
             Ok(Decoded::ApiVersionsFallback { header }) if header.api_version == 9
         ));
         let mut unknown = BytesMut::from(&old_produce[..]);
-        unknown[0..2].copy_from_slice(&17i16.to_be_bytes());
+        unknown[0..2].copy_from_slice(&19i16.to_be_bytes());
         assert!(matches!(
             decode_request(unknown.freeze()),
-            Err(DecodeError::UnknownApi { key: 17, .. })
+            Err(DecodeError::UnknownApi { key: 19, .. })
         ));
     }
 }

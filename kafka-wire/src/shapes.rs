@@ -182,6 +182,11 @@ const API_VERSIONS: &[Field] = &[
     since(3, TaggedFields),
 ];
 
+/// mechanism.
+const SASL_HANDSHAKE: &[Field] = &[f(Str)];
+/// auth_bytes.
+const SASL_AUTHENTICATE: &[Field] = &[f(Bytes)];
+
 /// The body shape of `api`'s requests (the versions it is accepted in are in `versions`).
 pub(crate) fn request_shape(api: Api) -> &'static [Field] {
     match api {
@@ -198,5 +203,7 @@ pub(crate) fn request_shape(api: Api) -> &'static [Field] {
         Api::SyncGroup => SYNC_GROUP,
         Api::ApiVersions => API_VERSIONS,
         Api::InitProducerId => INIT_PRODUCER_ID,
+        Api::SaslHandshake => SASL_HANDSHAKE,
+        Api::SaslAuthenticate => SASL_AUTHENTICATE,
     }
 }

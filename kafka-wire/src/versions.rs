@@ -22,8 +22,10 @@ pub enum Api {
     Heartbeat = 12,
     LeaveGroup = 13,
     SyncGroup = 14,
+    SaslHandshake = 17,
     ApiVersions = 18,
     InitProducerId = 22,
+    SaslAuthenticate = 36,
 }
 
 /// Versions served: (api, advertised min, accepted min, max).
@@ -41,6 +43,11 @@ const SERVED: &[(Api, i16, i16, i16)] = &[
     (Api::SyncGroup, 0, 0, 3),
     (Api::ApiVersions, 0, 0, 3),
     (Api::InitProducerId, 0, 0, 4),
+    // v0 handshakes send the exchange's tokens unframed; only v1 (tokens in SaslAuthenticate
+    // requests, which every current client sends) is served, as Kafka 4 does. Advertised from
+    // v0 all the same: librdkafka turns SASL off on a broker whose range does not start there.
+    (Api::SaslHandshake, 0, 1, 1),
+    (Api::SaslAuthenticate, 0, 0, 1),
 ];
 
 impl Api {
@@ -58,6 +65,8 @@ impl Api {
         Api::SyncGroup,
         Api::ApiVersions,
         Api::InitProducerId,
+        Api::SaslHandshake,
+        Api::SaslAuthenticate,
     ];
 
     /// The API's name as Kafka spells it (metric labels, logs).
@@ -76,6 +85,8 @@ impl Api {
             Api::SyncGroup => "SyncGroup",
             Api::ApiVersions => "ApiVersions",
             Api::InitProducerId => "InitProducerId",
+            Api::SaslHandshake => "SaslHandshake",
+            Api::SaslAuthenticate => "SaslAuthenticate",
         }
     }
 
@@ -151,6 +162,10 @@ mod tests {
         assert_eq!(Api::InitProducerId.response_header_version(3), 1);
         assert_eq!(Api::ApiVersions.response_header_version(3), 0);
         assert_eq!(Api::Metadata.response_header_version(8), 0);
-        assert_eq!(Api::from_key(17), None);
+        assert_eq!(Api::from_key(19), None, "CreateTopics is not served");
+        assert!(
+            !Api::SaslHandshake.accepts(0),
+            "v0 (unframed tokens) is not served"
+        );
     }
 }

@@ -8,7 +8,9 @@
 //! answered, beyond which the reader stops; a request must arrive whole within
 //! `request_read_timeout` of its first byte, and a connection with nothing in flight is closed
 //! after `idle_timeout`. A request that does not parse closes its connection, and only it.
+//! On a listener that requires authentication, `authenticate` runs first, alone.
 
+use crate::authenticate::authenticate;
 use crate::handlers::{Answer, Body, dispatch};
 use crate::shared::{ConnectionLimits, Kafka};
 use bytes::{BufMut, Bytes, BytesMut};
@@ -44,9 +46,18 @@ pub(crate) async fn serve_connection(
 ) -> Closed {
     let _ = stream.set_nodelay(true);
     let (read_half, write_half) = stream.into_split();
+    let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, read_half);
+    let mut out = BufWriter::with_capacity(WRITE_BUFFER_BYTES, write_half);
+    // Where the listener requires it, nothing but the exchange until the client proved who
+    // it is (answered one at a time, before the pipeline below starts).
+    let principal = match authenticate(&mut reader, &mut out, &kafka, &limits).await {
+        Ok(principal) => principal,
+        Err(closed) => return closed,
+    };
+    tracing::debug!(%principal, "kafka connection serving");
     let (queue, queued) = mpsc::unbounded_channel();
-    let mut writer = tokio::spawn(write_answers(write_half, queued));
-    let reader = read_requests(read_half, &kafka, &limits, queue);
+    let mut writer = tokio::spawn(write_answers(out, queued));
+    let reader = read_requests(reader, &kafka, &limits, queue);
     tokio::select! {
         closed = reader => {
             // The reader is done: what it dispatched is still answered, in order.
@@ -65,12 +76,11 @@ pub(crate) async fn serve_connection(
 /// Reads and dispatches requests until the peer closes, a limit is broken, or a request
 /// does not parse.
 async fn read_requests(
-    read_half: OwnedReadHalf,
+    mut reader: BufReader<OwnedReadHalf>,
     kafka: &Arc<Kafka>,
     limits: &ConnectionLimits,
     queue: mpsc::UnboundedSender<Queued>,
 ) -> Closed {
-    let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, read_half);
     let slots = Arc::new(Semaphore::new(limits.requests_in_flight_max.max(1)));
     loop {
         // At most `requests_in_flight_max` requests being answered: stop reading beyond.
@@ -139,7 +149,7 @@ async fn read_requests(
 /// Reads the rest of a request (its length prefix started with `size[0]`) by `deadline`,
 /// its body's memory taken from the budget first, and refused unless it fits the cap of its
 /// API (read first: a body's first two bytes are its API key).
-async fn read_frame(
+pub(crate) async fn read_frame(
     reader: &mut BufReader<OwnedReadHalf>,
     mut size: [u8; 4],
     deadline: Instant,
@@ -207,10 +217,9 @@ async fn read_frame(
 
 /// Writes answers in request order until the reader is gone and every answer is written.
 async fn write_answers(
-    write_half: OwnedWriteHalf,
+    mut out: BufWriter<OwnedWriteHalf>,
     mut queued: mpsc::UnboundedReceiver<Queued>,
 ) -> Result<(), Closed> {
-    let mut out = BufWriter::with_capacity(WRITE_BUFFER_BYTES, write_half);
     let mut pending = FuturesOrdered::new();
     let mut reading = true;
     loop {
@@ -246,7 +255,7 @@ async fn write_answers(
 
 /// One answer: its length, the response header (the correlation id: every version served
 /// answers with header v0) and its body parts.
-async fn write_answer(
+pub(crate) async fn write_answer(
     out: &mut BufWriter<OwnedWriteHalf>,
     correlation_id: i32,
     parts: &[Bytes],

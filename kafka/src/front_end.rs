@@ -2,7 +2,9 @@
 //! advertised), then served over the broker's data plane through the accept loop every
 //! listener shares.
 
+use crate::authenticate::Authenticator;
 use crate::connection::serve_connection;
+use crate::credentials::Credentials;
 use crate::shared::{Advertised, ConnectionLimits as KafkaLimits, Kafka};
 use crate::topics::Topics;
 use std::net::SocketAddr;
@@ -83,7 +85,16 @@ impl KafkaListener {
             &context.coordinator_peer_addr,
             client_rpc_config(&config.client, config.producer.request_timeout_ms),
         );
+        let authenticator = (!self.config.sasl_mechanisms.is_empty()).then(|| {
+            // Credentials are looked up on the coordinator's peer listener (clients cannot).
+            let lookups = CoordinatorClient::new(
+                &context.coordinator_peer_addr,
+                client_rpc_config(&config.client, config.producer.request_timeout_ms),
+            );
+            Authenticator::new(&self.config.sasl_mechanisms, Credentials::new(lookups))
+        });
         let kafka = Arc::new(Kafka {
+            authenticator,
             groups,
             group_calls,
             plane: context.plane,
@@ -103,6 +114,7 @@ impl KafkaListener {
             requests_in_flight_max: self.config.requests_in_flight_per_connection_max as usize,
             idle_timeout: listeners.idle_timeout(),
             request_read_timeout: listeners.request_read_timeout(),
+            handshake_timeout: listeners.handshake_timeout(),
             budget: BodyBudget::new("kafka", self.config.request_body_bytes_max),
             fetch_wait_max: Duration::from_millis(u64::from(config.broker.fetch_wait_ms_max)),
         };

@@ -4,15 +4,19 @@
 //! The protocol itself (versions served, the guard that bounds every length before
 //! `kafka-protocol` decodes a request, the zero-copy fetch answer) is `tailstream-kafka-wire`.
 //! - [`front_end`]: binds the listener and serves it through the shared accept loop;
-//!   `connection` reads, dispatches and answers one client's requests in order.
+//!   `connection` reads, dispatches and answers one client's requests in order, after
+//!   `authenticate` (SASL PLAIN and SCRAM, where the listener requires it) against
+//!   `credentials` (looked up from the coordinator, kept briefly).
 //! - `handlers`: one module per API, over the broker's data plane and the coordinator.
 //! - `shared`: what they all use: the broker's state every connection shares, a
 //!   connection's limits.
 //! - `topics`: topic = stream, partition = one log of one streamlet; metadata from the
 //!   coordinator; auto-creation within a `budget` (a token bucket). `errors`: Kafka's names
 //!   for Tailstream's refusals. `metrics`: metric names.
+mod authenticate;
 mod budget;
 mod connection;
+mod credentials;
 mod errors;
 pub mod front_end;
 mod handlers;

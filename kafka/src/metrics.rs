@@ -14,3 +14,6 @@ pub const AUTO_CREATES_REFUSED: &str = "tailstream_kafka_auto_creates_refused_to
 pub const METADATA_TOO_MANY_TOPICS: &str = "tailstream_kafka_metadata_too_many_topics_total";
 /// Record batches produced through the Kafka listener.
 pub const PRODUCED_BATCHES: &str = "tailstream_kafka_produced_batches_total";
+/// SASL authentications, by mechanism and outcome (`ok`, `failed`: wrong password, unknown
+/// user or a broken exchange; `error`: the credentials could not be looked up).
+pub const AUTHENTICATIONS: &str = "tailstream_kafka_authentications_total";

@@ -2,6 +2,7 @@
 //! a connection's limits. Its own module so that the listener, the connections and the
 //! handlers all depend on it and not on each other in a circle.
 
+use crate::authenticate::Authenticator;
 use crate::topics::Topics;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +29,8 @@ pub(crate) struct Kafka {
     pub broker: BrokerConfig,
     /// Where this broker's Kafka clients are told to connect.
     pub advertised: Advertised,
+    /// What clients authenticate against (`None`: authentication is off).
+    pub authenticator: Option<Authenticator>,
 }
 
 /// A host and port as Kafka's Metadata and FindCoordinator answers carry them.
@@ -57,6 +60,9 @@ pub(crate) struct ConnectionLimits {
     pub requests_in_flight_max: usize,
     pub idle_timeout: Duration,
     pub request_read_timeout: Duration,
+    /// Where authentication is required: the whole exchange's time from the connection's
+    /// opening.
+    pub handshake_timeout: Duration,
     pub budget: BodyBudget,
     pub fetch_wait_max: Duration,
 }

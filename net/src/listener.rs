@@ -41,6 +41,9 @@ pub enum Closed {
     Io(String),
     /// The process is shutting down.
     Shutdown,
+    /// Authentication was required, and failed or did not finish within the handshake
+    /// timeout.
+    Unauthenticated(String),
 }
 
 impl Closed {
@@ -52,6 +55,7 @@ impl Closed {
             Closed::BadInput(_) => "bad_input",
             Closed::Io(_) => "io",
             Closed::Shutdown => "shutdown",
+            Closed::Unauthenticated(_) => "unauthenticated",
         }
     }
 }
@@ -61,6 +65,7 @@ impl fmt::Display for Closed {
         match self {
             Closed::BadInput(why) => write!(f, "bad input: {why}"),
             Closed::Io(why) => write!(f, "i/o error: {why}"),
+            Closed::Unauthenticated(why) => write!(f, "not authenticated: {why}"),
             other => f.write_str(other.label()),
         }
     }

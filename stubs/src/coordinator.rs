@@ -12,11 +12,13 @@ use tailstream_config::ClientConfig;
 use tailstream_net::{RpcClientConfig, RpcPool};
 use tailstream_wire::messages::{
     AllocateProducerIdRequest, AllocateProducerIdResponse, BrokerInfo, CreateStreamRequest,
-    DeleteStreamRequest, DescribeConsumerGroupsResponse, DescribeLeadershipResponse,
-    DescribeStreamRequest, Empty, GroupHeartbeatRequest, GroupJoinRequest, GroupJoinResponse,
-    GroupLeaveRequest, GroupSyncRequest, GroupSyncResponse, ListBrokersResponse,
-    ListRecoveriesResponse, ListStreamsResponse, OffsetCommitRequest, OffsetFetchRequest,
-    OffsetFetchResponse, ProducerSession, RecoverySummary, StreamConfig, StreamMetadata,
+    CreateUserRequest, DeleteStreamRequest, DeleteUserRequest, DescribeConsumerGroupsResponse,
+    DescribeLeadershipResponse, DescribeStreamRequest, Empty, GroupHeartbeatRequest,
+    GroupJoinRequest, GroupJoinResponse, GroupLeaveRequest, GroupSyncRequest, GroupSyncResponse,
+    ListBrokersResponse, ListRecoveriesResponse, ListStreamsResponse, ListUsersResponse,
+    LookupCredentialsRequest, LookupCredentialsResponse, OffsetCommitRequest, OffsetFetchRequest,
+    OffsetFetchResponse, ProducerSession, RecoverySummary, ScramCredential, StreamConfig,
+    StreamMetadata, UserSummary,
 };
 use tailstream_wire::{Decode, Encode, Opcode, Status};
 
@@ -180,6 +182,43 @@ impl CoordinatorClient {
             streams.remove(name);
         }
         Ok(())
+    }
+
+    /// Adds a user with its credentials (derived by the caller: no password is sent).
+    pub async fn create_user(
+        &self,
+        name: &str,
+        credentials: Vec<ScramCredential>,
+    ) -> Result<(), StubError> {
+        let request = CreateUserRequest {
+            name: name.to_owned(),
+            credentials,
+        };
+        let _: Empty = self.call(Opcode::CreateUser, &request).await?;
+        Ok(())
+    }
+
+    pub async fn delete_user(&self, name: &str) -> Result<(), StubError> {
+        let request = DeleteUserRequest {
+            name: name.to_owned(),
+        };
+        let _: Empty = self.call(Opcode::DeleteUser, &request).await?;
+        Ok(())
+    }
+
+    pub async fn list_users(&self) -> Result<Vec<UserSummary>, StubError> {
+        let response: ListUsersResponse = self.call(Opcode::ListUsers, &Empty {}).await?;
+        Ok(response.users)
+    }
+
+    /// A user's credentials (brokers only: the coordinator answers this on its peer listener).
+    pub async fn lookup_credentials(&self, name: &str) -> Result<Vec<ScramCredential>, StubError> {
+        let request = LookupCredentialsRequest {
+            name: name.to_owned(),
+        };
+        let response: LookupCredentialsResponse =
+            self.call(Opcode::LookupCredentials, &request).await?;
+        Ok(response.credentials)
     }
 
     /// The most recent recoveries and their phase times.

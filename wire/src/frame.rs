@@ -92,6 +92,15 @@ opcodes! {
     /// Broker → coordinator: make logs' heads and oldest kept segments durable (a record in a
     /// new head is acknowledged only after).
     ReportLogBounds = 14,
+    /// Broker → coordinator: a user's SCRAM credentials (salted keys, never a password), to
+    /// check a client's authentication against.
+    LookupCredentials = 15,
+    /// Client → coordinator: add a user with its salted SCRAM credentials.
+    CreateUser = 27,
+    /// Client → coordinator: remove a user.
+    DeleteUser = 28,
+    /// Client → coordinator: the users' names and mechanisms.
+    ListUsers = 29,
     /// Client → broker: append one record batch to a streamlet.
     Produce = 30,
     /// Client → broker: read committed entries of one segment of a group.

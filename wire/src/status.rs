@@ -122,6 +122,11 @@ statuses! {
     /// auto-creations per second): nothing was done. Retry later, or raise the limit.
     QuotaExceeded = 56,
 
+    /// No user of that name.
+    UnknownUser = 70,
+    /// A user of that name already exists.
+    UserExists = 71,
+
     /// The consumer group is rebalancing: rejoin it.
     RebalanceInProgress = 60,
     /// The member is not (or no longer) in the group: join again without a member id.

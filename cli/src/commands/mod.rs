@@ -7,6 +7,7 @@ pub mod group;
 pub mod human;
 pub mod produce;
 pub mod stream;
+pub mod user;
 
 use tailstream_client::Client;
 use tailstream_config::Config;

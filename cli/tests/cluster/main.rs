@@ -16,6 +16,7 @@ mod bad_input;
 mod console;
 mod end_to_end;
 mod hostile;
+mod kafka_auth;
 mod kafka_clients;
 mod kafka_delivery;
 mod kafka_hostile;

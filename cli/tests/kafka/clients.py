@@ -9,12 +9,18 @@
       "partition offset value" for every record it receives, at most RATE records/s (0: no
       limit), leaves after MAX records (0: no limit) or after IDLE_S seconds without one, and
       closes (commit, LeaveGroup).
+
+  clients.py --sasl MECHANISM USER PASSWORD COMMAND ...
+      The same, authenticating with SASL (SASL_PLAINTEXT) as USER.
 """
 import logging
 import sys
 import time
 
 from kafka import KafkaConsumer, KafkaProducer
+
+# Connection settings every client gets (SASL, when asked for).
+SECURITY = {}
 
 
 def produce(bootstrap, topic, count, rate):
@@ -26,6 +32,7 @@ def produce(bootstrap, topic, count, rate):
         linger_ms=5,
         request_timeout_ms=10000,
         delivery_timeout_ms=120000,
+        **SECURITY,
     )
     started = time.monotonic()
     pending = []
@@ -56,6 +63,7 @@ def consume(bootstrap, topic, group, limit, idle_s, rate):
         session_timeout_ms=10000,
         heartbeat_interval_ms=300,
         consumer_timeout_ms=int(idle_s * 1000),
+        **SECURITY,
     )
     received = 0
     started = time.monotonic()
@@ -80,6 +88,14 @@ def main():
         format="%(relativeCreated)d ms %(name)s %(levelname)s %(message)s",
     )
     logging.getLogger("kafka.coordinator").setLevel(logging.INFO)
+    if sys.argv[1] == "--sasl":
+        SECURITY.update(
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism=sys.argv[2],
+            sasl_plain_username=sys.argv[3],
+            sasl_plain_password=sys.argv[4],
+        )
+        del sys.argv[1:5]
     command, bootstrap, topic = sys.argv[1], sys.argv[2], sys.argv[3]
     if command == "produce":
         rate = int(sys.argv[5]) if len(sys.argv) > 5 else 0

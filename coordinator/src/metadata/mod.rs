@@ -10,7 +10,8 @@
 //! - [`invariants`]: what every change must keep true (checked before it is saved);
 //! - [`rebuilds`]: moving a crashed broker's streamlets through recovery (owner, epoch, state),
 //!   many at once;
-//! - [`recovery`]: the record of each recovery and its phases.
+//! - [`recovery`]: the record of each recovery and its phases;
+//! - [`users`]: users and their SCRAM credentials.
 
 mod brokers;
 pub mod invariants;
@@ -21,11 +22,13 @@ mod recovery;
 mod streams;
 #[cfg(test)]
 mod tests;
+pub mod users;
 
 pub use log_bounds::KeptSegments;
 pub use producer_ids::ProducerIds;
 pub use rebuilds::StreamletKey;
 pub use recovery::{RecoveryPhase, RecoveryRecord};
+pub use users::UserRecord;
 
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -62,6 +65,10 @@ pub enum MetadataError {
     /// A configured limit (`coordinator.streams_max`) was reached.
     #[error("{0}")]
     LimitReached(String),
+    #[error("no user named {0:?}")]
+    UnknownUser(String),
+    #[error("a user named {0:?} already exists")]
+    UserExists(String),
 }
 
 impl MetadataError {
@@ -75,6 +82,8 @@ impl MetadataError {
             MetadataError::StaleGeneration(_) => Status::StaleGeneration,
             MetadataError::Exhausted(_) => Status::Internal,
             MetadataError::LimitReached(_) => Status::QuotaExceeded,
+            MetadataError::UnknownUser(_) => Status::UnknownUser,
+            MetadataError::UserExists(_) => Status::UserExists,
         }
     }
 }
@@ -197,6 +206,9 @@ pub struct Metadata {
     /// leads): every order it gives names it. Absent (0) in files written before it existed.
     #[serde(default)]
     pub term: CoordinatorTerm,
+    /// Users by name, with their credentials; absent in files written before users existed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub users: BTreeMap<String, UserRecord>,
 }
 
 impl Metadata {
@@ -224,6 +236,12 @@ impl Metadata {
             if broker.server_id.index as usize != i || broker.server_id.generation == 0 {
                 return Err(format!("broker {i} has server id {}", broker.server_id));
             }
+        }
+        for (name, user) in &self.users {
+            if *name != user.name {
+                return Err(format!("user {name:?} holds {:?}", user.name));
+            }
+            user.check()?;
         }
         for (name, stream) in &self.streams {
             tailstream_config::validate_stream_config(&stream.config)

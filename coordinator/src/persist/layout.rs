@@ -12,12 +12,15 @@
 //! | `P/m/recoveries/{recovery id}` | one [`RecoveryRecord`] |
 //! | `P/m/crashes` | the crashes not yet retired (a short list, bounded by the brokers) |
 //! | `P/m/deleted-streams` | the last deleted stream ids (bounded) |
+//! | `P/m/users/{name}` | one [`UserRecord`] (a name is `A-Z a-z 0-9 . _ - @ +`) |
 //!
 //! Numbers in keys are zero-padded, so a prefix listing comes back in numeric order. A change
 //! writes only the keys whose objects differ: a head report rewrites one placement, never the
 //! cluster.
 
-use crate::metadata::{BrokerRecord, Crash, Metadata, Placement, RecoveryRecord, StreamRecord};
+use crate::metadata::{
+    BrokerRecord, Crash, Metadata, Placement, RecoveryRecord, StreamRecord, UserRecord,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -117,6 +120,9 @@ pub mod keys {
     pub fn recovery(id: u64) -> String {
         format!("{METADATA_DIR}recoveries/{id:020}")
     }
+    pub fn user(name: &str) -> String {
+        format!("{METADATA_DIR}users/{name}")
+    }
 }
 
 fn put<T: Serialize>(ops: &mut Vec<Op>, key: String, value: &T) -> Result<(), String> {
@@ -149,6 +155,18 @@ pub fn changes(previous: &Metadata, next: &Metadata) -> Result<Vec<Op>, String> 
         });
     }
     stream_changes(previous, next, &mut ops)?;
+    for (name, user) in &next.users {
+        if previous.users.get(name) != Some(user) {
+            put(&mut ops, keys::user(name), user)?;
+        }
+    }
+    for name in previous.users.keys() {
+        if !next.users.contains_key(name) {
+            ops.push(Op::Delete {
+                key: keys::user(name),
+            });
+        }
+    }
     let before: HashMap<u64, &RecoveryRecord> =
         previous.recoveries.iter().map(|r| (r.id, r)).collect();
     let after: HashMap<u64, &RecoveryRecord> = next.recoveries.iter().map(|r| (r.id, r)).collect();
@@ -291,6 +309,13 @@ pub fn read(listing: &BTreeMap<String, Vec<u8>>) -> Result<Metadata, String> {
                     .entry(id)
                     .or_default()
                     .insert(streamlet, decode(key, value)?);
+            }
+            ["users", name] => {
+                let user: UserRecord = decode(key, value)?;
+                if user.name != *name {
+                    return Err(format!("{key} holds user {:?}", user.name));
+                }
+                metadata.users.insert(user.name.clone(), user);
             }
             ["recoveries", id] => {
                 let record: RecoveryRecord = decode(key, value)?;

@@ -166,3 +166,30 @@ fn streams_gone_and_new_on_either_side_of_untouched_ones_write_only_their_keys()
     apply(&mut listing, &ops);
     assert_eq!(read(&listing).unwrap(), next);
 }
+
+#[test]
+fn a_user_is_one_key_written_on_create_and_deleted_with_it() {
+    use tailstream_auth::scram::{ITERATIONS_MIN, new_credential};
+    use tailstream_wire::messages::ScramMechanism;
+    let (m, _) = cluster();
+    let mut next = m.clone();
+    let credential = new_credential(ScramMechanism::Sha256, "pw", ITERATIONS_MIN).unwrap();
+    next.create_user("alice", &[credential], 10).unwrap();
+    let ops = changes(&m, &next).unwrap();
+    let written: Vec<&str> = ops.iter().map(Op::key).collect();
+    assert_eq!(written, vec![keys::user("alice").as_str()]);
+    let mut listing = stored(&m);
+    apply(&mut listing, &ops);
+    assert_eq!(read(&listing).unwrap(), next);
+    let mut gone = next.clone();
+    gone.delete_user("alice").unwrap();
+    let ops = changes(&next, &gone).unwrap();
+    assert_eq!(
+        ops,
+        vec![Op::Delete {
+            key: keys::user("alice")
+        }]
+    );
+    apply(&mut listing, &ops);
+    assert_eq!(read(&listing).unwrap(), gone);
+}

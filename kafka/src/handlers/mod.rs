@@ -12,6 +12,7 @@ mod groups;
 mod list_offsets;
 mod metadata;
 mod produce;
+pub(crate) mod sasl;
 
 use crate::shared::ConnectionLimits;
 use crate::shared::Kafka;
@@ -76,6 +77,25 @@ pub(crate) async fn dispatch(
         RequestBody::LeaveGroup(request) => groups::leave(kafka.clone(), version, request),
         RequestBody::OffsetCommit(request) => groups::commit(kafka.clone(), version, request),
         RequestBody::OffsetFetch(request) => groups::fetch(kafka.clone(), version, request),
+        // The exchange happens before the first request reaches here (`authenticate`):
+        // now it is out of turn, or authentication is off.
+        RequestBody::SaslHandshake(_) => {
+            let names = kafka
+                .authenticator
+                .as_ref()
+                .map(|a| a.names.clone())
+                .unwrap_or_default();
+            sasl::handshake_refused(
+                version,
+                &names,
+                kafka_protocol::ResponseError::IllegalSaslState,
+            )
+        }
+        RequestBody::SaslAuthenticate(_) => sasl::authenticate_refused(
+            version,
+            kafka_protocol::ResponseError::IllegalSaslState,
+            "this connection is not in an authentication exchange",
+        ),
     };
     if api.response_header_version(version) >= 1 {
         with_tagged_header(answer)

@@ -49,6 +49,13 @@ fn decode_body(opcode: Option<Opcode>, is_response: bool, body: Bytes) {
         (Opcode::CreateStream | Opcode::DescribeStream, true) => decode!(StreamMetadata),
         (Opcode::ListStreams, _) => decode!(ListStreamsResponse),
         (Opcode::ListBrokers, _) => decode!(ListBrokersResponse),
+        (Opcode::CreateUser, false) => decode!(CreateUserRequest),
+        (Opcode::DeleteUser, false) => decode!(DeleteUserRequest),
+        (Opcode::CreateUser | Opcode::DeleteUser, true) => decode!(Empty),
+        (Opcode::ListUsers, false) => decode!(Empty),
+        (Opcode::ListUsers, true) => decode!(ListUsersResponse),
+        (Opcode::LookupCredentials, false) => decode!(LookupCredentialsRequest),
+        (Opcode::LookupCredentials, true) => decode!(LookupCredentialsResponse),
         (Opcode::Produce, false) => {
             if let Ok(request) = ProduceRequest::decode_exact(body) {
                 let _ = validate_batch(&request.batch);

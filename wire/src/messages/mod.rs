@@ -1,11 +1,12 @@
-//! Request and response bodies of every RPC, by opcode, in three files:
+//! Request and response bodies of every RPC, by opcode, one file per area:
 //!
 //! - [`cluster`]: stream settings and metadata, membership (register, heartbeat, brokers),
 //!   streams (create, describe, list), producer ids, assignments;
 //! - [`data`]: produce, fetch and group listings;
 //! - [`groups`]: consumer groups (membership, committed offsets);
 //! - [`replica`]: the backup's replica RPCs and the rdma handshake;
-//! - [`recovery`]: failure reports and the order to rebuild a crashed broker's streamlet.
+//! - [`recovery`]: failure reports and the order to rebuild a crashed broker's streamlet;
+//! - [`users`]: users and their SCRAM credentials (never a password).
 //!
 //! Control-plane messages are declared with `wire_message!`. The messages whose last field is
 //! a large payload (`ProduceRequest`'s record batch, `FetchResponse`'s entries,
@@ -17,12 +18,14 @@ pub mod data;
 pub mod groups;
 pub mod recovery;
 pub mod replica;
+pub mod users;
 
 pub use cluster::*;
 pub use data::*;
 pub use groups::*;
 pub use recovery::*;
 pub use replica::*;
+pub use users::*;
 
 #[cfg(test)]
 use bytes::Bytes;
@@ -132,6 +135,12 @@ mod tests {
         offset_fetch_response: OffsetFetchResponse,
         describe_consumer_groups: DescribeConsumerGroupsResponse,
         offsets_record: OffsetsRecord,
+        scram_credential: ScramCredential,
+        create_user: CreateUserRequest,
+        delete_user: DeleteUserRequest,
+        list_users: ListUsersResponse,
+        lookup_credentials_request: LookupCredentialsRequest,
+        lookup_credentials: LookupCredentialsResponse,
     }
 
     proptest! {

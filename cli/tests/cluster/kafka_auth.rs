@@ -1,0 +1,262 @@
+//! Issue 23's authentication: with `kafka.sasl_mechanisms` set, a Kafka client gets nothing
+//! but ApiVersions until it proves who it is with SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN, as a
+//! user made with `tailstream user create`. kcat (librdkafka) and kafka-python authenticate
+//! as they are; a wrong password fails with the client's own authentication error; an
+//! anonymous request, or a connection that does not finish authenticating in
+//! `listeners.handshake_timeout_ms`, is closed; a deleted user is refused within seconds.
+
+use crate::common;
+
+use common::hostile::{connect_from_elsewhere, metric};
+use common::kafka::{CLIENTS_PY, bootstrap, kafka_python, kcat, parse, required, run};
+use common::{TEST_TIMEOUT, TestCluster};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const OVERRIDES: &str = "[kafka]\nsasl_mechanisms = [\"SCRAM-SHA-256\", \"SCRAM-SHA-512\", \"PLAIN\"]\n\
+                         [listeners]\nhandshake_timeout_ms = 1500\n";
+
+/// kcat's settings to authenticate as `user`.
+fn sasl(mechanism: &str, user: &str, password: &str) -> Vec<String> {
+    [
+        "security.protocol=SASL_PLAINTEXT".to_owned(),
+        format!("sasl.mechanisms={mechanism}"),
+        format!("sasl.username={user}"),
+        format!("sasl.password={password}"),
+    ]
+    .into_iter()
+    .flat_map(|setting| ["-X".to_owned(), setting])
+    .collect()
+}
+
+/// Runs kcat to its end (bounded) and returns whether it succeeded and its stderr.
+async fn kcat_outcome(kcat: &PathBuf, args: &[String]) -> (bool, String) {
+    let output = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::process::Command::new(kcat)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("kcat finished in 30 s")
+    .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// A Metadata v1 request for every topic, as an anonymous client would send it first.
+fn anonymous_metadata() -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend_from_slice(&3i16.to_be_bytes()); // Metadata
+    body.extend_from_slice(&1i16.to_be_bytes());
+    body.extend_from_slice(&7i32.to_be_bytes());
+    body.extend_from_slice(&(-1i16).to_be_bytes()); // no client id
+    body.extend_from_slice(&(-1i32).to_be_bytes()); // every topic
+    let mut frame = (body.len() as i32).to_be_bytes().to_vec();
+    frame.extend(body);
+    frame
+}
+
+/// An ApiVersions v0 request (answered before authentication).
+fn api_versions(correlation_id: i32) -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend_from_slice(&18i16.to_be_bytes());
+    body.extend_from_slice(&0i16.to_be_bytes());
+    body.extend_from_slice(&correlation_id.to_be_bytes());
+    body.extend_from_slice(&(-1i16).to_be_bytes());
+    let mut frame = (body.len() as i32).to_be_bytes().to_vec();
+    frame.extend(body);
+    frame
+}
+
+/// Reads until the peer closes; the bytes read.
+async fn read_until_closed(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
+    let mut all = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(20), stream.read(&mut buffer)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return all,
+            Ok(Ok(n)) => all.extend_from_slice(&buffer[..n]),
+            Err(_) => panic!("the connection was not closed within 20 s"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_clients_authenticate_with_scram_or_plain_and_nobody_else_gets_in() {
+    let (Some(kcat), Some(python)) = (
+        required(kcat(), "kcat"),
+        required(kafka_python(), "kafka-python"),
+    ) else {
+        return;
+    };
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let test = TestCluster::start(2, OVERRIDES).await;
+        let bootstrap = bootstrap(&test);
+        let broker = test.cluster.broker(0).unwrap();
+        let kafka = broker.kafka_addr.unwrap();
+
+        // A user, its password from stdin; a second create of the name is refused.
+        let (ok, out, err) = test.cli(&["user", "create", "alice"], b"s3cret\n").await;
+        assert!(ok, "{err}");
+        assert!(String::from_utf8_lossy(&out).contains("user alice created"));
+        let (ok, _, err) = test
+            .cli(&["user", "create", "alice", "--password", "other"], b"")
+            .await;
+        assert!(!ok && err.contains("UserExists"), "{err}");
+        let (ok, out, err) = test.cli(&["user", "list"], b"").await;
+        assert!(ok, "{err}");
+        assert_eq!(
+            String::from_utf8_lossy(&out).trim(),
+            "alice\tSCRAM-SHA-256,SCRAM-SHA-512"
+        );
+
+        // kcat produces and reads back with each mechanism.
+        for mechanism in ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"] {
+            let topic = format!("authed-{}", mechanism.to_lowercase());
+            let auth = sasl(mechanism, "alice", "s3cret");
+            let mut produce: Vec<String> = ["-P", "-b", &bootstrap, "-t", &topic]
+                .map(str::to_owned)
+                .to_vec();
+            produce.extend(auth.iter().cloned());
+            let produce: Vec<&str> = produce.iter().map(String::as_str).collect();
+            run(&kcat, &produce, b"one\ntwo\nthree\n").await;
+            let mut consume: Vec<String> = [
+                "-C",
+                "-b",
+                &bootstrap,
+                "-t",
+                &topic,
+                "-o",
+                "beginning",
+                "-e",
+                "-q",
+            ]
+            .map(str::to_owned)
+            .to_vec();
+            consume.extend(auth.iter().cloned());
+            let consume: Vec<&str> = consume.iter().map(String::as_str).collect();
+            let mut read: Vec<String> = run(&kcat, &consume, b"")
+                .await
+                .lines()
+                .map(str::to_owned)
+                .collect();
+            read.sort();
+            assert_eq!(read, ["one", "three", "two"], "{mechanism}");
+        }
+
+        // kafka-python: an idempotent producer and a group member, over SCRAM-SHA-512.
+        let sasl_py = [CLIENTS_PY, "--sasl", "SCRAM-SHA-512", "alice", "s3cret"];
+        let mut args = sasl_py.to_vec();
+        args.extend(["produce", &bootstrap, "python-authed", "200"]);
+        let acked = parse(&run(&python, &args, b"").await);
+        assert_eq!(acked.len(), 200);
+        let mut args = sasl_py.to_vec();
+        args.extend([
+            "consume",
+            &bootstrap,
+            "python-authed",
+            "readers",
+            "200",
+            "10",
+        ]);
+        let read = parse(&run(&python, &args, b"").await);
+        assert_eq!(read.len(), 200, "every record read");
+
+        // A wrong password, an unknown user: the client's own authentication error.
+        let admin = broker.admin_addr;
+        let failed_before = metric(
+            admin,
+            "tailstream_kafka_authentications_total",
+            &[("mechanism", "SCRAM-SHA-256"), ("outcome", "failed")],
+        )
+        .await;
+        for (user, password) in [("alice", "wrong"), ("mallory", "s3cret")] {
+            let mut args: Vec<String> = ["-L", "-b", &bootstrap, "-m", "5"]
+                .map(str::to_owned)
+                .to_vec();
+            args.extend(sasl("SCRAM-SHA-256", user, password));
+            let (ok, stderr) = kcat_outcome(&kcat, &args).await;
+            assert!(!ok, "{user}/{password} got in");
+            assert!(
+                stderr.contains("Authentication failed"),
+                "{user}/{password}: {stderr}"
+            );
+        }
+        assert!(
+            metric(
+                admin,
+                "tailstream_kafka_authentications_total",
+                &[("mechanism", "SCRAM-SHA-256"), ("outcome", "failed")],
+            )
+            .await
+                >= failed_before + 2.0
+        );
+
+        // An anonymous request is not answered: the connection is closed.
+        let mut anonymous = connect_from_elsewhere(kafka).await;
+        anonymous.write_all(&anonymous_metadata()).await.unwrap();
+        assert!(
+            read_until_closed(&mut anonymous).await.is_empty(),
+            "nothing answered"
+        );
+
+        // ApiVersions is answered before authenticating, but does not keep a connection
+        // open past the handshake timeout (1.5 s here).
+        let mut lingering = connect_from_elsewhere(kafka).await;
+        let opened = Instant::now();
+        let mut answered = 0;
+        for id in 0..40 {
+            if lingering.write_all(&api_versions(id)).await.is_err() {
+                break;
+            }
+            let mut size = [0u8; 4];
+            match tokio::time::timeout(Duration::from_secs(5), lingering.read_exact(&mut size))
+                .await
+            {
+                Ok(Ok(_)) => {
+                    let mut answer = vec![0u8; i32::from_be_bytes(size) as usize];
+                    lingering.read_exact(&mut answer).await.unwrap();
+                    answered += 1;
+                }
+                _ => break,
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let lasted = opened.elapsed();
+        assert!(answered >= 2, "ApiVersions answered ({answered})");
+        assert!(
+            lasted >= Duration::from_millis(1400) && lasted < Duration::from_secs(5),
+            "closed after {lasted:?}"
+        );
+
+        // A deleted user is refused once brokers' cached credentials expire (10 s).
+        let (ok, _, err) = test.cli(&["user", "delete", "alice"], b"").await;
+        assert!(ok, "{err}");
+        let deleted = Instant::now();
+        loop {
+            let mut args: Vec<String> = ["-L", "-b", &bootstrap, "-m", "3"]
+                .map(str::to_owned)
+                .to_vec();
+            args.extend(sasl("SCRAM-SHA-256", "alice", "s3cret"));
+            let (ok, stderr) = kcat_outcome(&kcat, &args).await;
+            if !ok {
+                assert!(stderr.contains("Authentication failed"), "{stderr}");
+                break;
+            }
+            assert!(
+                deleted.elapsed() < Duration::from_secs(20),
+                "a deleted user still authenticates"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        test.stop().await;
+    })
+    .await
+    .expect("the authentication test finished in time");
+}

@@ -1,0 +1,363 @@
+//! The authentication phase of a Kafka connection on a listener that requires it: before
+//! anything else, requests are read and answered one at a time (ApiVersions, SaslHandshake v1,
+//! SaslAuthenticate), and anything else closes the connection. The phase ends with the
+//! principal the client proved to be, or a closed connection, within
+//! `listeners.handshake_timeout_ms` of the connection opening.
+//!
+//! Mechanisms: SCRAM-SHA-256/512 (`tailstream_auth::scram`, against the user's credential)
+//! and PLAIN (the password checked against the same credential). A failure is answered with
+//! SASL_AUTHENTICATION_FAILED and a message the client shows, then the connection is closed,
+//! as Kafka does.
+
+use crate::connection::{read_frame, write_answer};
+use crate::credentials::Credentials;
+use crate::handlers::api_versions;
+use crate::handlers::sasl::{authenticate_refused, handshake_refused};
+use crate::handlers::{Answer, Body, encode};
+use crate::shared::{ConnectionLimits, Kafka};
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::{SaslAuthenticateResponse, SaslHandshakeResponse};
+use std::sync::Arc;
+use tailstream_auth::Principal;
+use tailstream_auth::plain::parse_plain;
+use tailstream_auth::scram::{ServerExchange, parse_client_first, password_matches};
+use tailstream_kafka_wire::{Decoded, RequestBody, decode_request};
+use tailstream_net::Closed;
+use tailstream_wire::messages::{ScramCredential, ScramMechanism};
+use tokio::io::{AsyncReadExt, BufReader, BufWriter};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::time::Instant;
+
+/// A SASL mechanism the listener can require.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mechanism {
+    Plain,
+    Scram(ScramMechanism),
+}
+
+impl Mechanism {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mechanism::Plain => "PLAIN",
+            Mechanism::Scram(scram) => scram.sasl_name(),
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Mechanism> {
+        if name.eq_ignore_ascii_case("PLAIN") {
+            return Some(Mechanism::Plain);
+        }
+        ScramMechanism::from_sasl_name(name).map(Mechanism::Scram)
+    }
+}
+
+/// What a listener that requires authentication checks clients with.
+#[derive(Debug)]
+pub(crate) struct Authenticator {
+    pub mechanisms: Vec<Mechanism>,
+    /// Their names, as handshake answers list them.
+    pub names: Vec<String>,
+    pub credentials: Credentials,
+    /// Makes unknown users' decoy salts; random per process.
+    decoy_key: [u8; 32],
+}
+
+impl Authenticator {
+    pub fn new(names: &[String], credentials: Credentials) -> Authenticator {
+        let mechanisms: Vec<Mechanism> = names
+            .iter()
+            .filter_map(|n| Mechanism::from_name(n))
+            .collect();
+        Authenticator {
+            names: mechanisms.iter().map(|m| m.name().to_owned()).collect(),
+            mechanisms,
+            credentials,
+            decoy_key: rand::random(),
+        }
+    }
+}
+
+/// Where an exchange is.
+enum Stage {
+    /// No mechanism chosen yet.
+    Start,
+    Chosen(Mechanism),
+    /// SCRAM: the server's first message was sent.
+    ScramSent {
+        exchange: Box<ServerExchange>,
+        user: String,
+    },
+}
+
+/// What one step answered, and whether the phase goes on.
+enum Step {
+    Continue(Stage),
+    Authenticated(String),
+    /// Answered (with the refusal), then the connection closes for this reason.
+    Refused(String),
+}
+
+/// Runs the phase on a new connection. `Ok` with the client's principal once it
+/// authenticated; every answer is written and flushed by then.
+pub(crate) async fn authenticate(
+    reader: &mut BufReader<OwnedReadHalf>,
+    out: &mut BufWriter<OwnedWriteHalf>,
+    kafka: &Arc<Kafka>,
+    limits: &ConnectionLimits,
+) -> Result<Principal, Closed> {
+    let Some(auth) = &kafka.authenticator else {
+        return Ok(Principal::Anonymous);
+    };
+    let phase = async {
+        let mut stage = Stage::Start;
+        loop {
+            let mut size = [0u8; 4];
+            size[0] = match reader.read_u8().await {
+                Ok(byte) => byte,
+                Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    return Err(Closed::ByPeer);
+                }
+                Err(error) => return Err(Closed::Io(format!("reading a request: {error}"))),
+            };
+            let deadline = Instant::now() + limits.request_read_timeout;
+            let (bytes, _permit) = read_frame(reader, size, deadline, limits).await?;
+            let (correlation_id, version, body) = match decode_request(bytes) {
+                Ok(Decoded::Request { header, body, .. }) => {
+                    (header.correlation_id, header.api_version, *body)
+                }
+                Ok(Decoded::ApiVersionsFallback { header }) => {
+                    let answer = api_versions::unsupported_version();
+                    send(out, header.correlation_id, answer).await?;
+                    continue;
+                }
+                Err(error) => {
+                    metrics::counter!(crate::metrics::REQUESTS_REFUSED).increment(1);
+                    return Err(Closed::BadInput(error.to_string()));
+                }
+            };
+            let (answer, step) = match body {
+                RequestBody::ApiVersions(_) => {
+                    (api_versions::answer(version), Step::Continue(stage))
+                }
+                RequestBody::SaslHandshake(request) => {
+                    handshake(auth, version, stage, &request.mechanism)
+                }
+                RequestBody::SaslAuthenticate(request) => {
+                    exchange(auth, version, stage, request.auth_bytes).await
+                }
+                other => {
+                    return Err(Closed::Unauthenticated(format!(
+                        "a {} request before authenticating",
+                        request_name(&other)
+                    )));
+                }
+            };
+            send(out, correlation_id, answer).await?;
+            match step {
+                Step::Continue(next) => stage = next,
+                Step::Authenticated(user) => return Ok(Principal::User(user)),
+                Step::Refused(why) => return Err(Closed::Unauthenticated(why)),
+            }
+        }
+    };
+    match tokio::time::timeout(limits.handshake_timeout, phase).await {
+        Ok(done) => done,
+        Err(_) => Err(Closed::Unauthenticated(format!(
+            "no authentication within {} ms (listeners.handshake_timeout_ms)",
+            limits.handshake_timeout.as_millis()
+        ))),
+    }
+}
+
+fn request_name(body: &RequestBody) -> String {
+    // The Debug form starts with the variant's name, which is Kafka's API name.
+    let text = format!("{body:?}");
+    text.split(['(', ' ']).next().unwrap_or("").to_owned()
+}
+
+async fn send(
+    out: &mut BufWriter<OwnedWriteHalf>,
+    correlation_id: i32,
+    answer: Answer,
+) -> Result<(), Closed> {
+    let body: Body = match answer {
+        Answer::Ready(body) => body,
+        Answer::Later(later) => later.await,
+        Answer::Silent => return Ok(()),
+    };
+    let parts = body.map_err(|reason| Closed::Io(format!("answer not encodable: {reason}")))?;
+    write_answer(out, correlation_id, &parts).await?;
+    tokio::io::AsyncWriteExt::flush(out)
+        .await
+        .map_err(|e| Closed::Io(format!("sending an answer: {e}")))
+}
+
+fn handshake(auth: &Authenticator, version: i16, stage: Stage, mechanism: &str) -> (Answer, Step) {
+    if !matches!(stage, Stage::Start) {
+        let answer = handshake_refused(version, &auth.names, ResponseError::IllegalSaslState);
+        return (answer, Step::Refused("a second SaslHandshake".into()));
+    }
+    match Mechanism::from_name(mechanism).filter(|m| auth.mechanisms.contains(m)) {
+        Some(chosen) => {
+            let response = SaslHandshakeResponse::default().with_mechanisms(
+                auth.names
+                    .iter()
+                    .map(|n| crate::handlers::str_bytes(n))
+                    .collect(),
+            );
+            (
+                Answer::Ready(encode(&response, version)),
+                Step::Continue(Stage::Chosen(chosen)),
+            )
+        }
+        None => (
+            handshake_refused(
+                version,
+                &auth.names,
+                ResponseError::UnsupportedSaslMechanism,
+            ),
+            Step::Refused(format!("mechanism {mechanism:?} is not enabled")),
+        ),
+    }
+}
+
+fn failed(version: i16, mechanism: Mechanism, why: String) -> (Answer, Step) {
+    metrics::counter!(crate::metrics::AUTHENTICATIONS, "mechanism" => mechanism.name(), "outcome" => "failed")
+        .increment(1);
+    let message = format!(
+        "Authentication failed during authentication due to invalid credentials with SASL mechanism {}",
+        mechanism.name()
+    );
+    (
+        authenticate_refused(version, ResponseError::SaslAuthenticationFailed, &message),
+        Step::Refused(why),
+    )
+}
+
+fn succeeded(
+    version: i16,
+    mechanism: Mechanism,
+    user: String,
+    auth_bytes: Vec<u8>,
+) -> (Answer, Step) {
+    metrics::counter!(crate::metrics::AUTHENTICATIONS, "mechanism" => mechanism.name(), "outcome" => "ok")
+        .increment(1);
+    let response = SaslAuthenticateResponse::default().with_auth_bytes(Bytes::from(auth_bytes));
+    (
+        Answer::Ready(encode(&response, version)),
+        Step::Authenticated(user),
+    )
+}
+
+/// The credentials of `user` for `mechanism`'s check, or the step that refuses.
+async fn credential_of(
+    auth: &Authenticator,
+    version: i16,
+    mechanism: Mechanism,
+    user: &str,
+) -> Result<Option<ScramCredential>, (Answer, Step)> {
+    match auth.credentials.lookup(user).await {
+        Ok(found) => {
+            let credentials = found.as_deref().map(Vec::as_slice).unwrap_or(&[]);
+            let wanted = |m: ScramMechanism| credentials.iter().find(|c| c.mechanism == m).cloned();
+            Ok(match mechanism {
+                Mechanism::Scram(scram) => wanted(scram),
+                // PLAIN checks against whichever credential the user has (SHA-256 first: the
+                // cheaper derivation).
+                Mechanism::Plain => {
+                    wanted(ScramMechanism::Sha256).or_else(|| wanted(ScramMechanism::Sha512))
+                }
+            })
+        }
+        Err(why) => {
+            metrics::counter!(crate::metrics::AUTHENTICATIONS, "mechanism" => mechanism.name(), "outcome" => "error")
+                .increment(1);
+            let message = format!("this broker could not look up credentials now ({why}): retry");
+            Err((
+                authenticate_refused(version, ResponseError::SaslAuthenticationFailed, &message),
+                Step::Refused(format!("looking up credentials: {why}")),
+            ))
+        }
+    }
+}
+
+async fn exchange(
+    auth: &Authenticator,
+    version: i16,
+    stage: Stage,
+    bytes: Bytes,
+) -> (Answer, Step) {
+    match stage {
+        Stage::Start => (
+            authenticate_refused(
+                version,
+                ResponseError::IllegalSaslState,
+                "SaslAuthenticate before SaslHandshake",
+            ),
+            Step::Refused("SaslAuthenticate before SaslHandshake".into()),
+        ),
+        Stage::Chosen(Mechanism::Plain) => {
+            let plain = match parse_plain(&bytes) {
+                Ok(plain) => plain,
+                Err(error) => return failed(version, Mechanism::Plain, error.to_string()),
+            };
+            let credential = match credential_of(auth, version, Mechanism::Plain, &plain.user).await
+            {
+                Ok(credential) => credential,
+                Err(refused) => return refused,
+            };
+            let Some(credential) = credential else {
+                return failed(
+                    version,
+                    Mechanism::Plain,
+                    format!("no user {:?}", plain.user),
+                );
+            };
+            // One derivation (`iterations` HMACs, about a millisecond): off the runtime's
+            // workers.
+            let password = plain.password;
+            let matches =
+                tokio::task::spawn_blocking(move || password_matches(&credential, &password))
+                    .await
+                    .unwrap_or(false);
+            if matches {
+                succeeded(version, Mechanism::Plain, plain.user, Vec::new())
+            } else {
+                failed(
+                    version,
+                    Mechanism::Plain,
+                    format!("a wrong password for {:?}", plain.user),
+                )
+            }
+        }
+        Stage::Chosen(mechanism @ Mechanism::Scram(scram)) => {
+            let first = match parse_client_first(&bytes) {
+                Ok(first) => first,
+                Err(error) => return failed(version, mechanism, error.to_string()),
+            };
+            let credential = match credential_of(auth, version, mechanism, &first.user).await {
+                Ok(credential) => credential,
+                Err(refused) => return refused,
+            };
+            let (exchange, server_first) =
+                ServerExchange::start(scram, &first, credential, &auth.decoy_key);
+            let response =
+                SaslAuthenticateResponse::default().with_auth_bytes(Bytes::from(server_first));
+            (
+                Answer::Ready(encode(&response, version)),
+                Step::Continue(Stage::ScramSent {
+                    exchange: Box::new(exchange),
+                    user: first.user,
+                }),
+            )
+        }
+        Stage::ScramSent { exchange, user } => {
+            let mechanism = Mechanism::Scram(exchange.mechanism());
+            match exchange.finish(&bytes) {
+                Ok(server_final) => succeeded(version, mechanism, user, server_final),
+                Err(error) => failed(version, mechanism, format!("{user:?}: {error}")),
+            }
+        }
+    }
+}

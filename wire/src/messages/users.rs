@@ -1,0 +1,129 @@
+//! Users and their credentials, as the coordinator keeps them and brokers look them up.
+//!
+//! A credential is SCRAM's (RFC 5802): a salt, an iteration count and two keys derived from
+//! the salted password. The password itself never leaves the client that sets it: the CLI
+//! derives these and sends them, and a broker checks a client's proof against them.
+
+#[cfg(test)]
+use super::{small_bytes, small_vec};
+use crate::wire_message;
+use bytes::Bytes;
+
+/// A SCRAM mechanism. Discriminants are the wire values.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[repr(u8)]
+pub enum ScramMechanism {
+    Sha256 = 1,
+    Sha512 = 2,
+}
+
+impl ScramMechanism {
+    pub const ALL: [ScramMechanism; 2] = [ScramMechanism::Sha256, ScramMechanism::Sha512];
+
+    /// The SASL mechanism name (as Kafka clients ask for it).
+    pub fn sasl_name(self) -> &'static str {
+        match self {
+            ScramMechanism::Sha256 => "SCRAM-SHA-256",
+            ScramMechanism::Sha512 => "SCRAM-SHA-512",
+        }
+    }
+
+    pub fn from_sasl_name(name: &str) -> Option<ScramMechanism> {
+        ScramMechanism::ALL
+            .into_iter()
+            .find(|m| m.sasl_name().eq_ignore_ascii_case(name))
+    }
+
+    /// Bytes of the hash, and so of each key.
+    pub fn key_bytes(self) -> usize {
+        match self {
+            ScramMechanism::Sha256 => 32,
+            ScramMechanism::Sha512 => 64,
+        }
+    }
+}
+
+impl crate::field::WireField for ScramMechanism {
+    const MIN_BYTES: usize = 1;
+    fn put(&self, out: &mut bytes::BytesMut) {
+        (*self as u8).put(out);
+    }
+    fn get(
+        reader: &mut crate::codec::WireReader,
+        what: &'static str,
+    ) -> Result<Self, crate::codec::DecodeError> {
+        match reader.u8(what)? {
+            1 => Ok(ScramMechanism::Sha256),
+            2 => Ok(ScramMechanism::Sha512),
+            other => Err(crate::codec::DecodeError::InvalidValue {
+                what,
+                value: u64::from(other),
+            }),
+        }
+    }
+}
+
+wire_message! {
+    /// One mechanism's credential of a user.
+    pub struct ScramCredential {
+        pub mechanism: ScramMechanism,
+        #[cfg_attr(test, proptest(strategy = "small_bytes()"))]
+        pub salt: Bytes,
+        pub iterations: u32,
+        /// H(ClientKey): checks a client's proof.
+        #[cfg_attr(test, proptest(strategy = "small_bytes()"))]
+        pub stored_key: Bytes,
+        /// HMAC(SaltedPassword, "Server Key"): signs the server's final message.
+        #[cfg_attr(test, proptest(strategy = "small_bytes()"))]
+        pub server_key: Bytes,
+    }
+}
+
+wire_message! {
+    /// Add a user (refused with `UserExists` if the name is taken).
+    pub struct CreateUserRequest {
+        pub name: String,
+        /// One per mechanism the user may authenticate with (at least one).
+        #[cfg_attr(test, proptest(strategy = "small_vec::<ScramCredential>()"))]
+        pub credentials: Vec<ScramCredential>,
+    }
+}
+
+wire_message! {
+    pub struct DeleteUserRequest {
+        pub name: String,
+    }
+}
+
+wire_message! {
+    /// A user as listings show it: no key material.
+    pub struct UserSummary {
+        pub name: String,
+        #[cfg_attr(test, proptest(strategy = "small_vec::<ScramMechanism>()"))]
+        pub mechanisms: Vec<ScramMechanism>,
+    }
+}
+
+wire_message! {
+    pub struct ListUsersResponse {
+        #[cfg_attr(test, proptest(strategy = "small_vec::<UserSummary>()"))]
+        pub users: Vec<UserSummary>,
+    }
+}
+
+wire_message! {
+    /// A user's credentials (answered `UnknownUser` when there is no such user).
+    pub struct LookupCredentialsRequest {
+        pub name: String,
+    }
+}
+
+wire_message! {
+    pub struct LookupCredentialsResponse {
+        #[cfg_attr(test, proptest(strategy = "small_vec::<ScramCredential>()"))]
+        pub credentials: Vec<ScramCredential>,
+    }
+}
