@@ -19,7 +19,7 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use std::sync::Arc;
 use tailstream_kafka_wire::{Api, Decoded, decode_request};
-use tailstream_net::Closed;
+use tailstream_net::{Closed, Standing};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -43,6 +43,7 @@ pub(crate) async fn serve_connection(
     stream: TcpStream,
     kafka: Arc<Kafka>,
     limits: ConnectionLimits,
+    standing: Standing,
 ) -> Closed {
     let _ = stream.set_nodelay(true);
     let (read_half, write_half) = stream.into_split();
@@ -54,6 +55,7 @@ pub(crate) async fn serve_connection(
         Ok(principal) => principal,
         Err(closed) => return closed,
     };
+    standing.proven();
     tracing::debug!(%principal, "kafka connection serving");
     let (queue, queued) = mpsc::unbounded_channel();
     let mut writer = tokio::spawn(write_answers(out, queued));

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tailstream_broker::server::{FrontEnd, FrontEndContext};
 use tailstream_config::KafkaConfig;
-use tailstream_net::{BodyBudget, ConnectionLimits, accept_loop};
+use tailstream_net::{BodyBudget, ConnectionLimits, accept_loop_authenticating};
 use tailstream_stubs::CoordinatorClient;
 use tailstream_stubs::coordinator::client_rpc_config;
 use tokio::net::TcpListener;
@@ -122,12 +122,16 @@ impl KafkaListener {
             connections_max: self.config.connections_max as usize,
             connections_per_address_max: listeners.connections_per_address_max as usize,
         };
-        accept_loop(
+        // Every connection is unproven until it authenticated (at once where authentication
+        // is off): a full listener makes room for a new one by closing the oldest unproven.
+        accept_loop_authenticating(
             self.listener,
             "kafka",
             connections,
             context.shutdown,
-            move |stream, _peer| serve_connection(stream, kafka.clone(), limits.clone()),
+            move |stream, _peer, standing| {
+                serve_connection(stream, kafka.clone(), limits.clone(), standing)
+            },
         )
         .await;
     }

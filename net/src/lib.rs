@@ -33,6 +33,6 @@ pub use budget::BodyBudget;
 pub use client::{PendingCall, RpcClient, RpcClientConfig};
 pub use control::ControlRuntime;
 pub use error::RpcError;
-pub use listener::{Closed, ConnectionLimits, accept_loop};
+pub use listener::{Closed, ConnectionLimits, Standing, accept_loop, accept_loop_authenticating};
 pub use pool::RpcPool;
 pub use server::{Reply, Request, Response, ServerLimits, Service};

@@ -8,16 +8,22 @@
 //! address still gets in, and a refused one learns it at once instead of timing out.
 //! Each admitted connection runs in its own task, ends at shutdown, and its way of ending is
 //! counted (`connections_closed_total{listener, reason}`).
+//!
+//! On a listener that requires authentication (`accept_loop_authenticating`), a connection is
+//! *unproven* until its handler says it authenticated; when the listener is full, a new
+//! connection closes the oldest unproven one and takes its place, so a flood of anonymous
+//! connections can never lock out a client with credentials (it would have to open
+//! `connections_max` connections within one client's handshake).
 
 use crate::metrics as m;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 /// How many connections one listener admits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +50,8 @@ pub enum Closed {
     /// Authentication was required, and failed or did not finish within the handshake
     /// timeout.
     Unauthenticated(String),
+    /// Closed, not yet authenticated, to make room for a newer connection on a full listener.
+    Evicted,
 }
 
 impl Closed {
@@ -56,6 +64,7 @@ impl Closed {
             Closed::Io(_) => "io",
             Closed::Shutdown => "shutdown",
             Closed::Unauthenticated(_) => "unauthenticated",
+            Closed::Evicted => "evicted",
         }
     }
 }
@@ -83,6 +92,10 @@ struct Gate {
 struct GateState {
     open: usize,
     per_address: HashMap<IpAddr, usize>,
+    /// Connections that have not authenticated, oldest first (by admission number), each
+    /// with the signal that closes it.
+    unproven: BTreeMap<u64, oneshot::Sender<()>>,
+    admitted: u64,
 }
 
 /// Why a connection was not admitted.
@@ -106,6 +119,22 @@ impl Refused {
 struct Admitted {
     gate: Arc<Gate>,
     address: IpAddr,
+    number: u64,
+}
+
+/// A connection's standing on a listener that requires authentication: until
+/// [`Standing::proven`], a newer connection may close it to take its place.
+#[derive(Debug)]
+pub struct Standing {
+    gate: Arc<Gate>,
+    number: u64,
+}
+
+impl Standing {
+    /// The connection authenticated: it is never closed to make room.
+    pub fn proven(&self) {
+        self.gate.lock().unproven.remove(&self.number);
+    }
 }
 
 impl Gate {
@@ -113,28 +142,52 @@ impl Gate {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn admit(self: &Arc<Self>, address: IpAddr) -> Result<Admitted, Refused> {
+    /// Admits a connection from `address`; an `unproven` one can be closed to make room until
+    /// it is proven (the receiver fires then).
+    fn admit(
+        self: &Arc<Self>,
+        address: IpAddr,
+        unproven: bool,
+    ) -> Result<(Admitted, Option<oneshot::Receiver<()>>), Refused> {
         let mut state = self.lock();
-        if state.open >= self.limits.connections_max {
-            return Err(Refused::ConnectionsMax);
-        }
-        let from_address = state.per_address.entry(address).or_insert(0);
-        if *from_address >= self.limits.connections_per_address_max {
+        let from_address = state.per_address.get(&address).copied().unwrap_or(0);
+        if from_address >= self.limits.connections_per_address_max {
             return Err(Refused::PerAddress);
         }
-        *from_address += 1;
+        if state.open >= self.limits.connections_max {
+            // Full: the oldest connection that has not authenticated makes room (its task
+            // closes it at once; until then the listener holds one more than its maximum).
+            let Some((_, evict)) = state.unproven.pop_first() else {
+                return Err(Refused::ConnectionsMax);
+            };
+            let _ = evict.send(());
+            metrics::counter!(m::CONNECTIONS_EVICTED, "listener" => self.listener).increment(1);
+        }
+        *state.per_address.entry(address).or_insert(0) += 1;
         state.open += 1;
+        state.admitted += 1;
+        let number = state.admitted;
+        let evicted = unproven.then(|| {
+            let (evict, evicted) = oneshot::channel();
+            state.unproven.insert(number, evict);
+            evicted
+        });
         metrics::gauge!(m::CONNECTIONS_OPEN, "listener" => self.listener).set(state.open as f64);
-        Ok(Admitted {
-            gate: self.clone(),
-            address,
-        })
+        Ok((
+            Admitted {
+                gate: self.clone(),
+                address,
+                number,
+            },
+            evicted,
+        ))
     }
 }
 
 impl Drop for Admitted {
     fn drop(&mut self) {
         let mut state = self.gate.lock();
+        state.unproven.remove(&self.number);
         state.open = state.open.saturating_sub(1);
         if let Some(count) = state.per_address.get_mut(&self.address) {
             *count -= 1;
@@ -162,10 +215,48 @@ pub async fn accept_loop<H, F>(
     listener: TcpListener,
     name: &'static str,
     limits: ConnectionLimits,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
     handle: H,
 ) where
     H: Fn(TcpStream, SocketAddr) -> F + Send + Sync + 'static,
+    F: Future<Output = Closed> + Send + 'static,
+{
+    serve_accepts(
+        listener,
+        name,
+        limits,
+        shutdown,
+        false,
+        move |stream, peer, _| handle(stream, peer),
+    )
+    .await
+}
+
+/// [`accept_loop`] for a listener that requires authentication: each connection is unproven
+/// until its handler calls [`Standing::proven`], and a full listener closes its oldest
+/// unproven connection to admit a new one.
+pub async fn accept_loop_authenticating<H, F>(
+    listener: TcpListener,
+    name: &'static str,
+    limits: ConnectionLimits,
+    shutdown: watch::Receiver<bool>,
+    handle: H,
+) where
+    H: Fn(TcpStream, SocketAddr, Standing) -> F + Send + Sync + 'static,
+    F: Future<Output = Closed> + Send + 'static,
+{
+    serve_accepts(listener, name, limits, shutdown, true, handle).await
+}
+
+async fn serve_accepts<H, F>(
+    listener: TcpListener,
+    name: &'static str,
+    limits: ConnectionLimits,
+    mut shutdown: watch::Receiver<bool>,
+    unproven: bool,
+    handle: H,
+) where
+    H: Fn(TcpStream, SocketAddr, Standing) -> F + Send + Sync + 'static,
     F: Future<Output = Closed> + Send + 'static,
 {
     let gate = Arc::new(Gate {
@@ -187,7 +278,7 @@ pub async fn accept_loop<H, F>(
             },
             _ = shutdown_signalled(&mut shutdown) => return,
         };
-        let admitted = match gate.admit(peer.ip()) {
+        let (admitted, evicted) = match gate.admit(peer.ip(), unproven) {
             Ok(admitted) => admitted,
             Err(refused) => {
                 metrics::counter!(m::CONNECTIONS_REFUSED, "listener" => name, "reason" => refused.label())
@@ -198,12 +289,27 @@ pub async fn accept_loop<H, F>(
                 continue;
             }
         };
-        let connection = handle(stream, peer);
+        let standing = Standing {
+            gate: gate.clone(),
+            number: admitted.number,
+        };
+        let connection = handle(stream, peer, standing);
         let mut shutdown = shutdown.clone();
         tokio::spawn(async move {
             let _admitted = admitted;
+            let evicted = async {
+                // A proven connection's signal is dropped, never sent: it waits forever.
+                let sent = match evicted {
+                    Some(evicted) => evicted.await.is_ok(),
+                    None => false,
+                };
+                if !sent {
+                    std::future::pending::<()>().await;
+                }
+            };
             let closed = tokio::select! {
                 closed = connection => closed,
+                _ = evicted => Closed::Evicted,
                 _ = shutdown_signalled(&mut shutdown) => Closed::Shutdown,
             };
             metrics::counter!(m::CONNECTIONS_CLOSED, "listener" => name, "reason" => closed.label())
@@ -234,13 +340,60 @@ mod tests {
         });
         let a: IpAddr = [127, 0, 0, 2].into();
         let b: IpAddr = [127, 0, 0, 3].into();
-        let first = gate.admit(a).unwrap();
-        let _second = gate.admit(a).unwrap();
-        assert_eq!(gate.admit(a).unwrap_err(), Refused::PerAddress);
-        let _third = gate.admit(b).unwrap();
-        assert_eq!(gate.admit(b).unwrap_err(), Refused::ConnectionsMax);
+        let first = gate.admit(a, false).unwrap();
+        let _second = gate.admit(a, false).unwrap();
+        assert_eq!(gate.admit(a, false).unwrap_err(), Refused::PerAddress);
+        let _third = gate.admit(b, false).unwrap();
+        assert_eq!(gate.admit(b, false).unwrap_err(), Refused::ConnectionsMax);
         drop(first);
-        let _again = gate.admit(a).unwrap();
+        let _again = gate.admit(a, false).unwrap();
         assert_eq!(gate.lock().per_address[&a], 2);
+    }
+
+    #[test]
+    fn a_full_gate_closes_its_oldest_unproven_connection_for_a_new_one() {
+        let gate = Arc::new(Gate {
+            listener: "test",
+            limits: ConnectionLimits {
+                connections_max: 3,
+                connections_per_address_max: 10,
+            },
+            state: Mutex::new(GateState::default()),
+        });
+        let a: IpAddr = [127, 0, 0, 2].into();
+        let (first, mut first_evicted) = gate.admit(a, true).unwrap();
+        let (second, mut second_evicted) = gate.admit(a, true).unwrap();
+        let (third, _third_evicted) = gate.admit(a, true).unwrap();
+        // The first authenticated: the second is the oldest unproven.
+        Standing {
+            gate: gate.clone(),
+            number: first.number,
+        }
+        .proven();
+        let (_fourth, _) = gate.admit(a, true).unwrap();
+        let first_signal = first_evicted.as_mut().unwrap().try_recv();
+        assert!(
+            first_signal.is_err(),
+            "a proven connection is never evicted"
+        );
+        assert_eq!(second_evicted.as_mut().unwrap().try_recv(), Ok(()));
+        drop(second);
+        drop(third);
+        let (_fifth, _) = gate.admit(a, true).unwrap();
+        // Only proven connections left, and the gate is full: refused as before.
+        let state = gate.lock();
+        assert_eq!(state.open, 3);
+        drop(state);
+        Standing {
+            gate: gate.clone(),
+            number: 4,
+        }
+        .proven();
+        Standing {
+            gate: gate.clone(),
+            number: 5,
+        }
+        .proven();
+        assert_eq!(gate.admit(a, true).unwrap_err(), Refused::ConnectionsMax);
     }
 }

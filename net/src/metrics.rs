@@ -4,6 +4,7 @@
 pub const CONNECTIONS_OPEN: &str = "tailstream_connections_open";
 pub const CONNECTIONS_REFUSED: &str = "tailstream_connections_refused_total";
 pub const CONNECTIONS_CLOSED: &str = "tailstream_connections_closed_total";
+pub const CONNECTIONS_EVICTED: &str = "tailstream_connections_evicted_total";
 pub const REQUEST_BODY_BYTES: &str = "tailstream_request_body_bytes";
 pub const REQUEST_BODY_WAITS: &str = "tailstream_request_body_waits_total";
 
@@ -19,7 +20,11 @@ pub fn describe() {
     );
     metrics::describe_counter!(
         CONNECTIONS_CLOSED,
-        "Connections ended, per listener and reason (peer, idle, request_timeout, bad_input, io, shutdown)"
+        "Connections ended, per listener and reason (peer, idle, request_timeout, bad_input, io, shutdown, unauthenticated, evicted)"
+    );
+    metrics::describe_counter!(
+        CONNECTIONS_EVICTED,
+        "Connections not yet authenticated closed to make room for a new one on a full listener, per listener"
     );
     metrics::describe_gauge!(
         REQUEST_BODY_BYTES,

@@ -260,3 +260,84 @@ async fn kafka_clients_authenticate_with_scram_or_plain_and_nobody_else_gets_in(
     .await
     .expect("the authentication test finished in time");
 }
+
+/// Issue 23's connection flood: anonymous connections that fill a listener's cap used to
+/// lock every client out until they idled away. On a listener that requires authentication,
+/// a new connection to a full listener now closes the oldest one that has not authenticated,
+/// so a client with credentials always gets in; an authenticated connection is never closed
+/// to make room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_anonymous_connections_never_locks_out_a_client_with_credentials() {
+    let Some(kcat) = required(kcat(), "kcat") else {
+        return;
+    };
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let overrides = "[kafka]\nsasl_mechanisms = [\"SCRAM-SHA-256\"]\nconnections_max = 8\n\
+                         [listeners]\nhandshake_timeout_ms = 120000\n";
+        let test = TestCluster::start(1, overrides).await;
+        let broker = test.cluster.broker(0).unwrap();
+        let kafka = broker.kafka_addr.unwrap();
+        let bootstrap = kafka.to_string();
+        let (ok, _, err) = test
+            .cli(&["user", "create", "alice", "--password", "s3cret"], b"")
+            .await;
+        assert!(ok, "{err}");
+
+        // The listener's eight places, taken by anonymous connections that say nothing.
+        let mut flood = Vec::new();
+        for _ in 0..8 {
+            flood.push(connect_from_elsewhere(kafka).await);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let still_open = |stream: &mut tokio::net::TcpStream| {
+            let mut byte = [0u8; 1];
+            matches!(stream.try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        };
+        // A ninth closes the oldest, and only it.
+        flood.push(connect_from_elsewhere(kafka).await);
+        assert!(read_until_closed(&mut flood[0]).await.is_empty());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(flood[1..].iter_mut().all(still_open), "only the oldest closed");
+
+        // A client with credentials gets in (making room the same way), and a long-lived
+        // authenticated consumer stays while the flood goes on.
+        let mut args: Vec<String> = ["-L", "-b", &bootstrap, "-m", "10"]
+            .map(str::to_owned)
+            .to_vec();
+        args.extend(sasl("SCRAM-SHA-256", "alice", "s3cret"));
+        let (ok, stderr) = kcat_outcome(&kcat, &args).await;
+        assert!(ok, "the client with credentials got in: {stderr}");
+        let auth = sasl("SCRAM-SHA-256", "alice", "s3cret");
+        let mut produce: Vec<String> = ["-P", "-b", &bootstrap, "-t", "kept"]
+            .map(str::to_owned)
+            .to_vec();
+        produce.extend(auth.iter().cloned());
+        let produce: Vec<&str> = produce.iter().map(String::as_str).collect();
+        run(&kcat, &produce, b"first\n").await;
+        let mut consume: Vec<String> = ["-C", "-b", &bootstrap, "-t", "kept", "-o", "beginning", "-c", "2", "-q"]
+            .map(str::to_owned)
+            .to_vec();
+        consume.extend(auth.iter().cloned());
+        let consumer = {
+            let kcat = kcat.clone();
+            tokio::spawn(async move {
+                let consume: Vec<&str> = consume.iter().map(String::as_str).collect();
+                run(&kcat, &consume, b"").await
+            })
+        };
+        // Time for the consumer to connect, authenticate and read the first record.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        for _ in 0..20 {
+            flood.push(connect_from_elsewhere(kafka).await);
+        }
+        run(&kcat, &produce, b"second\n").await;
+        let read = consumer.await.unwrap();
+        assert_eq!(read.lines().collect::<Vec<_>>(), ["first", "second"]);
+        assert!(
+            metric(broker.admin_addr, "tailstream_connections_evicted_total", &[("listener", "kafka")]).await >= 20.0
+        );
+        test.stop().await;
+    })
+    .await
+    .expect("the flood test finished in time");
+}
