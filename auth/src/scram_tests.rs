@@ -61,7 +61,7 @@ fn run(
 
 #[test]
 fn both_mechanisms_accept_the_password_and_refuse_any_other() {
-    for mechanism in ScramMechanism::ALL {
+    for &mechanism in ScramMechanism::ALL {
         let stored = new_credential(mechanism, "s3cret", ITERATIONS_MIN).unwrap();
         check_credential(&stored).unwrap();
         assert_eq!(

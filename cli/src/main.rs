@@ -70,6 +70,9 @@ enum Command {
     /// The users Kafka clients authenticate as.
     #[command(subcommand)]
     User(commands::user::UserCommand),
+    /// What authenticated users may do.
+    #[command(subcommand)]
+    Acl(commands::acl::AclCommand),
     /// Produce one record per stdin line; prints the acked count to stderr.
     Produce(commands::produce::ProduceArgs),
     /// Print one record per line to stdout.
@@ -155,6 +158,7 @@ fn main() -> ExitCode {
             }
             Command::Group(command) => commands::group::run(config, &coordinator, command).await,
             Command::User(command) => commands::user::run(config, &coordinator, command).await,
+            Command::Acl(command) => commands::acl::run(config, &coordinator, command).await,
             Command::Bench(BenchCommand::Produce(args)) => {
                 tailstream_bench::produce::run(config, config_path, cli_coordinator(&args), args)
                     .await

@@ -85,6 +85,8 @@ pub struct CoordinatorConfig {
     pub streams_max: u32,
     /// Users kept at most: a create past it is refused (`QuotaExceeded`).
     pub users_max: u32,
+    /// Access control rules kept at most.
+    pub acls_max: u32,
     pub group_committed_partitions_max: u32,
     pub connections_max: u32,
     pub peer_connections_max: u32,
@@ -265,6 +267,8 @@ pub struct KafkaConfig {
     pub request_body_bytes_max: u32,
     /// SASL mechanisms a client must authenticate with; empty: no authentication.
     pub sasl_mechanisms: Vec<String>,
+    /// Users allowed everything, whatever the access control rules say.
+    pub super_users: Vec<String>,
 }
 
 /// The SASL mechanisms the Kafka listener can require.
@@ -395,8 +399,10 @@ impl Config {
                 "coordinator group timeouts and limits must be positive, min <= max".into(),
             );
         }
-        if coordinator.streams_max == 0 || coordinator.users_max == 0 {
-            return invalid("coordinator.streams_max and users_max must be positive".into());
+        if coordinator.streams_max == 0 || coordinator.users_max == 0 || coordinator.acls_max == 0 {
+            return invalid(
+                "coordinator.streams_max, users_max and acls_max must be positive".into(),
+            );
         }
         if coordinator.connections_max == 0 || coordinator.peer_connections_max == 0 {
             return invalid("coordinator connection limits must be positive".into());

@@ -282,6 +282,7 @@ pub async fn lead(
             leaderless_lease_ms: config.broker.leaderless_lease_ms,
             streams_max: coordinator.streams_max as usize,
             users_max: coordinator.users_max as usize,
+            acls_max: coordinator.acls_max as usize,
         },
     );
     tokio::spawn(publish_group_lag(service.clone(), shutdown.clone()));

@@ -80,6 +80,8 @@ pub struct ServiceSettings {
     pub streams_max: usize,
     /// Users kept at most (`coordinator.users_max`).
     pub users_max: usize,
+    /// Access control rules kept at most (`coordinator.acls_max`).
+    pub acls_max: usize,
 }
 
 #[path = "service_users.rs"]
@@ -556,6 +558,9 @@ impl CoordinatorService {
             (_, Opcode::CreateUser) => self.create_user(request.body),
             (_, Opcode::DeleteUser) => self.delete_user(request.body),
             (_, Opcode::ListUsers) => Reply::Ready(self.list_users()),
+            (_, Opcode::AddAcl) => self.change_acl(request.body, true),
+            (_, Opcode::RemoveAcl) => self.change_acl(request.body, false),
+            (_, Opcode::ListAcls) => Reply::Ready(self.list_acls()),
             (Facing::Peers, Opcode::LookupCredentials) => {
                 ready(self.lookup_credentials(request.body))
             }

@@ -1,13 +1,13 @@
-//! The coordinator's user operations: create, delete and list (on either listener), and the
-//! credential lookup brokers check a client's authentication against (peer listener only:
-//! a client gets no key material).
+//! The coordinator's security operations: users (create, delete, list, on either listener,
+//! and the credential lookup brokers check a client's authentication against, on the peer
+//! listener only: a client gets no key material) and access control rules (add, remove, list).
 
 use super::{CoordinatorService, decode, later};
 use bytes::Bytes;
 use tailstream_net::{Reply, Response};
 use tailstream_wire::messages::{
-    CreateUserRequest, DeleteUserRequest, ListUsersResponse, LookupCredentialsRequest,
-    LookupCredentialsResponse,
+    AclChangeRequest, CreateUserRequest, DeleteUserRequest, ListAclsResponse, ListUsersResponse,
+    LookupCredentialsRequest, LookupCredentialsResponse,
 };
 
 impl CoordinatorService {
@@ -64,5 +64,47 @@ impl CoordinatorService {
             .user_credentials(&request.name)
             .map_err(|e| Response::error(e.status(), e.to_string()))?;
         Ok(Response::ok(&LookupCredentialsResponse { credentials }))
+    }
+}
+
+impl CoordinatorService {
+    /// Adds (`add`) or removes an access control rule.
+    pub(super) fn change_acl(&self, body: Bytes, add: bool) -> Reply {
+        let request: AclChangeRequest = match decode(body) {
+            Ok(request) => request,
+            Err(response) => return Reply::Ready(response),
+        };
+        let (core, acls_max) = (self.core.clone(), self.settings.acls_max);
+        later(async move {
+            let rule = request.rule;
+            let logged = format!(
+                "{} {} {}:{}",
+                rule.principal,
+                rule.operation.name(),
+                rule.resource.name(),
+                rule.name
+            );
+            let changed = core
+                .change(move |m| {
+                    if add {
+                        m.add_acl(&rule, acls_max)
+                    } else {
+                        m.remove_acl(&rule)
+                    }
+                })
+                .await;
+            match changed {
+                Ok(()) => {
+                    tracing::info!(rule = %logged, add, "access control rule changed");
+                    Response::empty()
+                }
+                Err(error) => error.response(),
+            }
+        })
+    }
+
+    pub(super) fn list_acls(&self) -> Response {
+        let rules = self.core.lock().metadata.list_acls();
+        Response::ok(&ListAclsResponse { rules })
     }
 }

@@ -18,6 +18,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use std::sync::Arc;
+use tailstream_auth::Principal;
 use tailstream_kafka_wire::{Api, Decoded, decode_request};
 use tailstream_net::{Closed, Standing};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
@@ -59,7 +60,7 @@ pub(crate) async fn serve_connection(
     tracing::debug!(%principal, "kafka connection serving");
     let (queue, queued) = mpsc::unbounded_channel();
     let mut writer = tokio::spawn(write_answers(out, queued));
-    let reader = read_requests(reader, &kafka, &limits, queue);
+    let reader = read_requests(reader, &kafka, &limits, &principal, queue);
     tokio::select! {
         closed = reader => {
             // The reader is done: what it dispatched is still answered, in order.
@@ -81,6 +82,7 @@ async fn read_requests(
     mut reader: BufReader<OwnedReadHalf>,
     kafka: &Arc<Kafka>,
     limits: &ConnectionLimits,
+    principal: &Principal,
     queue: mpsc::UnboundedSender<Queued>,
 ) -> Closed {
     let slots = Arc::new(Semaphore::new(limits.requests_in_flight_max.max(1)));
@@ -119,7 +121,7 @@ async fn read_requests(
                 let correlation_id = header.correlation_id;
                 (
                     correlation_id,
-                    dispatch(kafka, limits, header, api, *body).await,
+                    dispatch(kafka, limits, principal, header, api, *body).await,
                 )
             }
             Ok(Decoded::ApiVersionsFallback { header }) => (

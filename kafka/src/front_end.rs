@@ -3,6 +3,7 @@
 //! listener shares.
 
 use crate::authenticate::Authenticator;
+use crate::authorize::Authorizer;
 use crate::connection::serve_connection;
 use crate::credentials::Credentials;
 use crate::shared::{Advertised, ConnectionLimits as KafkaLimits, Kafka};
@@ -85,16 +86,27 @@ impl KafkaListener {
             &context.coordinator_peer_addr,
             client_rpc_config(&config.client, config.producer.request_timeout_ms),
         );
-        let authenticator = (!self.config.sasl_mechanisms.is_empty()).then(|| {
-            // Credentials are looked up on the coordinator's peer listener (clients cannot).
-            let lookups = CoordinatorClient::new(
-                &context.coordinator_peer_addr,
-                client_rpc_config(&config.client, config.producer.request_timeout_ms),
-            );
-            Authenticator::new(&self.config.sasl_mechanisms, Credentials::new(lookups))
+        let secured = !self.config.sasl_mechanisms.is_empty();
+        // Credentials are looked up on the coordinator's peer listener (clients cannot), on a
+        // connection of their own, which the rules' listings share.
+        let security = CoordinatorClient::new(
+            &context.coordinator_peer_addr,
+            client_rpc_config(&config.client, config.producer.request_timeout_ms),
+        );
+        let authenticator = secured.then(|| {
+            Authenticator::new(
+                &self.config.sasl_mechanisms,
+                Credentials::new(security.clone()),
+            )
+        });
+        let authorizer = secured.then(|| {
+            let authorizer = Arc::new(Authorizer::new(security, &self.config.super_users));
+            tokio::spawn(authorizer.clone().refresh(context.shutdown.clone()));
+            authorizer
         });
         let kafka = Arc::new(Kafka {
             authenticator,
+            authorizer,
             groups,
             group_calls,
             plane: context.plane,

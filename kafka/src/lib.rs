@@ -6,7 +6,8 @@
 //! - [`front_end`]: binds the listener and serves it through the shared accept loop;
 //!   `connection` reads, dispatches and answers one client's requests in order, after
 //!   `authenticate` (SASL PLAIN and SCRAM, where the listener requires it) against
-//!   `credentials` (looked up from the coordinator, kept briefly).
+//!   `credentials` (looked up from the coordinator, kept briefly); `authorize` checks each
+//!   request against the coordinator's access control rules.
 //! - `handlers`: one module per API, over the broker's data plane and the coordinator.
 //! - `shared`: what they all use: the broker's state every connection shares, a
 //!   connection's limits.
@@ -14,6 +15,7 @@
 //!   coordinator; auto-creation within a `budget` (a token bucket). `errors`: Kafka's names
 //!   for Tailstream's refusals. `metrics`: metric names.
 mod authenticate;
+mod authorize;
 mod budget;
 mod connection;
 mod credentials;

@@ -3,6 +3,7 @@
 //! handlers all depend on it and not on each other in a circle.
 
 use crate::authenticate::Authenticator;
+use crate::authorize::Authorizer;
 use crate::topics::Topics;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +32,8 @@ pub(crate) struct Kafka {
     pub advertised: Advertised,
     /// What clients authenticate against (`None`: authentication is off).
     pub authenticator: Option<Authenticator>,
+    /// What authenticated clients may do (`None`: authentication is off, nothing is checked).
+    pub authorizer: Option<Arc<Authorizer>>,
 }
 
 /// A host and port as Kafka's Metadata and FindCoordinator answers carry them.

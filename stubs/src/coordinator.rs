@@ -11,14 +11,14 @@ use std::time::Duration;
 use tailstream_config::ClientConfig;
 use tailstream_net::{RpcClientConfig, RpcPool};
 use tailstream_wire::messages::{
-    AllocateProducerIdRequest, AllocateProducerIdResponse, BrokerInfo, CreateStreamRequest,
-    CreateUserRequest, DeleteStreamRequest, DeleteUserRequest, DescribeConsumerGroupsResponse,
-    DescribeLeadershipResponse, DescribeStreamRequest, Empty, GroupHeartbeatRequest,
-    GroupJoinRequest, GroupJoinResponse, GroupLeaveRequest, GroupSyncRequest, GroupSyncResponse,
-    ListBrokersResponse, ListRecoveriesResponse, ListStreamsResponse, ListUsersResponse,
-    LookupCredentialsRequest, LookupCredentialsResponse, OffsetCommitRequest, OffsetFetchRequest,
-    OffsetFetchResponse, ProducerSession, RecoverySummary, ScramCredential, StreamConfig,
-    StreamMetadata, UserSummary,
+    AclChangeRequest, AclRule, AllocateProducerIdRequest, AllocateProducerIdResponse, BrokerInfo,
+    CreateStreamRequest, CreateUserRequest, DeleteStreamRequest, DeleteUserRequest,
+    DescribeConsumerGroupsResponse, DescribeLeadershipResponse, DescribeStreamRequest, Empty,
+    GroupHeartbeatRequest, GroupJoinRequest, GroupJoinResponse, GroupLeaveRequest,
+    GroupSyncRequest, GroupSyncResponse, ListAclsResponse, ListBrokersResponse,
+    ListRecoveriesResponse, ListStreamsResponse, ListUsersResponse, LookupCredentialsRequest,
+    LookupCredentialsResponse, OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse,
+    ProducerSession, RecoverySummary, ScramCredential, StreamConfig, StreamMetadata, UserSummary,
 };
 use tailstream_wire::{Decode, Encode, Opcode, Status};
 
@@ -219,6 +219,22 @@ impl CoordinatorClient {
         let response: LookupCredentialsResponse =
             self.call(Opcode::LookupCredentials, &request).await?;
         Ok(response.credentials)
+    }
+
+    /// Adds (`add`) or removes an access control rule.
+    pub async fn change_acl(&self, rule: AclRule, add: bool) -> Result<(), StubError> {
+        let opcode = if add {
+            Opcode::AddAcl
+        } else {
+            Opcode::RemoveAcl
+        };
+        let _: Empty = self.call(opcode, &AclChangeRequest { rule }).await?;
+        Ok(())
+    }
+
+    pub async fn list_acls(&self) -> Result<Vec<AclRule>, StubError> {
+        let response: ListAclsResponse = self.call(Opcode::ListAcls, &Empty {}).await?;
+        Ok(response.rules)
     }
 
     /// The most recent recoveries and their phase times.

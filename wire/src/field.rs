@@ -219,3 +219,46 @@ macro_rules! wire_message {
         }
     };
 }
+
+/// Declares a fieldless enum carried as one byte (its explicit discriminant), serde-able (the
+/// coordinator saves some), with `ALL` listing its variants.
+#[macro_export]
+macro_rules! wire_enum {
+    ($(#[$meta:meta])* pub enum $name:ident {
+        $($(#[$vmeta:meta])* $variant:ident = $value:literal),* $(,)?
+    }) => {
+        $(#[$meta])*
+        #[derive(
+            Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord,
+            serde::Serialize, serde::Deserialize,
+        )]
+        #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+        #[repr(u8)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant = $value,)*
+        }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant,)*];
+        }
+
+        impl $crate::field::WireField for $name {
+            const MIN_BYTES: usize = 1;
+            fn put(&self, out: &mut ::bytes::BytesMut) {
+                $crate::field::WireField::put(&(*self as u8), out);
+            }
+            fn get(
+                reader: &mut $crate::codec::WireReader,
+                what: &'static str,
+            ) -> Result<Self, $crate::codec::DecodeError> {
+                match reader.u8(what)? {
+                    $($value => Ok($name::$variant),)*
+                    other => Err($crate::codec::DecodeError::InvalidValue {
+                        what,
+                        value: u64::from(other),
+                    }),
+                }
+            }
+        }
+    };
+}

@@ -101,6 +101,12 @@ opcodes! {
     DeleteUser = 28,
     /// Client → coordinator: the users' names and mechanisms.
     ListUsers = 29,
+    /// Client → coordinator: add an access control rule.
+    AddAcl = 34,
+    /// Client → coordinator: remove an access control rule.
+    RemoveAcl = 35,
+    /// → coordinator: every access control rule (brokers enforce them).
+    ListAcls = 36,
     /// Client → broker: append one record batch to a streamlet.
     Produce = 30,
     /// Client → broker: read committed entries of one segment of a group.

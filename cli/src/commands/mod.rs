@@ -1,5 +1,6 @@
 //! The client-side subcommands, one module each.
 
+pub mod acl;
 pub mod cluster;
 pub mod consume;
 pub mod dev;

@@ -51,7 +51,8 @@ pub async fn run(config: Config, coordinator: &str, command: UserCommand) -> Res
                 return Err("an empty password".into());
             }
             let credentials = ScramMechanism::ALL
-                .into_iter()
+                .iter()
+                .copied()
                 .map(|mechanism| new_credential(mechanism, &password, iterations))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| e.to_string())?;

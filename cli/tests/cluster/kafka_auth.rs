@@ -14,6 +14,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// Longer than brokers take to apply a rule change (they list the rules every 5 s).
+const REFRESH: Duration = Duration::from_millis(5500);
+
 const OVERRIDES: &str = "[kafka]\nsasl_mechanisms = [\"SCRAM-SHA-256\", \"SCRAM-SHA-512\", \"PLAIN\"]\n\
                          [listeners]\nhandshake_timeout_ms = 1500\n";
 
@@ -115,6 +118,22 @@ async fn kafka_clients_authenticate_with_scram_or_plain_and_nobody_else_gets_in(
             String::from_utf8_lossy(&out).trim(),
             "alice\tSCRAM-SHA-256,SCRAM-SHA-512"
         );
+        // Everything on every topic and group, and on the cluster (create, idempotent writes).
+        for resource in [&["--topic", "*"][..], &["--group", "*"], &["--cluster"]] {
+            let mut args = vec![
+                "acl",
+                "add",
+                "--principal",
+                "User:alice",
+                "--operation",
+                "all",
+            ];
+            args.extend_from_slice(resource);
+            let (ok, _, err) = test.cli(&args, b"").await;
+            assert!(ok, "{err}");
+        }
+        // Brokers list the rules every 5 s.
+        tokio::time::sleep(REFRESH).await;
 
         // kcat produces and reads back with each mechanism.
         for mechanism in ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"] {
@@ -272,7 +291,9 @@ async fn a_flood_of_anonymous_connections_never_locks_out_a_client_with_credenti
         return;
     };
     tokio::time::timeout(TEST_TIMEOUT, async {
+        // A super user may do everything, with no rule.
         let overrides = "[kafka]\nsasl_mechanisms = [\"SCRAM-SHA-256\"]\nconnections_max = 8\n\
+                         super_users = [\"alice\"]\n\
                          [listeners]\nhandshake_timeout_ms = 120000\n";
         let test = TestCluster::start(1, overrides).await;
         let broker = test.cluster.broker(0).unwrap();
@@ -340,4 +361,198 @@ async fn a_flood_of_anonymous_connections_never_locks_out_a_client_with_credenti
     })
     .await
     .expect("the flood test finished in time");
+}
+
+/// kcat as `user` (SCRAM-SHA-256) with `args` and `stdin`: whether it succeeded, stdout, stderr.
+async fn kcat_as(
+    kcat: &PathBuf,
+    user: &str,
+    password: &str,
+    args: &[&str],
+    stdin: &[u8],
+) -> (bool, String, String) {
+    use std::process::Stdio;
+    let mut command = tokio::process::Command::new(kcat);
+    command
+        .args(args)
+        .args(sasl("SCRAM-SHA-256", user, password))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = command.spawn().unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin).await.unwrap();
+    drop(input);
+    let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("kcat finished in 30 s")
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Issue 23's authorization: an authenticated user may do only what a rule allows (a super
+/// user everything), and each refusal is Kafka's own error, which the client reports as it
+/// would against Kafka: TOPIC_AUTHORIZATION_FAILED for a topic it may not write, read or see,
+/// GROUP_AUTHORIZATION_FAILED for a group it may not join. Removing a rule takes effect within
+/// brokers' refresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_clients_may_do_only_what_an_access_control_rule_allows() {
+    let Some(kcat) = required(kcat(), "kcat") else {
+        return;
+    };
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let overrides =
+            "[kafka]\nsasl_mechanisms = [\"SCRAM-SHA-256\"]\nsuper_users = [\"admin\"]\n";
+        let test = TestCluster::start(1, overrides).await;
+        let bootstrap = bootstrap(&test);
+        for (user, password) in [("admin", "adm1n"), ("bob", "b0b")] {
+            let (ok, _, err) = test
+                .cli(&["user", "create", user, "--password", password], b"")
+                .await;
+            assert!(ok, "{err}");
+        }
+        let rules: [&[&str]; 3] = [
+            &["--operation", "write", "--topic", "orders"],
+            &["--operation", "read", "--topic", "logs-", "--prefixed"],
+            &["--operation", "read", "--group", "readers"],
+        ];
+        for rule in rules {
+            let mut args = vec!["acl", "add", "--principal", "User:bob"];
+            args.extend_from_slice(rule);
+            let (ok, _, err) = test.cli(&args, b"").await;
+            assert!(ok, "{err}");
+        }
+        let (ok, out, _) = test.cli(&["acl", "list"], b"").await;
+        assert!(ok);
+        assert_eq!(String::from_utf8_lossy(&out).lines().count(), 3);
+        // The super user makes the topics (no rule needed).
+        for topic in ["orders", "logs-eu", "secret"] {
+            let (ok, _, err) = kcat_as(
+                &kcat,
+                "admin",
+                "adm1n",
+                &["-P", "-b", &bootstrap, "-t", topic],
+                format!("from-admin-{topic}\n").as_bytes(),
+            )
+            .await;
+            assert!(ok, "{topic}: {err}");
+        }
+        tokio::time::sleep(REFRESH).await;
+        let bob = |args: Vec<&'static str>, stdin: &'static [u8]| {
+            let (kcat, bootstrap) = (kcat.clone(), bootstrap.clone());
+            async move {
+                let mut all = vec!["-b", bootstrap.as_str()];
+                all.extend(args);
+                kcat_as(&kcat, "bob", "b0b", &all, stdin).await
+            }
+        };
+        let denied = |stderr: &str, what: &str| {
+            assert!(
+                stderr.contains(&format!("{what} authorization failed")),
+                "expected {what} authorization failed: {stderr}"
+            );
+        };
+
+        // Write on orders: produced. Not on secret, nor on a new topic (no Create either).
+        let (ok, _, err) = bob(vec!["-P", "-t", "orders"], b"from-bob\n").await;
+        assert!(ok, "{err}");
+        let (_, _, err) = bob(vec!["-P", "-t", "secret"], b"intruder\n").await;
+        denied(&err, "Topic");
+        let (_, _, err) = bob(vec!["-P", "-t", "brand-new"], b"intruder\n").await;
+        denied(&err, "Topic");
+        // Read on logs-*: read. Not on secret, nor on orders (Write is not Read).
+        let (ok, out, err) = bob(
+            vec!["-C", "-t", "logs-eu", "-o", "beginning", "-e", "-q"],
+            b"",
+        )
+        .await;
+        assert!(ok, "{err}");
+        assert_eq!(out.trim(), "from-admin-logs-eu");
+        let (_, out, err) = bob(
+            vec!["-C", "-t", "secret", "-o", "beginning", "-e", "-q"],
+            b"",
+        )
+        .await;
+        assert!(out.is_empty());
+        denied(&err, "Topic");
+        let (_, out, err) = bob(
+            vec!["-C", "-t", "orders", "-o", "beginning", "-e", "-q"],
+            b"",
+        )
+        .await;
+        assert!(out.is_empty());
+        denied(&err, "Topic");
+        // A listing shows only what bob may describe.
+        let (ok, out, err) = bob(vec!["-L"], b"").await;
+        assert!(ok, "{err}");
+        assert!(
+            out.contains("\"orders\"") && out.contains("\"logs-eu\""),
+            "{out}"
+        );
+        assert!(!out.contains("\"secret\""), "{out}");
+        // The group bob may read; not another.
+        let (ok, out, err) = bob(
+            vec!["-G", "readers", "-o", "beginning", "-e", "-q", "logs-eu"],
+            b"",
+        )
+        .await;
+        assert!(ok, "{err}");
+        assert_eq!(out.trim(), "from-admin-logs-eu");
+        let (_, out, err) = bob(vec!["-G", "others", "-e", "-q", "logs-eu"], b"").await;
+        assert!(out.is_empty());
+        assert!(
+            err.contains("not authorized to describe group \"others\""),
+            "{err}"
+        );
+        // Nothing bob was refused was written.
+        let (ok, out, err) = kcat_as(
+            &kcat,
+            "admin",
+            "adm1n",
+            &[
+                "-C",
+                "-b",
+                &bootstrap,
+                "-t",
+                "secret",
+                "-o",
+                "beginning",
+                "-e",
+                "-q",
+            ],
+            b"",
+        )
+        .await;
+        assert!(ok, "{err}");
+        assert_eq!(out.trim(), "from-admin-secret");
+
+        // The write rule removed: refused within the brokers' refresh.
+        let (ok, _, err) = test
+            .cli(
+                &[
+                    "acl",
+                    "remove",
+                    "--principal",
+                    "User:bob",
+                    "--operation",
+                    "write",
+                    "--topic",
+                    "orders",
+                ],
+                b"",
+            )
+            .await;
+        assert!(ok, "{err}");
+        tokio::time::sleep(REFRESH).await;
+        let (_, _, err) = bob(vec!["-P", "-t", "orders"], b"again\n").await;
+        denied(&err, "Topic");
+        test.stop().await;
+    })
+    .await
+    .expect("the authorization test finished in time");
 }

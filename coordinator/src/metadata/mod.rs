@@ -11,8 +11,9 @@
 //! - [`rebuilds`]: moving a crashed broker's streamlets through recovery (owner, epoch, state),
 //!   many at once;
 //! - [`recovery`]: the record of each recovery and its phases;
-//! - [`users`]: users and their SCRAM credentials.
+//! - [`users`]: users and their SCRAM credentials; [`acls`]: access control rules.
 
+pub mod acls;
 mod brokers;
 pub mod invariants;
 mod log_bounds;
@@ -209,6 +210,9 @@ pub struct Metadata {
     /// Users by name, with their credentials; absent in files written before users existed.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub users: BTreeMap<String, UserRecord>,
+    /// Access control rules, sorted, none twice.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acls: Vec<acls::StoredAcl>,
 }
 
 impl Metadata {
@@ -237,6 +241,7 @@ impl Metadata {
                 return Err(format!("broker {i} has server id {}", broker.server_id));
             }
         }
+        self.check_acls()?;
         for (name, user) in &self.users {
             if *name != user.name {
                 return Err(format!("user {name:?} holds {:?}", user.name));

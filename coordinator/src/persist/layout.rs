@@ -13,6 +13,7 @@
 //! | `P/m/crashes` | the crashes not yet retired (a short list, bounded by the brokers) |
 //! | `P/m/deleted-streams` | the last deleted stream ids (bounded) |
 //! | `P/m/users/{name}` | one [`UserRecord`] (a name is `A-Z a-z 0-9 . _ - @ +`) |
+//! | `P/m/acls` | every access control rule (few: at most `coordinator.acls_max`) |
 //!
 //! Numbers in keys are zero-padded, so a prefix listing comes back in numeric order. A change
 //! writes only the keys whose objects differ: a head report rewrites one placement, never the
@@ -120,6 +121,9 @@ pub mod keys {
     pub fn recovery(id: u64) -> String {
         format!("{METADATA_DIR}recoveries/{id:020}")
     }
+    pub fn acls() -> String {
+        format!("{METADATA_DIR}acls")
+    }
     pub fn user(name: &str) -> String {
         format!("{METADATA_DIR}users/{name}")
     }
@@ -143,6 +147,9 @@ pub fn changes(previous: &Metadata, next: &Metadata) -> Result<Vec<Op>, String> 
     }
     if previous.deleted_streams != next.deleted_streams {
         put(&mut ops, keys::deleted_streams(), &next.deleted_streams)?;
+    }
+    if previous.acls != next.acls {
+        put(&mut ops, keys::acls(), &next.acls)?;
     }
     for (index, broker) in next.brokers.iter().enumerate() {
         if previous.brokers.get(index) != Some(broker) {
@@ -287,6 +294,7 @@ pub fn read(listing: &BTreeMap<String, Vec<u8>>) -> Result<Metadata, String> {
             }
             ["crashes"] => metadata.crashes = decode::<Vec<Crash>>(key, value)?,
             ["deleted-streams"] => metadata.deleted_streams = decode(key, value)?,
+            ["acls"] => metadata.acls = decode(key, value)?,
             ["brokers", index] => {
                 let index = number(key, index)?;
                 if index != metadata.brokers.len() as u64 {

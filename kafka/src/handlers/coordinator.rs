@@ -9,6 +9,7 @@
 //! both treat as final at once (any other code has librdkafka retry until its timeout).
 
 use super::{Answer, encode, str_bytes};
+use crate::authorize::Access;
 use crate::errors::cluster_error_code;
 use crate::shared::Kafka;
 use kafka_protocol::ResponseError;
@@ -17,6 +18,7 @@ use kafka_protocol::messages::{
     InitProducerIdResponse, ProducerId,
 };
 use std::sync::Arc;
+use tailstream_wire::messages::AclOperation;
 use tailstream_wire::messages::ProducerSession;
 use tailstream_wire::{ProducerEpoch, ProducerId as TailstreamProducerId};
 
@@ -24,11 +26,27 @@ use tailstream_wire::{ProducerEpoch, ProducerId as TailstreamProducerId};
 const KEY_TYPE_TRANSACTION: i8 = 1;
 const NO_TRANSACTIONS: &str = "transactions are not supported by Tailstream";
 
-pub(crate) fn find(kafka: &Arc<Kafka>, version: i16, request: FindCoordinatorRequest) -> Answer {
+pub(crate) fn find(
+    kafka: &Arc<Kafka>,
+    access: &Access,
+    version: i16,
+    request: FindCoordinatorRequest,
+) -> Answer {
     if request.key_type == KEY_TYPE_TRANSACTION {
         let response = FindCoordinatorResponse::default()
             .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code())
             .with_error_message(Some(str_bytes(NO_TRANSACTIONS)))
+            .with_node_id(BrokerId(-1));
+        return Answer::Ready(encode(&response, version));
+    }
+    if !access.group(AclOperation::Describe, request.key.as_str()) {
+        let message = format!(
+            "not authorized to describe group {:?}",
+            request.key.as_str()
+        );
+        let response = FindCoordinatorResponse::default()
+            .with_error_code(ResponseError::GroupAuthorizationFailed.code())
+            .with_error_message(Some(str_bytes(&message)))
             .with_node_id(BrokerId(-1));
         return Answer::Ready(encode(&response, version));
     }
@@ -56,15 +74,23 @@ fn previous_session(request: &InitProducerIdRequest) -> Option<ProducerSession> 
 
 pub(crate) fn init_producer_id(
     kafka: Arc<Kafka>,
+    access: &Access,
     version: i16,
     request: InitProducerIdRequest,
 ) -> Answer {
+    let may = access.may_write_idempotently();
     Answer::Later(Box::pin(async move {
-        let response = if request.transactional_id.is_some() {
+        let refused = |code: i16| {
             InitProducerIdResponse::default()
-                .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code())
+                .with_error_code(code)
                 .with_producer_id(ProducerId(-1))
                 .with_producer_epoch(-1)
+        };
+        let response = if request.transactional_id.is_some() {
+            refused(ResponseError::TransactionalIdAuthorizationFailed.code())
+        } else if !may {
+            // Kafka 3's rule: IdempotentWrite on the cluster, or Write on some topic.
+            refused(ResponseError::ClusterAuthorizationFailed.code())
         } else {
             match kafka
                 .coordinator

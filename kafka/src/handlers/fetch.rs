@@ -5,8 +5,10 @@
 //! names its partitions, and the answer's session id is 0.
 
 use super::Answer;
+use crate::authorize::Access;
 use crate::errors::{NONE, data_error_code};
 use crate::shared::Kafka;
+use crate::topics::TopicError;
 use crate::topics::{Partition, partition};
 use futures::FutureExt;
 use futures::future::select_all;
@@ -17,6 +19,7 @@ use std::time::Duration;
 use tailstream_kafka_wire::{PartitionAnswer, TopicAnswer, encode_fetch_response};
 use tailstream_storage::CommitPoint;
 use tailstream_wire::RecordOffset;
+use tailstream_wire::messages::AclOperation;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -35,6 +38,7 @@ struct WantedTopic {
 
 pub(crate) fn answer(
     kafka: Arc<Kafka>,
+    access: Access,
     wait_max: Duration,
     version: i16,
     request: FetchRequest,
@@ -49,7 +53,14 @@ pub(crate) fn answer(
         let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
         let mut wanted = Vec::with_capacity(request.topics.len());
         for topic in request.topics {
-            let stream = kafka.topics.route(topic.topic.as_str(), false).await;
+            let stream = if access.topic(AclOperation::Read, topic.topic.as_str()) {
+                kafka.topics.route(topic.topic.as_str(), false).await
+            } else {
+                Err(TopicError {
+                    code: ResponseError::TopicAuthorizationFailed.code(),
+                    message: String::new(),
+                })
+            };
             let partitions = topic
                 .partitions
                 .into_iter()

@@ -4,6 +4,7 @@
 //! committed offsets, durably. Whatever broker a client asked, the answer is the same.
 
 use super::{Answer, encode, str_bytes};
+use crate::authorize::Access;
 use crate::shared::Kafka;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
@@ -24,6 +25,7 @@ use std::sync::Arc;
 use tailstream_stubs::StubError;
 use tailstream_wire::Status;
 use tailstream_wire::messages as native;
+use tailstream_wire::messages::AclOperation;
 
 /// The Kafka error code for a group operation the coordinator refused (or could not be
 /// reached for: the client finds the coordinator again and retries).
@@ -41,14 +43,26 @@ fn group_error_code(error: &StubError) -> i16 {
     kafka.code()
 }
 
+/// Kafka's refusal of a group call the client may not make.
+const GROUP_DENIED: i16 = ResponseError::GroupAuthorizationFailed.code();
+
 pub(crate) fn join(
     kafka: Arc<Kafka>,
+    access: &Access,
     version: i16,
     client_id: Option<String>,
     request: JoinGroupRequest,
 ) -> Answer {
+    let denied = !access.group(AclOperation::Read, request.group_id.as_str());
     Answer::Later(Box::pin(async move {
         let member_id = request.member_id.as_str().to_owned();
+        if denied {
+            let response = JoinGroupResponse::default()
+                .with_error_code(GROUP_DENIED)
+                .with_generation_id(-1)
+                .with_member_id(str_bytes(&member_id));
+            return encode(&response, version);
+        }
         let native = native::GroupJoinRequest {
             group: request.group_id.as_str().to_owned(),
             member_id: member_id.clone(),
@@ -92,8 +106,20 @@ pub(crate) fn join(
     }))
 }
 
-pub(crate) fn sync(kafka: Arc<Kafka>, version: i16, request: SyncGroupRequest) -> Answer {
+pub(crate) fn sync(
+    kafka: Arc<Kafka>,
+    access: &Access,
+    version: i16,
+    request: SyncGroupRequest,
+) -> Answer {
+    let denied = !access.group(AclOperation::Read, request.group_id.as_str());
     Answer::Later(Box::pin(async move {
+        if denied {
+            return encode(
+                &SyncGroupResponse::default().with_error_code(GROUP_DENIED),
+                version,
+            );
+        }
         let native = native::GroupSyncRequest {
             group: request.group_id.as_str().to_owned(),
             generation: u32::try_from(request.generation_id).unwrap_or(u32::MAX),
@@ -115,8 +141,20 @@ pub(crate) fn sync(kafka: Arc<Kafka>, version: i16, request: SyncGroupRequest) -
     }))
 }
 
-pub(crate) fn heartbeat(kafka: Arc<Kafka>, version: i16, request: HeartbeatRequest) -> Answer {
+pub(crate) fn heartbeat(
+    kafka: Arc<Kafka>,
+    access: &Access,
+    version: i16,
+    request: HeartbeatRequest,
+) -> Answer {
+    let denied = !access.group(AclOperation::Read, request.group_id.as_str());
     Answer::Later(Box::pin(async move {
+        if denied {
+            return encode(
+                &HeartbeatResponse::default().with_error_code(GROUP_DENIED),
+                version,
+            );
+        }
         let native = native::GroupHeartbeatRequest {
             group: request.group_id.as_str().to_owned(),
             generation: u32::try_from(request.generation_id).unwrap_or(u32::MAX),
@@ -130,7 +168,13 @@ pub(crate) fn heartbeat(kafka: Arc<Kafka>, version: i16, request: HeartbeatReque
     }))
 }
 
-pub(crate) fn leave(kafka: Arc<Kafka>, version: i16, request: LeaveGroupRequest) -> Answer {
+pub(crate) fn leave(
+    kafka: Arc<Kafka>,
+    access: &Access,
+    version: i16,
+    request: LeaveGroupRequest,
+) -> Answer {
+    let denied = !access.group(AclOperation::Read, request.group_id.as_str());
     Answer::Later(Box::pin(async move {
         // Up to v2 one member leaves; from v3 a list of them.
         let members: Vec<String> = if version <= 2 {
@@ -146,9 +190,12 @@ pub(crate) fn leave(kafka: Arc<Kafka>, version: i16, request: LeaveGroupRequest)
             group: request.group_id.as_str().to_owned(),
             member_ids: members.clone(),
         };
-        let code = match kafka.group_calls.leave_group(&native).await {
-            Ok(()) => 0,
-            Err(error) => group_error_code(&error),
+        let code = match denied {
+            true => GROUP_DENIED,
+            false => match kafka.group_calls.leave_group(&native).await {
+                Ok(()) => 0,
+                Err(error) => group_error_code(&error),
+            },
         };
         let mut response = LeaveGroupResponse::default().with_error_code(code);
         if version >= 3 {
@@ -167,8 +214,14 @@ pub(crate) fn leave(kafka: Arc<Kafka>, version: i16, request: LeaveGroupRequest)
     }))
 }
 
-pub(crate) fn commit(kafka: Arc<Kafka>, version: i16, request: OffsetCommitRequest) -> Answer {
+pub(crate) fn commit(
+    kafka: Arc<Kafka>,
+    access: Access,
+    version: i16,
+    request: OffsetCommitRequest,
+) -> Answer {
     Answer::Later(Box::pin(async move {
+        let group_denied = !access.group(AclOperation::Read, request.group_id.as_str());
         // Generation -1 and no member: a consumer that assigns its partitions itself.
         let member = (request.generation_id_or_member_epoch >= 0 || !request.member_id.is_empty())
             .then(|| native::GroupMemberRef {
@@ -179,7 +232,15 @@ pub(crate) fn commit(kafka: Arc<Kafka>, version: i16, request: OffsetCommitReque
         let mut offsets = Vec::new();
         let mut refused: BTreeMap<(String, i32), i16> = BTreeMap::new();
         for topic in &request.topics {
+            let topic_denied = !access.topic(AclOperation::Read, topic.name.as_str());
             for partition in &topic.partitions {
+                if topic_denied {
+                    refused.insert(
+                        (topic.name.as_str().to_owned(), partition.partition_index),
+                        ResponseError::TopicAuthorizationFailed.code(),
+                    );
+                    continue;
+                }
                 let valid = (
                     u32::try_from(partition.partition_index),
                     u64::try_from(partition.committed_offset),
@@ -208,12 +269,23 @@ pub(crate) fn commit(kafka: Arc<Kafka>, version: i16, request: OffsetCommitReque
             member,
             offsets,
         };
-        let code = match kafka.group_calls.commit_offsets(&native).await {
+        let committed = match group_denied {
+            true => Err(None),
+            // Every partition refused already: nothing to commit.
+            false if native.offsets.is_empty() && !refused.is_empty() => Ok(()),
+            false => kafka
+                .group_calls
+                .commit_offsets(&native)
+                .await
+                .map_err(Some),
+        };
+        let code = match committed {
             Ok(()) => 0,
-            Err(error) if error.status() == Some(Status::InvalidArgument) => {
+            Err(None) => GROUP_DENIED,
+            Err(Some(error)) if error.status() == Some(Status::InvalidArgument) => {
                 ResponseError::OffsetMetadataTooLarge.code()
             }
-            Err(error) => group_error_code(&error),
+            Err(Some(error)) => group_error_code(&error),
         };
         let topics = request
             .topics
@@ -241,8 +313,14 @@ pub(crate) fn commit(kafka: Arc<Kafka>, version: i16, request: OffsetCommitReque
     }))
 }
 
-pub(crate) fn fetch(kafka: Arc<Kafka>, version: i16, request: OffsetFetchRequest) -> Answer {
+pub(crate) fn fetch(
+    kafka: Arc<Kafka>,
+    access: Access,
+    version: i16,
+    request: OffsetFetchRequest,
+) -> Answer {
     Answer::Later(Box::pin(async move {
+        let group_denied = !access.group(AclOperation::Describe, request.group_id.as_str());
         let wanted: Option<Vec<native::TopicPartition>> = request.topics.as_ref().map(|topics| {
             topics
                 .iter()
@@ -260,12 +338,24 @@ pub(crate) fn fetch(kafka: Arc<Kafka>, version: i16, request: OffsetFetchRequest
             group: request.group_id.as_str().to_owned(),
             partitions: wanted,
         };
-        let (committed, code) = match kafka.group_calls.fetch_offsets(&native).await {
+        let fetched = match group_denied {
+            true => Err(GROUP_DENIED),
+            false => kafka
+                .group_calls
+                .fetch_offsets(&native)
+                .await
+                .map_err(|error| group_error_code(&error)),
+        };
+        let (committed, code) = match fetched {
             Ok(response) => (response.offsets, 0),
-            Err(error) => (Vec::new(), group_error_code(&error)),
+            Err(code) => (Vec::new(), code),
         };
         let mut by_topic: BTreeMap<String, BTreeMap<i32, (i64, String)>> = BTreeMap::new();
-        for c in committed {
+        // Offsets of topics the client may not describe are not shown.
+        for c in committed
+            .into_iter()
+            .filter(|c| access.topic(AclOperation::Describe, &c.topic))
+        {
             by_topic.entry(c.topic).or_default().insert(
                 i32::try_from(c.partition).unwrap_or(i32::MAX),
                 (i64::try_from(c.offset).unwrap_or(i64::MAX), c.metadata),

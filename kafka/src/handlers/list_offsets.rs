@@ -4,8 +4,10 @@
 //! is older).
 
 use super::{Answer, encode};
+use crate::authorize::Access;
 use crate::errors::{NONE, data_error_code};
 use crate::shared::Kafka;
+use crate::topics::TopicError;
 use crate::topics::partition;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::list_offsets_response::{
@@ -14,16 +16,29 @@ use kafka_protocol::messages::list_offsets_response::{
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 use std::sync::Arc;
 use tailstream_wire::RecordOffset;
+use tailstream_wire::messages::AclOperation;
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 
-pub(crate) fn answer(kafka: Arc<Kafka>, version: i16, request: ListOffsetsRequest) -> Answer {
+pub(crate) fn answer(
+    kafka: Arc<Kafka>,
+    access: Access,
+    version: i16,
+    request: ListOffsetsRequest,
+) -> Answer {
     Answer::Later(Box::pin(async move {
         let mut topics = Vec::with_capacity(request.topics.len());
         for topic in request.topics {
-            let stream = kafka.topics.route(topic.name.as_str(), false).await;
+            let stream = if access.topic(AclOperation::Describe, topic.name.as_str()) {
+                kafka.topics.route(topic.name.as_str(), false).await
+            } else {
+                Err(TopicError {
+                    code: ResponseError::TopicAuthorizationFailed.code(),
+                    message: String::new(),
+                })
+            };
             let partitions = topic
                 .partitions
                 .iter()

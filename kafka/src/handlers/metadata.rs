@@ -4,6 +4,7 @@
 //! leaders moved, and this is how clients learn where.
 
 use super::{Answer, encode, str_bytes};
+use crate::authorize::Access;
 use crate::shared::{Advertised, Kafka};
 use crate::topics::TopicError;
 use kafka_protocol::ResponseError;
@@ -14,12 +15,17 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, Topi
 use std::collections::HashMap;
 use std::sync::Arc;
 use tailstream_wire::LogId;
-use tailstream_wire::messages::{PlacementState, StreamMetadata, StreamletPlacement};
+use tailstream_wire::messages::{AclOperation, PlacementState, StreamMetadata, StreamletPlacement};
 
 /// What Tailstream calls its cluster, for clients that want a cluster id.
 const CLUSTER_ID: &str = "tailstream";
 
-pub(crate) fn answer(kafka: Arc<Kafka>, version: i16, request: MetadataRequest) -> Answer {
+pub(crate) fn answer(
+    kafka: Arc<Kafka>,
+    access: Access,
+    version: i16,
+    request: MetadataRequest,
+) -> Answer {
     Answer::Later(Box::pin(async move {
         let brokers = brokers(&kafka);
         let own = kafka.cluster.server_id().map_or(-1, |id| id.index as i32);
@@ -30,9 +36,20 @@ pub(crate) fn answer(kafka: Arc<Kafka>, version: i16, request: MetadataRequest) 
         };
         let create = version < 4 || request.allow_auto_topic_creation;
         let mut topics = Vec::new();
+        // A topic the client may not describe is left out of a listing, and refused by name.
+        let denied = TopicError {
+            code: ResponseError::TopicAuthorizationFailed.code(),
+            message: String::new(),
+        };
+        let describes = |name: &str| access.topic(AclOperation::Describe, name);
         if all {
             match kafka.topics.all().await {
-                Ok(streams) => topics.extend(streams.iter().map(|s| topic(s, version))),
+                Ok(streams) => topics.extend(
+                    streams
+                        .iter()
+                        .filter(|s| describes(&s.name))
+                        .map(|s| topic(s, version)),
+                ),
                 Err(error) => return Err(format!("listing streams: {}", error.message)),
             }
         } else if request.topics.as_ref().map_or(0, Vec::len) > kafka.topics.names_per_request_max {
@@ -55,6 +72,7 @@ pub(crate) fn answer(kafka: Arc<Kafka>, version: i16, request: MetadataRequest) 
             for wanted in request.topics.iter().flatten() {
                 if let Some(name) = wanted.name.as_ref() {
                     topics.push(match by_name.get(name.as_str()) {
+                        _ if !describes(name.as_str()) => failed_topic(name.as_str(), &denied),
                         Some(stream) => topic(stream, version),
                         None => failed_topic(name.as_str(), &unknown),
                     });
@@ -65,6 +83,13 @@ pub(crate) fn answer(kafka: Arc<Kafka>, version: i16, request: MetadataRequest) 
                 let Some(name) = wanted.name.as_ref() else {
                     continue;
                 };
+                if !describes(name.as_str()) {
+                    topics.push(failed_topic(name.as_str(), &denied));
+                    continue;
+                }
+                // Auto-creation also needs Create (on the topic or the cluster); without it a
+                // missing topic is just unknown, as Kafka answers.
+                let create = create && access.may_create_topic(name.as_str());
                 let entry = match kafka.topics.fresh(name.as_str(), create).await {
                     Ok(stream) => topic(&stream, version),
                     Err(error) => failed_topic(name.as_str(), &error),

@@ -14,12 +14,14 @@ mod metadata;
 mod produce;
 pub(crate) mod sasl;
 
+use crate::authorize::Access;
 use crate::shared::ConnectionLimits;
 use crate::shared::Kafka;
 use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use std::sync::Arc;
+use tailstream_auth::Principal;
 use tailstream_kafka_wire::{Api, RequestBody, RequestHeader};
 
 /// An encoded answer body (without its length and header), or why it could not be encoded
@@ -51,32 +53,42 @@ pub(crate) fn str_bytes(value: &str) -> StrBytes {
 pub(crate) async fn dispatch(
     kafka: &Arc<Kafka>,
     limits: &ConnectionLimits,
+    principal: &Principal,
     header: RequestHeader,
     api: Api,
     body: RequestBody,
 ) -> Answer {
     metrics::counter!(crate::metrics::REQUESTS, "api" => api.name()).increment(1);
     let version = header.api_version;
+    // What this request may do (everything where authentication is off). Waits on the
+    // coordinator only before the broker's first listing of the rules.
+    let access = match &kafka.authorizer {
+        Some(authorizer) => authorizer.access(principal).await,
+        None => Access::Everything,
+    };
+    let k = || kafka.clone();
     let answer = match body {
         RequestBody::ApiVersions(_) => api_versions::answer(version),
-        RequestBody::Metadata(request) => metadata::answer(kafka.clone(), version, request),
-        RequestBody::Produce(request) => produce::answer(kafka, version, request).await,
+        RequestBody::Metadata(request) => metadata::answer(k(), access, version, request),
+        RequestBody::Produce(request) => produce::answer(kafka, &access, version, request).await,
         RequestBody::Fetch(request) => {
-            fetch::answer(kafka.clone(), limits.fetch_wait_max, version, request)
+            fetch::answer(k(), access, limits.fetch_wait_max, version, request)
         }
-        RequestBody::ListOffsets(request) => list_offsets::answer(kafka.clone(), version, request),
-        RequestBody::FindCoordinator(request) => coordinator::find(kafka, version, request),
+        RequestBody::ListOffsets(request) => list_offsets::answer(k(), access, version, request),
+        RequestBody::FindCoordinator(request) => {
+            coordinator::find(kafka, &access, version, request)
+        }
         RequestBody::InitProducerId(request) => {
-            coordinator::init_producer_id(kafka.clone(), version, request)
+            coordinator::init_producer_id(k(), &access, version, request)
         }
         RequestBody::JoinGroup(request) => {
-            groups::join(kafka.clone(), version, header.client_id, request)
+            groups::join(k(), &access, version, header.client_id, request)
         }
-        RequestBody::SyncGroup(request) => groups::sync(kafka.clone(), version, request),
-        RequestBody::Heartbeat(request) => groups::heartbeat(kafka.clone(), version, request),
-        RequestBody::LeaveGroup(request) => groups::leave(kafka.clone(), version, request),
-        RequestBody::OffsetCommit(request) => groups::commit(kafka.clone(), version, request),
-        RequestBody::OffsetFetch(request) => groups::fetch(kafka.clone(), version, request),
+        RequestBody::SyncGroup(request) => groups::sync(k(), &access, version, request),
+        RequestBody::Heartbeat(request) => groups::heartbeat(k(), &access, version, request),
+        RequestBody::LeaveGroup(request) => groups::leave(k(), &access, version, request),
+        RequestBody::OffsetCommit(request) => groups::commit(k(), access, version, request),
+        RequestBody::OffsetFetch(request) => groups::fetch(k(), access, version, request),
         // The exchange happens before the first request reaches here (`authenticate`):
         // now it is out of turn, or authentication is off.
         RequestBody::SaslHandshake(_) => {

@@ -9,6 +9,7 @@
 //! with where it first landed and is not appended again.
 
 use super::{Answer, encode};
+use crate::authorize::Access;
 use crate::errors::{NONE, data_error_code};
 use crate::shared::Kafka;
 use crate::topics::{TopicError, partition};
@@ -18,6 +19,7 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use std::sync::Arc;
 use std::time::Instant;
 use tailstream_broker::data_plane::{CommitWaiter, Produced, StreamletRef};
+use tailstream_wire::messages::AclOperation;
 
 /// One partition's outcome before the answer: appended (maybe waiting for its replicas), or
 /// refused with a Kafka error code.
@@ -40,7 +42,12 @@ struct TopicOutcome {
     partitions: Vec<PartitionOutcome>,
 }
 
-pub(crate) async fn answer(kafka: &Arc<Kafka>, version: i16, request: ProduceRequest) -> Answer {
+pub(crate) async fn answer(
+    kafka: &Arc<Kafka>,
+    access: &Access,
+    version: i16,
+    request: ProduceRequest,
+) -> Answer {
     let acks = request.acks;
     let ack_timeout = std::time::Duration::from_millis(request.timeout_ms.max(0) as u64);
     let refuse_all = if request.transactional_id.is_some() {
@@ -60,7 +67,14 @@ pub(crate) async fn answer(kafka: &Arc<Kafka>, version: i16, request: ProduceReq
                 code,
                 message: String::new(),
             }),
-            None => kafka.topics.route(topic.name.as_str(), true).await,
+            None if !access.topic(AclOperation::Write, topic.name.as_str()) => Err(TopicError {
+                code: ResponseError::TopicAuthorizationFailed.code(),
+                message: String::new(),
+            }),
+            None => {
+                let create = access.may_create_topic(topic.name.as_str());
+                kafka.topics.route(topic.name.as_str(), create).await
+            }
         };
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for data in topic.partition_data {

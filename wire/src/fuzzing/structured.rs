@@ -56,6 +56,10 @@ fn decode_body(opcode: Option<Opcode>, is_response: bool, body: Bytes) {
         (Opcode::ListUsers, true) => decode!(ListUsersResponse),
         (Opcode::LookupCredentials, false) => decode!(LookupCredentialsRequest),
         (Opcode::LookupCredentials, true) => decode!(LookupCredentialsResponse),
+        (Opcode::AddAcl | Opcode::RemoveAcl, false) => decode!(AclChangeRequest),
+        (Opcode::AddAcl | Opcode::RemoveAcl, true) => decode!(Empty),
+        (Opcode::ListAcls, false) => decode!(Empty),
+        (Opcode::ListAcls, true) => decode!(ListAclsResponse),
         (Opcode::Produce, false) => {
             if let Ok(request) = ProduceRequest::decode_exact(body) {
                 let _ = validate_batch(&request.batch);

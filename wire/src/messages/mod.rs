@@ -1,5 +1,6 @@
 //! Request and response bodies of every RPC, by opcode, one file per area:
 //!
+//! - [`acls`]: access control rules;
 //! - [`cluster`]: stream settings and metadata, membership (register, heartbeat, brokers),
 //!   streams (create, describe, list), producer ids, assignments;
 //! - [`data`]: produce, fetch and group listings;
@@ -13,6 +14,7 @@
 //! `ReplicaWriteRequest`'s entries) are written by hand so the payload travels as its own
 //! zero-copy part.
 
+pub mod acls;
 pub mod cluster;
 pub mod data;
 pub mod groups;
@@ -20,6 +22,7 @@ pub mod recovery;
 pub mod replica;
 pub mod users;
 
+pub use acls::*;
 pub use cluster::*;
 pub use data::*;
 pub use groups::*;
@@ -141,6 +144,9 @@ mod tests {
         list_users: ListUsersResponse,
         lookup_credentials_request: LookupCredentialsRequest,
         lookup_credentials: LookupCredentialsResponse,
+        acl_rule: AclRule,
+        acl_change: AclChangeRequest,
+        list_acls: ListAclsResponse,
     }
 
     proptest! {

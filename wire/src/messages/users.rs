@@ -9,20 +9,15 @@ use super::{small_bytes, small_vec};
 use crate::wire_message;
 use bytes::Bytes;
 
-/// A SCRAM mechanism. Discriminants are the wire values.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[repr(u8)]
-pub enum ScramMechanism {
-    Sha256 = 1,
-    Sha512 = 2,
+crate::wire_enum! {
+    /// A SCRAM mechanism. Discriminants are the wire values.
+    pub enum ScramMechanism {
+        Sha256 = 1,
+        Sha512 = 2,
+    }
 }
 
 impl ScramMechanism {
-    pub const ALL: [ScramMechanism; 2] = [ScramMechanism::Sha256, ScramMechanism::Sha512];
-
     /// The SASL mechanism name (as Kafka clients ask for it).
     pub fn sasl_name(self) -> &'static str {
         match self {
@@ -33,7 +28,8 @@ impl ScramMechanism {
 
     pub fn from_sasl_name(name: &str) -> Option<ScramMechanism> {
         ScramMechanism::ALL
-            .into_iter()
+            .iter()
+            .copied()
             .find(|m| m.sasl_name().eq_ignore_ascii_case(name))
     }
 
@@ -42,26 +38,6 @@ impl ScramMechanism {
         match self {
             ScramMechanism::Sha256 => 32,
             ScramMechanism::Sha512 => 64,
-        }
-    }
-}
-
-impl crate::field::WireField for ScramMechanism {
-    const MIN_BYTES: usize = 1;
-    fn put(&self, out: &mut bytes::BytesMut) {
-        (*self as u8).put(out);
-    }
-    fn get(
-        reader: &mut crate::codec::WireReader,
-        what: &'static str,
-    ) -> Result<Self, crate::codec::DecodeError> {
-        match reader.u8(what)? {
-            1 => Ok(ScramMechanism::Sha256),
-            2 => Ok(ScramMechanism::Sha512),
-            other => Err(crate::codec::DecodeError::InvalidValue {
-                what,
-                value: u64::from(other),
-            }),
         }
     }
 }
