@@ -16,6 +16,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 pub use metrics_exporter_prometheus::PrometheusHandle;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+use std::sync::Arc;
 use std::time::Duration;
 use tailstream_net::{Closed, ConnectionLimits, accept_loop};
 use tokio::net::TcpListener;
@@ -128,6 +129,10 @@ impl AdminLimits {
     }
 }
 
+/// Metrics text appended to the recorder's on every scrape: series that must disappear when
+/// what they describe does (the recorder keeps every series it saw for good).
+pub type ExtraMetrics = Arc<dyn Fn() -> String + Send + Sync>;
+
 /// Serves `/healthz`, `/metrics` and `routes` on `listener` until `shutdown` turns true.
 pub async fn serve(
     listener: TcpListener,
@@ -136,9 +141,27 @@ pub async fn serve(
     limits: AdminLimits,
     shutdown: watch::Receiver<bool>,
 ) {
+    serve_with(listener, metrics, None, routes, limits, shutdown).await
+}
+
+/// [`serve`], with `extra` appended to `/metrics`.
+pub async fn serve_with(
+    listener: TcpListener,
+    metrics: PrometheusHandle,
+    extra: Option<ExtraMetrics>,
+    routes: Router,
+    limits: AdminLimits,
+    shutdown: watch::Receiver<bool>,
+) {
     let app = routes.route("/healthz", get(|| async { "ok\n" })).route(
         "/metrics",
-        get(move || std::future::ready(metrics.render())),
+        get(move || {
+            let mut page = metrics.render();
+            if let Some(extra) = &extra {
+                page.push_str(&extra());
+            }
+            std::future::ready(page)
+        }),
     );
     accept_loop(
         listener,

@@ -24,9 +24,10 @@ use thiserror::Error;
 /// Fewest iterations a credential may have (Kafka's minimum): fewer makes a stolen
 /// StoredKey cheap to brute-force.
 pub const ITERATIONS_MIN: u32 = 4096;
-/// Most iterations a client accepts from a server, and a credential may have: bounds what
-/// deriving the salted password costs (a hostile server cannot ask for a billion).
-pub const ITERATIONS_MAX: u32 = 1 << 20;
+/// Most iterations a client accepts from a server, and a credential may have (Kafka's
+/// maximum): bounds what deriving the salted password costs, for a client a hostile server
+/// asks, and for a broker checking a PLAIN password.
+pub const ITERATIONS_MAX: u32 = 16384;
 /// Iterations of a credential the CLI makes unless told otherwise (Kafka's default).
 pub const ITERATIONS_DEFAULT: u32 = 4096;
 /// Longest client message the server parses.
@@ -120,6 +121,33 @@ pub fn new_credential(
     }
     let salt: [u8; SALT_BYTES] = rand::random();
     Ok(derive(mechanism, password, &salt, iterations))
+}
+
+/// The credential an unknown user seems to have: derived from `secret` (the cluster's) and
+/// the name alone, so every broker, at every restart, answers an unknown user with the same
+/// salt and iterations, as it would a known one; no password derives its keys.
+pub fn decoy_credential(mechanism: ScramMechanism, name: &str, secret: &[u8]) -> ScramCredential {
+    let part = |label: &str| {
+        let mut input = Vec::with_capacity(label.len() + name.len() + 2);
+        input.extend_from_slice(label.as_bytes());
+        input.push(mechanism as u8);
+        input.push(0);
+        input.extend_from_slice(name.as_bytes());
+        hmac(mechanism, secret, &input)
+    };
+    let size = mechanism.key_bytes();
+    ScramCredential {
+        mechanism,
+        salt: Bytes::from(
+            part("salt")
+                .into_iter()
+                .take(SALT_BYTES)
+                .collect::<Vec<u8>>(),
+        ),
+        iterations: ITERATIONS_DEFAULT,
+        stored_key: Bytes::from(part("stored").into_iter().take(size).collect::<Vec<u8>>()),
+        server_key: Bytes::from(part("server").into_iter().take(size).collect::<Vec<u8>>()),
+    }
 }
 
 /// Whether a credential is one the server can use: its keys are the mechanism's size and its

@@ -184,6 +184,10 @@ fn a_client_refuses_iterations_out_of_bounds() {
     ));
 }
 
+/// Derived once: a derivation per case would make the property test slow.
+static STORED: std::sync::LazyLock<ScramCredential> =
+    std::sync::LazyLock::new(|| derive(ScramMechanism::Sha256, "pw", b"salt", ITERATIONS_MIN));
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
     /// Any bytes as either client message: an error or an answer, never a panic.
@@ -196,5 +200,36 @@ proptest! {
             .unwrap_or_else(|_| parse_client_first(b"n,,n=u,r=x").unwrap());
         let (server, _) = ServerExchange::start(ScramMechanism::Sha512, &parsed, None, b"k");
         prop_assert!(server.finish(&last).is_err());
+        // With a real credential the proof check itself runs on what parses: still refused.
+        let stored = STORED.clone();
+        let (server, _) = ServerExchange::start(ScramMechanism::Sha256, &parsed, Some(stored), b"k");
+        prop_assert!(server.finish(&last).is_err());
+        let forged = format!("c=biws,r={},p={}", parsed.nonce, BASE64.encode(&last));
+        prop_assert!(server.finish(forged.as_bytes()).is_err());
     }
+}
+
+#[test]
+fn decoys_are_steady_per_name_and_secret_and_match_no_password() {
+    let one = decoy_credential(ScramMechanism::Sha256, "ghost", b"secret");
+    assert_eq!(
+        one,
+        decoy_credential(ScramMechanism::Sha256, "ghost", b"secret")
+    );
+    assert_ne!(
+        one.salt,
+        decoy_credential(ScramMechanism::Sha256, "ghost", b"other").salt
+    );
+    assert_ne!(
+        one.salt,
+        decoy_credential(ScramMechanism::Sha256, "spook", b"secret").salt
+    );
+    check_credential(&one).unwrap();
+    check_credential(&decoy_credential(ScramMechanism::Sha512, "ghost", b"s")).unwrap();
+    assert_eq!(one.iterations, ITERATIONS_DEFAULT);
+    assert!(!password_matches(&one, ""));
+    assert_eq!(
+        run(ScramMechanism::Sha256, Some(one), "ghost", "anything"),
+        Err(ScramError::Failed)
+    );
 }

@@ -20,8 +20,51 @@ pub const PERSIST_LATENCY: &str = "tailstream_coordinator_persist_latency_second
 pub const ETCD_REQUEST: &str = "tailstream_coordinator_etcd_request_seconds";
 pub const TAKEOVER_LOAD: &str = "tailstream_coordinator_takeover_load_seconds";
 pub const RPCS: &str = "tailstream_coordinator_rpcs_total";
+/// Per group: rendered by `group_gauges` (not the recorder), so a group's series go away with it.
 pub const GROUP_LAG: &str = "tailstream_coordinator_group_lag_records";
 pub const GROUP_MEMBERS: &str = "tailstream_coordinator_group_members";
+
+/// A label value as Prometheus's text format needs it (group names are any client's).
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The per-group gauges as exposition text: each group's lag per partition (groups with a
+/// committed offset) and its members (groups with members), nothing for a group gone.
+pub fn group_gauges(
+    lag: &[tailstream_wire::messages::PartitionLagInfo],
+    members: &[(String, usize, u32)],
+) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP {GROUP_LAG} Records a consumer group has not committed past, by group, stream \
+         and partition (streamlet * Q + log), Kafka and native groups alike.\n# TYPE {GROUP_LAG} gauge"
+    );
+    for row in lag {
+        if let Some(records) = row.lag_records {
+            let _ = writeln!(
+                out,
+                "{GROUP_LAG}{{group=\"{}\",stream=\"{}\",partition=\"{}\"}} {records}",
+                label(&row.group),
+                label(&row.stream),
+                row.partition
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP {GROUP_MEMBERS} Members of a consumer group now.\n# TYPE {GROUP_MEMBERS} gauge"
+    );
+    for (group, count, _) in members {
+        let _ = writeln!(out, "{GROUP_MEMBERS}{{group=\"{}\"}} {count}", label(group));
+    }
+    out
+}
 pub const LEADER: &str = "tailstream_coordinator_leader";
 pub const LEADER_TERM: &str = "tailstream_coordinator_leader_term";
 pub const LEADERSHIP_LOST: &str = "tailstream_coordinator_leadership_lost_total";
@@ -66,20 +109,9 @@ pub fn describe() {
     // Labelled by opcode as they come: an unlabelled zero would be a series of its own.
     describe_counter!(RPCS, Unit::Count, "RPCs answered, by opcode.");
     describe_gauge!(
-        GROUP_LAG,
-        Unit::Count,
-        "Records a consumer group has not committed past, by group, stream and partition \
-         (streamlet * Q + log), Kafka and native groups alike."
-    );
-    describe_gauge!(
         STREAMLETS_OWNED,
         Unit::Count,
         "Streamlets placed on each broker (by server index; the placement), serving or not."
-    );
-    describe_gauge!(
-        GROUP_MEMBERS,
-        Unit::Count,
-        "Members of a consumer group now."
     );
     for (name, help) in [
         (
@@ -138,4 +170,31 @@ pub fn describe() {
 /// Records one etcd request of kind `op` that began at `started`.
 pub fn etcd_request(op: &'static str, started: std::time::Instant) {
     metrics::histogram!(ETCD_REQUEST, "op" => op).record(started.elapsed().as_secs_f64());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tailstream_wire::messages::PartitionLagInfo;
+
+    #[test]
+    fn group_gauges_escape_names_and_show_only_groups_that_exist() {
+        let lag = vec![PartitionLagInfo {
+            group: "a\"b\\c\nd".into(),
+            stream: "s".into(),
+            partition: 3,
+            streamlet: 0,
+            log: 3,
+            committed_offset: 1,
+            end_offset: Some(8),
+            lag_records: Some(7),
+        }];
+        let text = group_gauges(&lag, &[("g".into(), 2, 1)]);
+        assert!(text.contains(
+            "tailstream_coordinator_group_lag_records{group=\"a\\\"b\\\\c\\nd\",stream=\"s\",partition=\"3\"} 7"
+        ), "{text}");
+        assert!(text.contains("tailstream_coordinator_group_members{group=\"g\"} 2"));
+        let empty = group_gauges(&[], &[]);
+        assert!(!empty.contains("{group="));
+    }
 }

@@ -285,7 +285,12 @@ pub async fn lead(
             acls_max: coordinator.acls_max as usize,
         },
     );
-    tokio::spawn(publish_group_lag(service.clone(), shutdown.clone()));
+    let group_gauges = Arc::new(std::sync::Mutex::new(String::new()));
+    tokio::spawn(publish_group_lag(
+        service.clone(),
+        group_gauges.clone(),
+        shutdown.clone(),
+    ));
     let limits = |connections_max, budget| listener_limits(config, connections_max, budget);
     let rpc = tokio::spawn(serve(
         rpc_listener,
@@ -310,9 +315,16 @@ pub async fn lead(
             }
         })
     };
-    let admin = tokio::spawn(tailstream_admin::serve(
+    let extra: tailstream_admin::ExtraMetrics = Arc::new(move || {
+        group_gauges
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    });
+    let admin = tokio::spawn(tailstream_admin::serve_with(
         admin_listener,
         metrics,
+        Some(extra),
         crate::admin::routes(Arc::new(service)),
         tailstream_admin::AdminLimits::from_config(&config.listeners),
         shutdown.clone(),
@@ -322,8 +334,13 @@ pub async fn lead(
     Ok(())
 }
 
-/// Exports each group's lag per partition, and its members, every second until `shutdown`.
-async fn publish_group_lag(service: CoordinatorService, mut shutdown: watch::Receiver<bool>) {
+/// Renders each group's lag per partition, and its members, into `gauges` (appended to
+/// `/metrics`) every second until `shutdown`: a group gone is gone from the next scrape.
+async fn publish_group_lag(
+    service: CoordinatorService,
+    gauges: Arc<std::sync::Mutex<String>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut tick = tokio::time::interval(GROUP_LAG_EVERY);
     loop {
         tokio::select! {
@@ -331,20 +348,8 @@ async fn publish_group_lag(service: CoordinatorService, mut shutdown: watch::Rec
             _ = tailstream_net::server::shutdown_signalled(&mut shutdown) => return,
         }
         let (lag, members) = service.group_lag();
-        for row in lag {
-            if let Some(records) = row.lag_records {
-                metrics::gauge!(
-                    m::GROUP_LAG,
-                    "group" => row.group,
-                    "stream" => row.stream,
-                    "partition" => row.partition.to_string(),
-                )
-                .set(records as f64);
-            }
-        }
-        for (group, count, _) in members {
-            metrics::gauge!(m::GROUP_MEMBERS, "group" => group).set(count as f64);
-        }
+        let text = m::group_gauges(&lag, &members);
+        *gauges.lock().unwrap_or_else(|p| p.into_inner()) = text;
     }
 }
 

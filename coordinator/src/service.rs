@@ -66,6 +66,8 @@ pub struct CoordinatorService {
     /// The stretch of leadership (`LeaderLease::valid_since`, boot-clock nanoseconds) the
     /// brokers' liveness counts from: a new one restarts it.
     liveness_stretch: Arc<AtomicU64>,
+    /// Derives unknown users' decoy credentials until the cluster has a saved secret.
+    decoy_secret: users::DecoySecret,
 }
 
 /// The coordinator's settings the service applies.
@@ -84,6 +86,8 @@ pub struct ServiceSettings {
     pub acls_max: usize,
 }
 
+#[path = "service_offsets.rs"]
+mod offsets;
 #[path = "service_users.rs"]
 mod users;
 
@@ -115,6 +119,7 @@ impl CoordinatorService {
             view,
             settings,
             liveness_stretch: Arc::default(),
+            decoy_secret: users::DecoySecret(rand::random()),
         }
     }
 
@@ -570,7 +575,7 @@ impl CoordinatorService {
             (_, Opcode::GroupSync) => self.groups.sync(request.body),
             (_, Opcode::GroupHeartbeat) => Reply::Ready(self.groups.heartbeat(request.body)),
             (_, Opcode::GroupLeave) => Reply::Ready(self.groups.leave(request.body)),
-            (_, Opcode::OffsetCommit) => self.groups.commit(request.body),
+            (_, Opcode::OffsetCommit) => self.commit_offsets(request.body),
             (_, Opcode::OffsetFetch) => Reply::Ready(self.groups.fetch(request.body)),
             (_, Opcode::DescribeConsumerGroups) => {
                 Reply::Ready(Response::ok(&self.describe_consumer_groups()))

@@ -4,11 +4,23 @@
 
 use super::{CoordinatorService, decode, later};
 use bytes::Bytes;
+use tailstream_auth::scram::decoy_credential;
 use tailstream_net::{Reply, Response};
+use tailstream_wire::messages::ScramMechanism;
 use tailstream_wire::messages::{
     AclChangeRequest, CreateUserRequest, DeleteUserRequest, ListAclsResponse, ListUsersResponse,
     LookupCredentialsRequest, LookupCredentialsResponse,
 };
+
+/// A secret of this process: never printed.
+#[derive(Clone, Copy)]
+pub(super) struct DecoySecret(pub [u8; 32]);
+
+impl std::fmt::Debug for DecoySecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DecoySecret(..)")
+    }
+}
 
 impl CoordinatorService {
     pub(super) fn create_user(&self, body: Bytes) -> Reply {
@@ -57,13 +69,29 @@ impl CoordinatorService {
 
     pub(super) fn lookup_credentials(&self, body: Bytes) -> Result<Response, Response> {
         let request: LookupCredentialsRequest = decode(body)?;
-        let credentials = self
-            .core
-            .lock()
-            .metadata
-            .user_credentials(&request.name)
-            .map_err(|e| Response::error(e.status(), e.to_string()))?;
-        Ok(Response::ok(&LookupCredentialsResponse { credentials }))
+        let state = self.core.lock();
+        let response = match state.metadata.user_credentials(&request.name) {
+            Ok(credentials) => LookupCredentialsResponse {
+                credentials,
+                known: true,
+            },
+            Err(_) => {
+                // The cluster's secret: the saved producer id key once there is one (kept
+                // across restarts and failovers), this process's until then.
+                let secret = match state.metadata.producer_id_key {
+                    Some(key) => key.to_le_bytes().to_vec(),
+                    None => self.decoy_secret.0.to_vec(),
+                };
+                LookupCredentialsResponse {
+                    credentials: ScramMechanism::ALL
+                        .iter()
+                        .map(|&m| decoy_credential(m, &request.name, &secret))
+                        .collect(),
+                    known: false,
+                }
+            }
+        };
+        Ok(Response::ok(&response))
     }
 }
 

@@ -9,7 +9,7 @@
 //! SASL_AUTHENTICATION_FAILED and a message the client shows, then the connection is closed,
 //! as Kafka does.
 
-use crate::connection::{read_frame, write_answer};
+use crate::connection::{Phase, read_frame, write_answer};
 use crate::credentials::Credentials;
 use crate::handlers::api_versions;
 use crate::handlers::sasl::{authenticate_refused, handshake_refused};
@@ -21,12 +21,15 @@ use kafka_protocol::messages::{SaslAuthenticateResponse, SaslHandshakeResponse};
 use std::sync::Arc;
 use tailstream_auth::Principal;
 use tailstream_auth::plain::parse_plain;
-use tailstream_auth::scram::{ServerExchange, parse_client_first, password_matches};
+use tailstream_auth::scram::{
+    ServerExchange, decoy_credential, parse_client_first, password_matches,
+};
 use tailstream_kafka_wire::{Decoded, RequestBody, decode_request};
-use tailstream_net::Closed;
+use tailstream_net::{Closed, Standing};
 use tailstream_wire::messages::{ScramCredential, ScramMechanism};
 use tokio::io::{AsyncReadExt, BufReader, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 /// A SASL mechanism the listener can require.
@@ -59,9 +62,15 @@ pub(crate) struct Authenticator {
     /// Their names, as handshake answers list them.
     pub names: Vec<String>,
     pub credentials: Credentials,
-    /// Makes unknown users' decoy salts; random per process.
+    /// Makes the decoy of a user without a credential of the mechanism asked for.
     decoy_key: [u8; 32],
+    /// PLAIN's password derivations running at once (each costs up to `ITERATIONS_MAX`
+    /// HMACs): a flood of attempts waits here, then fails, instead of queueing without end.
+    derivations: Semaphore,
 }
+
+/// How long a PLAIN attempt waits for a derivation slot before it fails.
+const DERIVATION_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Authenticator {
     pub fn new(names: &[String], credentials: Credentials) -> Authenticator {
@@ -74,6 +83,9 @@ impl Authenticator {
             mechanisms,
             credentials,
             decoy_key: rand::random(),
+            derivations: Semaphore::new(
+                std::thread::available_parallelism().map_or(2, |n| n.get()),
+            ),
         }
     }
 }
@@ -105,6 +117,7 @@ pub(crate) async fn authenticate(
     out: &mut BufWriter<OwnedWriteHalf>,
     kafka: &Arc<Kafka>,
     limits: &ConnectionLimits,
+    standing: &Standing,
 ) -> Result<Principal, Closed> {
     let Some(auth) = &kafka.authenticator else {
         return Ok(Principal::Anonymous);
@@ -121,10 +134,11 @@ pub(crate) async fn authenticate(
                 Err(error) => return Err(Closed::Io(format!("reading a request: {error}"))),
             };
             let deadline = Instant::now() + limits.request_read_timeout;
-            let (bytes, _permit) = read_frame(reader, size, deadline, limits).await?;
-            let (correlation_id, version, body) = match decode_request(bytes) {
-                Ok(Decoded::Request { header, body, .. }) => {
-                    (header.correlation_id, header.api_version, *body)
+            let (bytes, _permit) =
+                read_frame(reader, size, deadline, limits, Phase::Authenticating).await?;
+            let (correlation_id, version, api, body) = match decode_request(bytes) {
+                Ok(Decoded::Request { header, api, body }) => {
+                    (header.correlation_id, header.api_version, api, *body)
                 }
                 Ok(Decoded::ApiVersionsFallback { header }) => {
                     let answer = api_versions::unsupported_version();
@@ -146,13 +160,19 @@ pub(crate) async fn authenticate(
                 RequestBody::SaslAuthenticate(request) => {
                     exchange(auth, version, stage, request.auth_bytes).await
                 }
-                other => {
+                // `read_frame` reads no other API in this phase.
+                _ => {
                     return Err(Closed::Unauthenticated(format!(
                         "a {} request before authenticating",
-                        request_name(&other)
+                        api.name()
                     )));
                 }
             };
+            // Proven before the client hears it authenticated: from then on it is never
+            // closed to make room (unless it already was chosen to be).
+            if matches!(step, Step::Authenticated(_)) && !standing.proven() {
+                return Err(Closed::Evicted);
+            }
             send(out, correlation_id, answer).await?;
             match step {
                 Step::Continue(next) => stage = next,
@@ -168,12 +188,6 @@ pub(crate) async fn authenticate(
             limits.handshake_timeout.as_millis()
         ))),
     }
-}
-
-fn request_name(body: &RequestBody) -> String {
-    // The Debug form starts with the variant's name, which is Kafka's API name.
-    let text = format!("{body:?}");
-    text.split(['(', ' ']).next().unwrap_or("").to_owned()
 }
 
 async fn send(
@@ -250,25 +264,30 @@ fn succeeded(
     )
 }
 
-/// The credentials of `user` for `mechanism`'s check, or the step that refuses.
+/// The credential `user`'s exchange checks against (a decoy when the user does not exist or
+/// has none for the mechanism), or the step that refuses.
 async fn credential_of(
     auth: &Authenticator,
     version: i16,
     mechanism: Mechanism,
     user: &str,
-) -> Result<Option<ScramCredential>, (Answer, Step)> {
+) -> Result<ScramCredential, (Answer, Step)> {
     match auth.credentials.lookup(user).await {
-        Ok(found) => {
-            let credentials = found.as_deref().map(Vec::as_slice).unwrap_or(&[]);
+        Ok(credentials) => {
             let wanted = |m: ScramMechanism| credentials.iter().find(|c| c.mechanism == m).cloned();
-            Ok(match mechanism {
+            let found = match mechanism {
                 Mechanism::Scram(scram) => wanted(scram),
                 // PLAIN checks against whichever credential the user has (SHA-256 first: the
                 // cheaper derivation).
                 Mechanism::Plain => {
                     wanted(ScramMechanism::Sha256).or_else(|| wanted(ScramMechanism::Sha512))
                 }
-            })
+            };
+            let scram = match mechanism {
+                Mechanism::Scram(scram) => scram,
+                Mechanism::Plain => ScramMechanism::Sha256,
+            };
+            Ok(found.unwrap_or_else(|| decoy_credential(scram, user, &auth.decoy_key)))
         }
         Err(why) => {
             metrics::counter!(crate::metrics::AUTHENTICATIONS, "mechanism" => mechanism.name(), "outcome" => "error")
@@ -307,15 +326,16 @@ async fn exchange(
                 Ok(credential) => credential,
                 Err(refused) => return refused,
             };
-            let Some(credential) = credential else {
+            // One derivation (`iterations` HMACs, a millisecond or more), a decoy's as a real
+            // user's: off the runtime's workers, a bounded number at once.
+            let slot = tokio::time::timeout(DERIVATION_WAIT, auth.derivations.acquire()).await;
+            let Ok(Ok(_slot)) = slot else {
                 return failed(
                     version,
                     Mechanism::Plain,
-                    format!("no user {:?}", plain.user),
+                    "too many PLAIN attempts at once".into(),
                 );
             };
-            // One derivation (`iterations` HMACs, about a millisecond): off the runtime's
-            // workers.
             let password = plain.password;
             let matches =
                 tokio::task::spawn_blocking(move || password_matches(&credential, &password))
@@ -341,7 +361,7 @@ async fn exchange(
                 Err(refused) => return refused,
             };
             let (exchange, server_first) =
-                ServerExchange::start(scram, &first, credential, &auth.decoy_key);
+                ServerExchange::start(scram, &first, Some(credential), &auth.decoy_key);
             let response =
                 SaslAuthenticateResponse::default().with_auth_bytes(Bytes::from(server_first));
             (

@@ -132,6 +132,9 @@ pub(crate) struct Authorizer {
     snapshot: Mutex<Option<Arc<Snapshot>>>,
     /// One listing at a time when a request finds none yet.
     first_listing: tokio::sync::Mutex<()>,
+    /// When a listing last failed: a request finding no rules within `REFRESH_EVERY` of it is
+    /// refused at once (the background refresh keeps trying), never held up on the coordinator.
+    last_failure: Mutex<Option<Instant>>,
 }
 
 impl Authorizer {
@@ -141,6 +144,7 @@ impl Authorizer {
             super_users: super_users.iter().cloned().collect(),
             snapshot: Mutex::new(None),
             first_listing: tokio::sync::Mutex::new(()),
+            last_failure: Mutex::new(None),
         }
     }
 
@@ -152,8 +156,9 @@ impl Authorizer {
             .filter(|snapshot| snapshot.listed.elapsed() < STALE_USABLE_FOR)
     }
 
-    /// What `principal`'s request may do. Waits on the coordinator only before the first
-    /// listing.
+    /// What `principal`'s request may do. Waits on the coordinator only for this broker's
+    /// first listing (or the first after listings failed for `STALE_USABLE_FOR`), and then
+    /// only if no listing failed within `REFRESH_EVERY`.
     pub async fn access(&self, principal: &Principal) -> Access {
         let user = match principal {
             Principal::Anonymous => return Access::Everything,
@@ -162,12 +167,20 @@ impl Authorizer {
             }
             Principal::User(user) => user,
         };
+        let failed_lately = || {
+            self.last_failure
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_some_and(|at| at.elapsed() < REFRESH_EVERY)
+        };
         let snapshot = match self.current() {
             Some(snapshot) => Some(snapshot),
+            None if failed_lately() => None,
             None => {
                 let _one = self.first_listing.lock().await;
                 match self.current() {
                     Some(snapshot) => Some(snapshot),
+                    None if failed_lately() => None,
                     None => self.list().await,
                 }
             }
@@ -192,6 +205,7 @@ impl Authorizer {
             }
             Err(error) => {
                 tracing::warn!(%error, "listing access control rules failed");
+                *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
                 None
             }
         }

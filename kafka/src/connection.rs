@@ -30,6 +30,18 @@ use tokio::time::Instant;
 /// Requests other than Produce carry metadata only: this is plenty, and it bounds what the
 /// codec allocates for them.
 const CONTROL_REQUEST_BYTES_MAX: u32 = 1 << 20;
+/// Before a client authenticated, only these are read, and none longer than
+/// `AUTHENTICATING_REQUEST_BYTES_MAX`: an anonymous client cannot hold the body budget.
+const AUTHENTICATING_APIS: &[Api] = &[Api::ApiVersions, Api::SaslHandshake, Api::SaslAuthenticate];
+const AUTHENTICATING_REQUEST_BYTES_MAX: u32 = 8 * 1024;
+
+/// Which requests a connection reads now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Not yet authenticated: the exchange's requests alone, small.
+    Authenticating,
+    Serving,
+}
 const READ_BUFFER_BYTES: usize = 64 * 1024;
 const WRITE_BUFFER_BYTES: usize = 64 * 1024;
 
@@ -52,11 +64,10 @@ pub(crate) async fn serve_connection(
     let mut out = BufWriter::with_capacity(WRITE_BUFFER_BYTES, write_half);
     // Where the listener requires it, nothing but the exchange until the client proved who
     // it is (answered one at a time, before the pipeline below starts).
-    let principal = match authenticate(&mut reader, &mut out, &kafka, &limits).await {
+    let principal = match authenticate(&mut reader, &mut out, &kafka, &limits, &standing).await {
         Ok(principal) => principal,
         Err(closed) => return closed,
     };
-    standing.proven();
     tracing::debug!(%principal, "kafka connection serving");
     let (queue, queued) = mpsc::unbounded_channel();
     let mut writer = tokio::spawn(write_answers(out, queued));
@@ -111,7 +122,7 @@ async fn read_requests(
             Err(error) => return Closed::Io(format!("reading a request: {error}")),
         }
         let deadline = Instant::now() + limits.request_read_timeout;
-        let frame = match read_frame(&mut reader, size, deadline, limits).await {
+        let frame = match read_frame(&mut reader, size, deadline, limits, Phase::Serving).await {
             Ok(frame) => frame,
             Err(closed) => return closed,
         };
@@ -158,6 +169,7 @@ pub(crate) async fn read_frame(
     mut size: [u8; 4],
     deadline: Instant,
     limits: &ConnectionLimits,
+    phase: Phase,
 ) -> Result<(Bytes, tailstream_net::budget::BodyPermit), Closed> {
     let io = |what: &str, error: std::io::Error| Closed::Io(format!("reading {what}: {error}"));
     match tokio::time::timeout_at(deadline, reader.read_exact(&mut size[1..])).await {
@@ -183,6 +195,28 @@ pub(crate) async fn read_frame(
         Ok(Ok(_)) => {}
     }
     let api = Api::from_key(i16::from_be_bytes(api_key));
+    if phase == Phase::Authenticating {
+        match api {
+            Some(api) if !AUTHENTICATING_APIS.contains(&api) => {
+                return Err(Closed::Unauthenticated(format!(
+                    "a {} request before authenticating",
+                    api.name()
+                )));
+            }
+            None => {
+                return Err(Closed::Unauthenticated(
+                    "an unknown request before authenticating".into(),
+                ));
+            }
+            Some(_) if length > AUTHENTICATING_REQUEST_BYTES_MAX => {
+                return Err(Closed::BadInput(format!(
+                    "a request of {length} bytes before authenticating (at most \
+                     {AUTHENTICATING_REQUEST_BYTES_MAX})"
+                )));
+            }
+            Some(_) => {}
+        }
+    }
     if api != Some(Api::Produce) && length > CONTROL_REQUEST_BYTES_MAX {
         return Err(Closed::BadInput(format!(
             "a request of {length} bytes for API {api:?} (at most {CONTROL_REQUEST_BYTES_MAX} \

@@ -1,75 +1,115 @@
 //! Users' credentials as this broker checks clients against them: looked up from the
 //! coordinator (its peer listener) and kept for a short while, so that a client connecting
-//! again costs no call, a deleted user or a changed password takes effect within
-//! `FRESH_FOR`, and a coordinator failover does not stop known users from connecting.
+//! again costs no call, a deleted user or a changed password takes effect for new connections
+//! within `FRESH_FOR`, and a coordinator failover does not stop known users from connecting.
+//!
+//! A name that is not a user's gets decoy credentials (the coordinator's, the same from every
+//! broker; for a name no user can have, this broker's own, with no call), so the exchange goes
+//! on and fails as a wrong password would. Known users and unknown names are kept apart, so
+//! a flood of invented names never pushes a real user out.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tailstream_stubs::{CoordinatorClient, StubError};
-use tailstream_wire::Status;
-use tailstream_wire::messages::ScramCredential;
+use tailstream_auth::scram::decoy_credential;
+use tailstream_stubs::CoordinatorClient;
+use tailstream_wire::messages::{ScramCredential, ScramMechanism};
 
 /// How long a lookup's answer is used without asking again.
 pub(crate) const FRESH_FOR: Duration = Duration::from_secs(10);
-/// Past `FRESH_FOR`, an answer is still used while the coordinator cannot be asked, this long.
+/// Past `FRESH_FOR`, a known user's credentials are still used while the coordinator cannot
+/// be asked, this long.
 const STALE_USABLE_FOR: Duration = Duration::from_secs(300);
-/// Users remembered at once; past it the oldest half is forgotten.
-const ENTRIES_MAX: usize = 10_000;
+/// Known users remembered at once; past it the oldest half is forgotten.
+const KNOWN_MAX: usize = 10_000;
+/// Unknown names remembered at once; past it all are forgotten.
+const UNKNOWN_MAX: usize = 1_000;
 
-/// A user's credentials (`None`: no such user), or why they could not be looked up.
-pub(crate) type Lookup = Result<Option<Arc<Vec<ScramCredential>>>, String>;
+/// A user's credentials (decoys for an unknown name), or why they could not be looked up.
+pub(crate) type Lookup = Result<Arc<Vec<ScramCredential>>, String>;
 
-/// When a user was looked up, and what was found.
-type Cached = (Instant, Option<Arc<Vec<ScramCredential>>>);
+/// When a name was looked up, and what was found.
+type Cached = (Instant, Arc<Vec<ScramCredential>>);
+
+#[derive(Debug, Default)]
+struct Cache {
+    known: HashMap<String, Cached>,
+    unknown: HashMap<String, Cached>,
+}
 
 #[derive(Debug)]
 pub(crate) struct Credentials {
     coordinator: Arc<CoordinatorClient>,
-    cache: Mutex<HashMap<String, Cached>>,
+    cache: Mutex<Cache>,
+    /// Makes decoys for names no user can have (never sent to the coordinator).
+    local_secret: [u8; 32],
 }
 
 impl Credentials {
     pub fn new(coordinator: Arc<CoordinatorClient>) -> Credentials {
         Credentials {
             coordinator,
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::new(Cache::default()),
+            local_secret: rand::random(),
         }
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub async fn lookup(&self, user: &str) -> Lookup {
-        let cached = self
-            .cache
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(user)
-            .cloned();
+        if tailstream_auth::check_user_name(user).is_err() {
+            return Ok(Arc::new(
+                ScramMechanism::ALL
+                    .iter()
+                    .map(|&m| decoy_credential(m, user, &self.local_secret))
+                    .collect(),
+            ));
+        }
+        let cached = {
+            let cache = self.lock();
+            cache
+                .known
+                .get(user)
+                .or_else(|| cache.unknown.get(user))
+                .cloned()
+        };
         if let Some((at, found)) = &cached
             && at.elapsed() < FRESH_FOR
         {
             return Ok(found.clone());
         }
-        let found = match self.coordinator.lookup_credentials(user).await {
-            Ok(credentials) => Some(Arc::new(credentials)),
-            Err(StubError::Refused {
-                status: Status::UnknownUser,
-                ..
-            }) => None,
+        let answer = match self.coordinator.lookup_credentials(user).await {
+            Ok(answer) => answer,
             Err(error) => {
-                return match cached {
+                let known_stale = self.lock().known.get(user).cloned();
+                return match known_stale {
                     Some((at, found)) if at.elapsed() < STALE_USABLE_FOR => Ok(found),
                     _ => Err(error.to_string()),
                 };
             }
         };
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.len() >= ENTRIES_MAX && !cache.contains_key(user) {
-            let mut ages: Vec<Instant> = cache.values().map(|(at, _)| *at).collect();
-            ages.sort_unstable();
-            let cut = ages[ages.len() / 2];
-            cache.retain(|_, (at, _)| *at > cut);
+        let found = Arc::new(answer.credentials);
+        let entry = (Instant::now(), found.clone());
+        let mut cache = self.lock();
+        if answer.known {
+            cache.unknown.remove(user);
+            if cache.known.len() >= KNOWN_MAX && !cache.known.contains_key(user) {
+                let mut ages: Vec<Instant> = cache.known.values().map(|(at, _)| *at).collect();
+                ages.sort_unstable();
+                // `ages` holds KNOWN_MAX entries at least: its middle exists.
+                let cut = ages[ages.len() / 2];
+                cache.known.retain(|_, (at, _)| *at > cut);
+            }
+            cache.known.insert(user.to_owned(), entry);
+        } else {
+            cache.known.remove(user);
+            if cache.unknown.len() >= UNKNOWN_MAX {
+                cache.unknown.clear();
+            }
+            cache.unknown.insert(user.to_owned(), entry);
         }
-        cache.insert(user.to_owned(), (Instant::now(), found.clone()));
         Ok(found)
     }
 }

@@ -134,13 +134,14 @@ impl KafkaListener {
             connections_max: self.config.connections_max as usize,
             connections_per_address_max: listeners.connections_per_address_max as usize,
         };
-        // Every connection is unproven until it authenticated (at once where authentication
-        // is off): a full listener makes room for a new one by closing the oldest unproven.
+        // With authentication, a connection is unproven until it authenticated: a full
+        // listener makes room for a new one by closing an unproven one.
         accept_loop_authenticating(
             self.listener,
             "kafka",
             connections,
             context.shutdown,
+            secured,
             move |stream, _peer, standing| {
                 serve_connection(stream, kafka.clone(), limits.clone(), standing)
             },

@@ -11,12 +11,13 @@
 //!
 //! On a listener that requires authentication (`accept_loop_authenticating`), a connection is
 //! *unproven* until its handler says it authenticated; when the listener is full, a new
-//! connection closes the oldest unproven one and takes its place, so a flood of anonymous
-//! connections can never lock out a client with credentials (it would have to open
-//! `connections_max` connections within one client's handshake).
+//! connection closes an unproven one and takes its place: the oldest of those from the
+//! address that holds the most. A flood from a few addresses closes its own connections, not
+//! a client's that is authenticating from elsewhere; to close that one a flood must hold more
+//! unproven connections than any other address from each of many addresses.
 
 use crate::metrics as m;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -93,8 +94,11 @@ struct GateState {
     open: usize,
     per_address: HashMap<IpAddr, usize>,
     /// Connections that have not authenticated, oldest first (by admission number), each
-    /// with the signal that closes it.
-    unproven: BTreeMap<u64, oneshot::Sender<()>>,
+    /// with its address and the signal that closes it.
+    unproven: BTreeMap<u64, (IpAddr, oneshot::Sender<()>)>,
+    unproven_per_address: HashMap<IpAddr, usize>,
+    /// Connections told to close to make room, until they have.
+    evicted: HashSet<u64>,
     admitted: u64,
 }
 
@@ -131,9 +135,42 @@ pub struct Standing {
 }
 
 impl Standing {
-    /// The connection authenticated: it is never closed to make room.
-    pub fn proven(&self) {
-        self.gate.lock().unproven.remove(&self.number);
+    /// The connection authenticated: it is never closed to make room from now on. False if
+    /// it was already chosen to make room (it is being closed: tell the client nothing more).
+    pub fn proven(&self) -> bool {
+        let mut state = self.gate.lock();
+        match state.take_unproven(self.number) {
+            Some(_) => true,
+            // Not unproven: proven before, or on a listener where none is (both fine), or
+            // evicted (its number was taken out when its signal was sent).
+            None => !state.evicted.contains(&self.number),
+        }
+    }
+}
+
+impl GateState {
+    /// Takes connection `number` out of the unproven ones; its signal, if it was one.
+    fn take_unproven(&mut self, number: u64) -> Option<oneshot::Sender<()>> {
+        let (address, evict) = self.unproven.remove(&number)?;
+        if let Some(count) = self.unproven_per_address.get_mut(&address) {
+            *count -= 1;
+            if *count == 0 {
+                self.unproven_per_address.remove(&address);
+            }
+        }
+        Some(evict)
+    }
+
+    /// The unproven connection to close for room: the oldest from the address with the most.
+    fn eviction_candidate(&self) -> Option<u64> {
+        let (address, _) = self
+            .unproven_per_address
+            .iter()
+            .max_by_key(|(_, count)| **count)?;
+        self.unproven
+            .iter()
+            .find(|(_, (from, _))| from == address)
+            .map(|(number, _)| *number)
     }
 }
 
@@ -155,12 +192,15 @@ impl Gate {
             return Err(Refused::PerAddress);
         }
         if state.open >= self.limits.connections_max {
-            // Full: the oldest connection that has not authenticated makes room (its task
-            // closes it at once; until then the listener holds one more than its maximum).
-            let Some((_, evict)) = state.unproven.pop_first() else {
+            // Full: a connection that has not authenticated makes room (its task closes it at
+            // once; until then the listener holds one more than its maximum).
+            let Some(number) = state.eviction_candidate() else {
                 return Err(Refused::ConnectionsMax);
             };
-            let _ = evict.send(());
+            if let Some(evict) = state.take_unproven(number) {
+                let _ = evict.send(());
+            }
+            state.evicted.insert(number);
             metrics::counter!(m::CONNECTIONS_EVICTED, "listener" => self.listener).increment(1);
         }
         *state.per_address.entry(address).or_insert(0) += 1;
@@ -169,7 +209,8 @@ impl Gate {
         let number = state.admitted;
         let evicted = unproven.then(|| {
             let (evict, evicted) = oneshot::channel();
-            state.unproven.insert(number, evict);
+            state.unproven.insert(number, (address, evict));
+            *state.unproven_per_address.entry(address).or_insert(0) += 1;
             evicted
         });
         metrics::gauge!(m::CONNECTIONS_OPEN, "listener" => self.listener).set(state.open as f64);
@@ -187,7 +228,8 @@ impl Gate {
 impl Drop for Admitted {
     fn drop(&mut self) {
         let mut state = self.gate.lock();
-        state.unproven.remove(&self.number);
+        state.take_unproven(self.number);
+        state.evicted.remove(&self.number);
         state.open = state.open.saturating_sub(1);
         if let Some(count) = state.per_address.get_mut(&self.address) {
             *count -= 1;
@@ -232,20 +274,23 @@ pub async fn accept_loop<H, F>(
     .await
 }
 
-/// [`accept_loop`] for a listener that requires authentication: each connection is unproven
-/// until its handler calls [`Standing::proven`], and a full listener closes its oldest
-/// unproven connection to admit a new one.
+/// [`accept_loop`] for a listener that may require authentication (`authenticating`): then
+/// each connection is unproven until its handler calls [`Standing::proven`], and a full
+/// listener closes an unproven connection to admit a new one. Without it, every connection
+/// is proven from the start (`Standing::proven` is always true) and none is ever closed for
+/// room.
 pub async fn accept_loop_authenticating<H, F>(
     listener: TcpListener,
     name: &'static str,
     limits: ConnectionLimits,
     shutdown: watch::Receiver<bool>,
+    authenticating: bool,
     handle: H,
 ) where
     H: Fn(TcpStream, SocketAddr, Standing) -> F + Send + Sync + 'static,
     F: Future<Output = Closed> + Send + 'static,
 {
-    serve_accepts(listener, name, limits, shutdown, true, handle).await
+    serve_accepts(listener, name, limits, shutdown, authenticating, handle).await
 }
 
 async fn serve_accepts<H, F>(
@@ -350,50 +395,65 @@ mod tests {
         assert_eq!(gate.lock().per_address[&a], 2);
     }
 
-    #[test]
-    fn a_full_gate_closes_its_oldest_unproven_connection_for_a_new_one() {
-        let gate = Arc::new(Gate {
+    fn gate(connections_max: usize) -> Arc<Gate> {
+        Arc::new(Gate {
             listener: "test",
             limits: ConnectionLimits {
-                connections_max: 3,
+                connections_max,
                 connections_per_address_max: 10,
             },
             state: Mutex::new(GateState::default()),
-        });
-        let a: IpAddr = [127, 0, 0, 2].into();
-        let (first, mut first_evicted) = gate.admit(a, true).unwrap();
-        let (second, mut second_evicted) = gate.admit(a, true).unwrap();
-        let (third, _third_evicted) = gate.admit(a, true).unwrap();
-        // The first authenticated: the second is the oldest unproven.
+        })
+    }
+
+    fn standing(gate: &Arc<Gate>, admitted: &Admitted) -> Standing {
         Standing {
             gate: gate.clone(),
-            number: first.number,
+            number: admitted.number,
         }
-        .proven();
-        let (_fourth, _) = gate.admit(a, true).unwrap();
-        let first_signal = first_evicted.as_mut().unwrap().try_recv();
+    }
+
+    #[test]
+    fn a_full_gate_closes_an_unproven_connection_of_the_address_with_most() {
+        let gate = gate(4);
+        let (a, b): (IpAddr, IpAddr) = ([127, 0, 0, 2].into(), [127, 0, 0, 3].into());
+        // One client from b, authenticating; three from a.
+        let (client, mut client_evicted) = gate.admit(b, true).unwrap();
+        let (a1, mut a1_evicted) = gate.admit(a, true).unwrap();
+        let (_a2, _) = gate.admit(a, true).unwrap();
+        let (_a3, _) = gate.admit(a, true).unwrap();
+        // Full: a fourth from a closes a's oldest, not the client's older connection.
+        let (_a4, _) = gate.admit(a, true).unwrap();
+        assert_eq!(a1_evicted.as_mut().unwrap().try_recv(), Ok(()));
+        assert!(client_evicted.as_mut().unwrap().try_recv().is_err());
         assert!(
-            first_signal.is_err(),
-            "a proven connection is never evicted"
+            !standing(&gate, &a1).proven(),
+            "an evicted connection is not proven"
         );
-        assert_eq!(second_evicted.as_mut().unwrap().try_recv(), Ok(()));
-        drop(second);
-        drop(third);
-        let (_fifth, _) = gate.admit(a, true).unwrap();
-        // Only proven connections left, and the gate is full: refused as before.
+        drop(a1);
+        assert!(standing(&gate, &client).proven());
+        assert!(
+            standing(&gate, &client).proven(),
+            "proven twice is still proven"
+        );
+        // The client is never chosen now, even when a's are gone.
         let state = gate.lock();
-        assert_eq!(state.open, 3);
-        drop(state);
-        Standing {
-            gate: gate.clone(),
-            number: 4,
-        }
-        .proven();
-        Standing {
-            gate: gate.clone(),
-            number: 5,
-        }
-        .proven();
+        assert_eq!(state.unproven_per_address.get(&b), None);
+        assert_eq!(state.unproven.len(), 3);
+    }
+
+    #[test]
+    fn a_gate_of_proven_connections_refuses_as_before() {
+        let gate = gate(2);
+        let a: IpAddr = [127, 0, 0, 2].into();
+        let (first, _) = gate.admit(a, true).unwrap();
+        let (second, _) = gate.admit(a, true).unwrap();
+        assert!(standing(&gate, &first).proven());
+        assert!(standing(&gate, &second).proven());
         assert_eq!(gate.admit(a, true).unwrap_err(), Refused::ConnectionsMax);
+        drop(first);
+        let (_third, _) = gate.admit(a, false).unwrap();
+        let state = gate.lock();
+        assert!(state.evicted.is_empty() && state.unproven.is_empty());
     }
 }

@@ -211,14 +211,16 @@ impl CoordinatorClient {
         Ok(response.users)
     }
 
-    /// A user's credentials (brokers only: the coordinator answers this on its peer listener).
-    pub async fn lookup_credentials(&self, name: &str) -> Result<Vec<ScramCredential>, StubError> {
+    /// A user's credentials, or decoys for a user that does not exist (brokers only: the
+    /// coordinator answers this on its peer listener).
+    pub async fn lookup_credentials(
+        &self,
+        name: &str,
+    ) -> Result<LookupCredentialsResponse, StubError> {
         let request = LookupCredentialsRequest {
             name: name.to_owned(),
         };
-        let response: LookupCredentialsResponse =
-            self.call(Opcode::LookupCredentials, &request).await?;
-        Ok(response.credentials)
+        self.call(Opcode::LookupCredentials, &request).await
     }
 
     /// Adds (`add`) or removes an access control rule.

@@ -145,11 +145,9 @@ impl GroupCoordinator {
     }
 
     /// Commits offsets on the blocking pool, answered once they are on disk.
-    pub fn commit(&self, body: Bytes) -> Reply {
-        let request: OffsetCommitRequest = match decode(body) {
-            Ok(request) => request,
-            Err(response) => return Reply::Ready(response),
-        };
+    /// Commits `request`'s offsets, once the committer's membership allows it (the service
+    /// checked that the partitions exist).
+    pub fn commit(&self, request: OffsetCommitRequest) -> Reply {
         if let Err(status) = self
             .membership()
             .check_commit(&request.group, request.member.as_ref())

@@ -38,6 +38,7 @@ fn group_error_code(error: &StubError) -> i16 {
         Some(Status::InvalidSessionTimeout) => ResponseError::InvalidSessionTimeout,
         Some(Status::GroupFull) => ResponseError::GroupMaxSizeReached,
         Some(Status::InvalidArgument) => ResponseError::InvalidGroupId,
+        Some(Status::UnknownStream) => ResponseError::UnknownTopicOrPartition,
         _ => ResponseError::CoordinatorNotAvailable,
     };
     kafka.code()
@@ -298,7 +299,11 @@ pub(crate) fn commit(
                         let key = (topic.name.as_str().to_owned(), p.partition_index);
                         OffsetCommitResponsePartition::default()
                             .with_partition_index(p.partition_index)
-                            .with_error_code(refused.get(&key).copied().unwrap_or(code))
+                            // A group the client may not use refuses every partition alike.
+                            .with_error_code(match group_denied {
+                                true => GROUP_DENIED,
+                                false => refused.get(&key).copied().unwrap_or(code),
+                            })
                     })
                     .collect();
                 OffsetCommitResponseTopic::default()
@@ -374,6 +379,12 @@ pub(crate) fn fetch(
         let topics = by_topic
             .into_iter()
             .map(|(name, partitions)| {
+                // A topic asked for by name that the client may not describe: refused, as Kafka
+                // does, not shown as nothing committed.
+                let code = match code == 0 && !access.topic(AclOperation::Describe, &name) {
+                    true => ResponseError::TopicAuthorizationFailed.code(),
+                    false => code,
+                };
                 OffsetFetchResponseTopic::default()
                     .with_name(TopicName(str_bytes(&name)))
                     .with_partitions(

@@ -91,7 +91,7 @@ wire_message! {
 }
 
 wire_message! {
-    /// A user's credentials (answered `UnknownUser` when there is no such user).
+    /// A user's credentials; for a user that does not exist, decoys (see `known`).
     pub struct LookupCredentialsRequest {
         pub name: String,
     }
@@ -101,5 +101,9 @@ wire_message! {
     pub struct LookupCredentialsResponse {
         #[cfg_attr(test, proptest(strategy = "small_vec::<ScramCredential>()"))]
         pub credentials: Vec<ScramCredential>,
+        /// False: no such user, and `credentials` are decoys derived from the cluster's secret
+        /// and the name (the same from every broker), which no password matches: a client is
+        /// answered as a known user with a wrong password would be.
+        pub known: bool,
     }
 }
