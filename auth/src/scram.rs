@@ -334,7 +334,9 @@ impl ServerExchange {
         Self::start_with_nonce(mechanism, first, credential, decoy_key, &nonce())
     }
 
-    fn start_with_nonce(
+    /// [`ServerExchange::start`] with a given server nonce, for tests and benchmarks that
+    /// replay an exchange. A server must never reuse a nonce: use `start`.
+    pub fn start_with_nonce(
         mechanism: ScramMechanism,
         first: &ClientFirst,
         credential: Option<ScramCredential>,
