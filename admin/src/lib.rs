@@ -58,6 +58,7 @@ pub fn install_metrics() -> Result<PrometheusHandle, String> {
 pub async fn fetch(
     addr: &str,
     path: &str,
+    token: Option<&str>,
     timeout: Duration,
     body_bytes_max: usize,
 ) -> Result<bytes::Bytes, String> {
@@ -73,8 +74,11 @@ pub async fn fetch(
         // also ends it when the timeout below drops the exchange).
         let _driver = AbortOnDrop(tokio::spawn(connection).abort_handle());
         async {
-            let request = hyper::Request::get(path)
-                .header(hyper::header::HOST, addr)
+            let mut request = hyper::Request::get(path).header(hyper::header::HOST, addr);
+            if let Some(token) = token {
+                request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+            }
+            let request = request
                 .body(String::new())
                 .map_err(|e| format!("{path}: {e}"))?;
             let response = sender
@@ -133,15 +137,44 @@ impl AdminLimits {
 /// what they describe does (the recorder keeps every series it saw for good).
 pub type ExtraMetrics = Arc<dyn Fn() -> String + Send + Sync>;
 
+/// The cluster's admin token (`security.admin_token`), when one is required.
+pub type AdminToken = Option<Arc<str>>;
+
+/// The admin token of a configuration (`None` when it sets none).
+pub fn admin_token(config: &tailstream_config::SecurityConfig) -> AdminToken {
+    (!config.admin_token.is_empty()).then(|| Arc::from(config.admin_token.as_str()))
+}
+
 /// Serves `/healthz`, `/metrics` and `routes` on `listener` until `shutdown` turns true.
+/// With a `token`, every route but `/healthz` answers 401 to a request that does not carry
+/// it (`Authorization: Bearer TOKEN`, or `?token=TOKEN` for a browser).
 pub async fn serve(
     listener: TcpListener,
     metrics: PrometheusHandle,
     routes: Router,
     limits: AdminLimits,
+    token: AdminToken,
     shutdown: watch::Receiver<bool>,
 ) {
-    serve_with(listener, metrics, None, routes, limits, shutdown).await
+    serve_with(listener, metrics, None, routes, limits, token, shutdown).await
+}
+
+/// Whether `request` carries `expected`.
+fn carries_token(request: &axum::extract::Request, expected: &str) -> bool {
+    let bearer = request
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "));
+    let query = request.uri().query().and_then(|query| {
+        query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("token="))
+    });
+    [bearer, query]
+        .into_iter()
+        .flatten()
+        .any(|given| tailstream_auth::token_matches(given, expected))
 }
 
 /// [`serve`], with `extra` appended to `/metrics`.
@@ -151,9 +184,10 @@ pub async fn serve_with(
     extra: Option<ExtraMetrics>,
     routes: Router,
     limits: AdminLimits,
+    token: AdminToken,
     shutdown: watch::Receiver<bool>,
 ) {
-    let app = routes.route("/healthz", get(|| async { "ok\n" })).route(
+    let guarded = routes.route(
         "/metrics",
         get(move || {
             let mut page = metrics.render();
@@ -163,6 +197,29 @@ pub async fn serve_with(
             std::future::ready(page)
         }),
     );
+    let guarded = match token {
+        None => guarded,
+        Some(expected) => guarded.layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                let allowed = carries_token(&request, &expected);
+                async move {
+                    use axum::response::IntoResponse;
+                    if allowed {
+                        next.run(request).await
+                    } else {
+                        (
+                            hyper::StatusCode::UNAUTHORIZED,
+                            "this endpoint needs the cluster's admin token \
+                             (Authorization: Bearer TOKEN, or ?token=TOKEN)\n",
+                        )
+                            .into_response()
+                    }
+                }
+            },
+        )),
+    };
+    // Health stays open: load balancers and orchestrators probe it without secrets.
+    let app = guarded.route("/healthz", get(|| async { "ok\n" }));
     accept_loop(
         listener,
         "admin",

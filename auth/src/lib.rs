@@ -5,10 +5,10 @@
 //!   password never reaches the cluster), the server's exchange (with a decoy for unknown
 //!   users), and a client's;
 //! - [`plain`]: SASL PLAIN's message, checked against the same SCRAM credential;
-//! - [`users`]: user names and principals.
+//! - [`users`]: user names, principals, and comparing a configured token.
 
 pub mod plain;
 pub mod scram;
 pub mod users;
 
-pub use users::{Principal, check_user_name};
+pub use users::{Principal, check_user_name, token_matches};

@@ -15,6 +15,12 @@ pub fn check_user_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether `given` is `expected` (a configured secret), compared in constant time.
+pub fn token_matches(given: &str, expected: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    given.len() == expected.len() && bool::from(given.as_bytes().ct_eq(expected.as_bytes()))
+}
+
 /// Who a connection acts as.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Principal {

@@ -226,6 +226,7 @@ pub async fn run_with(
             context.clone(),
         ),
         tailstream_admin::AdminLimits::from_config(listeners),
+        tailstream_admin::admin_token(&options.config.security),
         shutdown.clone(),
     ));
     let mut served = vec![rpc, peer, admin, nic];

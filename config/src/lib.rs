@@ -57,6 +57,35 @@ pub struct Config {
     pub consumer: ConsumerConfig,
     pub client: ClientConfig,
     pub dev: DevConfig,
+    pub security: SecurityConfig,
+}
+
+/// Secrets every process of a cluster shares.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecurityConfig {
+    /// Required by the admin HTTP endpoints and the console, and by the coordinator's user and
+    /// access control operations on its client listener; empty: not required.
+    pub admin_token: String,
+}
+
+/// Shortest admin token accepted.
+pub const ADMIN_TOKEN_CHARS_MIN: usize = 16;
+
+impl std::fmt::Debug for SecurityConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never printed: configs are logged.
+        f.debug_struct("SecurityConfig")
+            .field(
+                "admin_token",
+                &if self.admin_token.is_empty() {
+                    ""
+                } else {
+                    "(set)"
+                },
+            )
+            .finish()
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -455,6 +484,15 @@ impl Config {
             );
         }
         let listeners = &self.listeners;
+        let token = &self.security.admin_token;
+        if !token.is_empty()
+            && (token.chars().count() < ADMIN_TOKEN_CHARS_MIN
+                || !token.chars().all(|c| c.is_ascii_graphic()))
+        {
+            return invalid(format!(
+                "security.admin_token: at least {ADMIN_TOKEN_CHARS_MIN} printable ASCII characters, no spaces"
+            ));
+        }
         if let Some(unknown) = kafka
             .sasl_mechanisms
             .iter()

@@ -190,9 +190,11 @@ async fn broker_view(service: &CoordinatorService, server: &str, view: &str) -> 
         return (StatusCode::NOT_FOUND, format!("no broker {server:?}\n")).into_response();
     };
     let path = format!("/{view}");
+    let token = service.admin_token();
     match tailstream_admin::fetch(
         &broker.admin_addr,
         &path,
+        token.as_deref(),
         BROKER_VIEW_TIMEOUT,
         BROKER_VIEW_BYTES_MAX,
     )

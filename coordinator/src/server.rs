@@ -284,6 +284,7 @@ pub async fn lead(
             users_max: coordinator.users_max as usize,
             acls_max: coordinator.acls_max as usize,
         },
+        crate::service::AdminToken::from_config(&config.security.admin_token),
     );
     let group_gauges = Arc::new(std::sync::Mutex::new(String::new()));
     tokio::spawn(publish_group_lag(
@@ -327,6 +328,7 @@ pub async fn lead(
         Some(extra),
         crate::admin::routes(Arc::new(service)),
         tailstream_admin::AdminLimits::from_config(&config.listeners),
+        tailstream_admin::admin_token(&config.security),
         shutdown.clone(),
     ));
     run_until_shutdown(shutdown, vec![rpc, peer, admin]).await;

@@ -68,6 +68,8 @@ pub struct CoordinatorService {
     liveness_stretch: Arc<AtomicU64>,
     /// Derives unknown users' decoy credentials until the cluster has a saved secret.
     decoy_secret: users::DecoySecret,
+    /// What user and access control operations on the client listener require.
+    admin_token: users::AdminToken,
 }
 
 /// The coordinator's settings the service applies.
@@ -90,6 +92,7 @@ pub struct ServiceSettings {
 mod offsets;
 #[path = "service_users.rs"]
 mod users;
+pub use users::AdminToken;
 
 fn decode<T: Decode>(body: Bytes) -> Result<T, Response> {
     T::decode_exact(body).map_err(|e| Response::error(Status::Malformed, e.to_string()))
@@ -108,6 +111,7 @@ impl CoordinatorService {
         leadership: Arc<LeaderLease>,
         view: LeadershipView,
         settings: ServiceSettings,
+        admin_token: AdminToken,
     ) -> Self {
         Self {
             core,
@@ -120,6 +124,7 @@ impl CoordinatorService {
             settings,
             liveness_stretch: Arc::default(),
             decoy_secret: users::DecoySecret(rand::random()),
+            admin_token,
         }
     }
 
@@ -560,12 +565,16 @@ impl CoordinatorService {
                 later(async move { Response::ok(&service.describe_leadership().await) })
             }
             (_, Opcode::ListRecoveries) => Reply::Ready(Response::ok(&self.list_recoveries())),
-            (_, Opcode::CreateUser) => self.create_user(request.body),
-            (_, Opcode::DeleteUser) => self.delete_user(request.body),
-            (_, Opcode::ListUsers) => Reply::Ready(self.list_users()),
-            (_, Opcode::AddAcl) => self.change_acl(request.body, true),
-            (_, Opcode::RemoveAcl) => self.change_acl(request.body, false),
-            (_, Opcode::ListAcls) => Reply::Ready(self.list_acls()),
+            (_, Opcode::CreateUser) => self.create_user(request.body, facing == Facing::Clients),
+            (_, Opcode::DeleteUser) => self.delete_user(request.body, facing == Facing::Clients),
+            (_, Opcode::ListUsers) => {
+                ready(self.list_users(request.body, facing == Facing::Clients))
+            }
+            (_, Opcode::AddAcl) => self.change_acl(request.body, true, facing == Facing::Clients),
+            (_, Opcode::RemoveAcl) => {
+                self.change_acl(request.body, false, facing == Facing::Clients)
+            }
+            (_, Opcode::ListAcls) => ready(self.list_acls(request.body, facing == Facing::Clients)),
             (Facing::Peers, Opcode::LookupCredentials) => {
                 ready(self.lookup_credentials(request.body))
             }

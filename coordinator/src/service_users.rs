@@ -1,15 +1,17 @@
 //! The coordinator's security operations: users (create, delete, list, on either listener,
 //! and the credential lookup brokers check a client's authentication against, on the peer
 //! listener only: a client gets no key material) and access control rules (add, remove, list).
+//! On the client listener each needs the cluster's admin token when one is configured.
 
 use super::{CoordinatorService, decode, later};
 use bytes::Bytes;
 use tailstream_auth::scram::decoy_credential;
 use tailstream_net::{Reply, Response};
+use tailstream_wire::Status;
 use tailstream_wire::messages::ScramMechanism;
 use tailstream_wire::messages::{
     AclChangeRequest, CreateUserRequest, DeleteUserRequest, ListAclsResponse, ListUsersResponse,
-    LookupCredentialsRequest, LookupCredentialsResponse,
+    LookupCredentialsRequest, LookupCredentialsResponse, SecurityListRequest,
 };
 
 /// A secret of this process: never printed.
@@ -22,12 +24,55 @@ impl std::fmt::Debug for DecoySecret {
     }
 }
 
+/// The cluster's admin token (`security.admin_token`; `None`: not required): never printed.
+#[derive(Clone, Default)]
+pub struct AdminToken(pub Option<std::sync::Arc<str>>);
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "AdminToken(set)"
+        } else {
+            "AdminToken(none)"
+        })
+    }
+}
+
+impl AdminToken {
+    pub fn from_config(token: &str) -> AdminToken {
+        AdminToken((!token.is_empty()).then(|| std::sync::Arc::from(token)))
+    }
+
+    /// Refuses a request that does not carry the token (where one is required: `checked`
+    /// is false for the peer listener, whose callers are the cluster's own members).
+    fn check(&self, checked: bool, given: &str) -> Result<(), Response> {
+        match &self.0 {
+            Some(expected) if checked && !tailstream_auth::token_matches(given, expected) => {
+                Err(Response::error(
+                    Status::Unauthorized,
+                    "this operation needs the cluster's admin token (security.admin_token; \
+                     the CLI sends $TAILSTREAM_ADMIN_TOKEN)",
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 impl CoordinatorService {
-    pub(super) fn create_user(&self, body: Bytes) -> Reply {
+    /// The cluster's admin token, for this coordinator's calls to brokers' admin ports.
+    pub fn admin_token(&self) -> Option<std::sync::Arc<str>> {
+        self.admin_token.0.clone()
+    }
+
+    pub(super) fn create_user(&self, body: Bytes, checked: bool) -> Reply {
         let request: CreateUserRequest = match decode(body) {
             Ok(request) => request,
             Err(response) => return Reply::Ready(response),
         };
+        if let Err(refused) = self.admin_token.check(checked, &request.admin_token) {
+            return Reply::Ready(refused);
+        }
         let (core, users_max) = (self.core.clone(), self.settings.users_max);
         later(async move {
             let name = request.name.clone();
@@ -44,11 +89,14 @@ impl CoordinatorService {
         })
     }
 
-    pub(super) fn delete_user(&self, body: Bytes) -> Reply {
+    pub(super) fn delete_user(&self, body: Bytes, checked: bool) -> Reply {
         let request: DeleteUserRequest = match decode(body) {
             Ok(request) => request,
             Err(response) => return Reply::Ready(response),
         };
+        if let Err(refused) = self.admin_token.check(checked, &request.admin_token) {
+            return Reply::Ready(refused);
+        }
         let core = self.core.clone();
         later(async move {
             let name = request.name.clone();
@@ -62,9 +110,11 @@ impl CoordinatorService {
         })
     }
 
-    pub(super) fn list_users(&self) -> Response {
+    pub(super) fn list_users(&self, body: Bytes, checked: bool) -> Result<Response, Response> {
+        let request: SecurityListRequest = decode(body)?;
+        self.admin_token.check(checked, &request.admin_token)?;
         let users = self.core.lock().metadata.list_users();
-        Response::ok(&ListUsersResponse { users })
+        Ok(Response::ok(&ListUsersResponse { users }))
     }
 
     pub(super) fn lookup_credentials(&self, body: Bytes) -> Result<Response, Response> {
@@ -97,11 +147,14 @@ impl CoordinatorService {
 
 impl CoordinatorService {
     /// Adds (`add`) or removes an access control rule.
-    pub(super) fn change_acl(&self, body: Bytes, add: bool) -> Reply {
+    pub(super) fn change_acl(&self, body: Bytes, add: bool, checked: bool) -> Reply {
         let request: AclChangeRequest = match decode(body) {
             Ok(request) => request,
             Err(response) => return Reply::Ready(response),
         };
+        if let Err(refused) = self.admin_token.check(checked, &request.admin_token) {
+            return Reply::Ready(refused);
+        }
         let (core, acls_max) = (self.core.clone(), self.settings.acls_max);
         later(async move {
             let rule = request.rule;
@@ -131,8 +184,10 @@ impl CoordinatorService {
         })
     }
 
-    pub(super) fn list_acls(&self) -> Response {
+    pub(super) fn list_acls(&self, body: Bytes, checked: bool) -> Result<Response, Response> {
+        let request: SecurityListRequest = decode(body)?;
+        self.admin_token.check(checked, &request.admin_token)?;
         let rules = self.core.lock().metadata.list_acls();
-        Response::ok(&ListAclsResponse { rules })
+        Ok(Response::ok(&ListAclsResponse { rules }))
     }
 }

@@ -18,7 +18,8 @@ use tailstream_wire::messages::{
     GroupSyncRequest, GroupSyncResponse, ListAclsResponse, ListBrokersResponse,
     ListRecoveriesResponse, ListStreamsResponse, ListUsersResponse, LookupCredentialsRequest,
     LookupCredentialsResponse, OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse,
-    ProducerSession, RecoverySummary, ScramCredential, StreamConfig, StreamMetadata, UserSummary,
+    ProducerSession, RecoverySummary, ScramCredential, SecurityListRequest, StreamConfig,
+    StreamMetadata, UserSummary,
 };
 use tailstream_wire::{Decode, Encode, Opcode, Status};
 
@@ -185,12 +186,15 @@ impl CoordinatorClient {
     }
 
     /// Adds a user with its credentials (derived by the caller: no password is sent).
+    /// `admin_token`: the cluster's, where the coordinator requires one (else empty).
     pub async fn create_user(
         &self,
+        admin_token: &str,
         name: &str,
         credentials: Vec<ScramCredential>,
     ) -> Result<(), StubError> {
         let request = CreateUserRequest {
+            admin_token: admin_token.to_owned(),
             name: name.to_owned(),
             credentials,
         };
@@ -198,16 +202,20 @@ impl CoordinatorClient {
         Ok(())
     }
 
-    pub async fn delete_user(&self, name: &str) -> Result<(), StubError> {
+    pub async fn delete_user(&self, admin_token: &str, name: &str) -> Result<(), StubError> {
         let request = DeleteUserRequest {
+            admin_token: admin_token.to_owned(),
             name: name.to_owned(),
         };
         let _: Empty = self.call(Opcode::DeleteUser, &request).await?;
         Ok(())
     }
 
-    pub async fn list_users(&self) -> Result<Vec<UserSummary>, StubError> {
-        let response: ListUsersResponse = self.call(Opcode::ListUsers, &Empty {}).await?;
+    pub async fn list_users(&self, admin_token: &str) -> Result<Vec<UserSummary>, StubError> {
+        let request = SecurityListRequest {
+            admin_token: admin_token.to_owned(),
+        };
+        let response: ListUsersResponse = self.call(Opcode::ListUsers, &request).await?;
         Ok(response.users)
     }
 
@@ -224,18 +232,30 @@ impl CoordinatorClient {
     }
 
     /// Adds (`add`) or removes an access control rule.
-    pub async fn change_acl(&self, rule: AclRule, add: bool) -> Result<(), StubError> {
+    pub async fn change_acl(
+        &self,
+        admin_token: &str,
+        rule: AclRule,
+        add: bool,
+    ) -> Result<(), StubError> {
         let opcode = if add {
             Opcode::AddAcl
         } else {
             Opcode::RemoveAcl
         };
-        let _: Empty = self.call(opcode, &AclChangeRequest { rule }).await?;
+        let request = AclChangeRequest {
+            admin_token: admin_token.to_owned(),
+            rule,
+        };
+        let _: Empty = self.call(opcode, &request).await?;
         Ok(())
     }
 
-    pub async fn list_acls(&self) -> Result<Vec<AclRule>, StubError> {
-        let response: ListAclsResponse = self.call(Opcode::ListAcls, &Empty {}).await?;
+    pub async fn list_acls(&self, admin_token: &str) -> Result<Vec<AclRule>, StubError> {
+        let request = SecurityListRequest {
+            admin_token: admin_token.to_owned(),
+        };
+        let response: ListAclsResponse = self.call(Opcode::ListAcls, &request).await?;
         Ok(response.rules)
     }
 

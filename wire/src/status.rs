@@ -126,6 +126,9 @@ statuses! {
     UnknownUser = 70,
     /// A user of that name already exists.
     UserExists = 71,
+    /// The operation needs the cluster's admin token (`security.admin_token`), and the
+    /// request did not carry it.
+    Unauthorized = 72,
 
     /// The consumer group is rebalancing: rejoin it.
     RebalanceInProgress = 60,

@@ -71,23 +71,28 @@ impl RuleArgs {
 pub async fn run(config: Config, coordinator: &str, command: AclCommand) -> Result<(), String> {
     let client = super::client(&config, coordinator);
     let coordinator = client.coordinator();
+    let token = super::admin_token(&config);
     match command {
         AclCommand::Add(args) => {
             coordinator
-                .change_acl(args.rule()?, true)
+                .change_acl(&token, args.rule()?, true)
                 .await
                 .map_err(|e| e.to_string())?;
             println!("rule added");
         }
         AclCommand::Remove(args) => {
             coordinator
-                .change_acl(args.rule()?, false)
+                .change_acl(&token, args.rule()?, false)
                 .await
                 .map_err(|e| e.to_string())?;
             println!("rule removed");
         }
         AclCommand::List => {
-            for rule in coordinator.list_acls().await.map_err(|e| e.to_string())? {
+            for rule in coordinator
+                .list_acls(&token)
+                .await
+                .map_err(|e| e.to_string())?
+            {
                 let pattern = match rule.pattern {
                     AclPattern::Literal => "literal",
                     AclPattern::Prefixed => "prefixed",

@@ -18,3 +18,9 @@ use tailstream_config::Config;
 pub fn client(config: &Config, coordinator: &str) -> Client {
     Client::builder(coordinator).from_config(config).build()
 }
+
+/// The admin token the CLI sends with user and access control operations:
+/// `$TAILSTREAM_ADMIN_TOKEN`, else the configuration's `security.admin_token` (empty: none).
+pub fn admin_token(config: &Config) -> String {
+    std::env::var("TAILSTREAM_ADMIN_TOKEN").unwrap_or_else(|_| config.security.admin_token.clone())
+}

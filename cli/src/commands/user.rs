@@ -29,6 +29,7 @@ pub enum UserCommand {
 pub async fn run(config: Config, coordinator: &str, command: UserCommand) -> Result<(), String> {
     let client = super::client(&config, coordinator);
     let coordinator = client.coordinator();
+    let token = super::admin_token(&config);
     match command {
         UserCommand::Create {
             name,
@@ -57,20 +58,24 @@ pub async fn run(config: Config, coordinator: &str, command: UserCommand) -> Res
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| e.to_string())?;
             coordinator
-                .create_user(&name, credentials)
+                .create_user(&token, &name, credentials)
                 .await
                 .map_err(|e| e.to_string())?;
             println!("user {name} created (SCRAM-SHA-256, SCRAM-SHA-512; PLAIN where enabled)");
         }
         UserCommand::Delete { name } => {
             coordinator
-                .delete_user(&name)
+                .delete_user(&token, &name)
                 .await
                 .map_err(|e| e.to_string())?;
             println!("user {name} deleted");
         }
         UserCommand::List => {
-            for user in coordinator.list_users().await.map_err(|e| e.to_string())? {
+            for user in coordinator
+                .list_users(&token)
+                .await
+                .map_err(|e| e.to_string())?
+            {
                 let mechanisms: Vec<&str> = user.mechanisms.iter().map(|m| m.sasl_name()).collect();
                 println!("{}\t{}", user.name, mechanisms.join(","));
             }

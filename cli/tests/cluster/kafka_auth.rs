@@ -657,3 +657,66 @@ async fn kafka_clients_may_do_only_what_an_access_control_rule_allows() {
     .await
     .expect("the authorization test finished in time");
 }
+
+/// With `security.admin_token` set, users and rules can be managed only with the token (the
+/// coordinator's client port no longer lets anyone grant themselves everything), and every
+/// admin HTTP route but `/healthz` answers 401 without it, the coordinator's console's calls
+/// to brokers included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_token_guards_users_rules_and_the_admin_endpoints() {
+    const TOKEN: &str = "0123456789abcdef-test-token";
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let overrides = format!(
+            "[kafka]\nsasl_mechanisms = [\"SCRAM-SHA-256\"]\n[security]\nadmin_token = \"{TOKEN}\"\n"
+        );
+        let test = TestCluster::start(1, &overrides).await;
+        // Without the token (or with a wrong one): refused, nothing changed.
+        for given in ["", "0123456789abcdef-wrong-token"] {
+            for args in [
+                &["user", "create", "mallory", "--password", "x"][..],
+                &["acl", "add", "--principal", "User:mallory", "--operation", "all", "--cluster"],
+                &["user", "list"],
+                &["acl", "list"],
+            ] {
+                let output = test
+                    .cli_command(args)
+                    .env("TAILSTREAM_ADMIN_TOKEN", given)
+                    .output()
+                    .await
+                    .unwrap();
+                let stderr = String::from_utf8_lossy(&output.stderr);
+                assert!(!output.status.success(), "{args:?} with {given:?} succeeded");
+                assert!(stderr.contains("Unauthorized"), "{args:?}: {stderr}");
+            }
+        }
+        // With it (the CLI reads it from the configuration here): done.
+        let (ok, _, err) = test
+            .cli(&["user", "create", "alice", "--password", "s3cret"], b"")
+            .await;
+        assert!(ok, "{err}");
+        let (ok, out, err) = test.cli(&["user", "list"], b"").await;
+        assert!(ok, "{err}");
+        assert_eq!(
+            String::from_utf8_lossy(&out).trim(),
+            "alice\tSCRAM-SHA-256,SCRAM-SHA-512"
+        );
+
+        let broker = test.cluster.broker(0).unwrap();
+        let coordinator_admin = test.cluster.coordinator.admin_addr;
+        for admin in [broker.admin_addr, coordinator_admin] {
+            let status = |response: String| response.lines().next().unwrap_or("").to_owned();
+            assert!(status(TestCluster::http_get(admin, "/metrics").await).contains("401"));
+            assert!(status(TestCluster::http_get(admin, "/healthz").await).contains("200"));
+            let with = format!("/metrics?token={TOKEN}");
+            assert!(status(TestCluster::http_get(admin, &with).await).contains("200"));
+        }
+        // The console's view of a broker goes through the coordinator, which sends the token.
+        let server = test.client().list_brokers().await.unwrap()[0].server_id.to_string();
+        let view = format!("/brokers/{server}/streamlets?token={TOKEN}");
+        let answer = TestCluster::http_get(coordinator_admin, &view).await;
+        assert!(answer.lines().next().unwrap_or("").contains("200"), "{answer}");
+        test.stop().await;
+    })
+    .await
+    .expect("the admin token test finished in time");
+}

@@ -52,13 +52,13 @@ fn decode_body(opcode: Option<Opcode>, is_response: bool, body: Bytes) {
         (Opcode::CreateUser, false) => decode!(CreateUserRequest),
         (Opcode::DeleteUser, false) => decode!(DeleteUserRequest),
         (Opcode::CreateUser | Opcode::DeleteUser, true) => decode!(Empty),
-        (Opcode::ListUsers, false) => decode!(Empty),
+        (Opcode::ListUsers, false) => decode!(SecurityListRequest),
         (Opcode::ListUsers, true) => decode!(ListUsersResponse),
         (Opcode::LookupCredentials, false) => decode!(LookupCredentialsRequest),
         (Opcode::LookupCredentials, true) => decode!(LookupCredentialsResponse),
         (Opcode::AddAcl | Opcode::RemoveAcl, false) => decode!(AclChangeRequest),
         (Opcode::AddAcl | Opcode::RemoveAcl, true) => decode!(Empty),
-        (Opcode::ListAcls, false) => decode!(Empty),
+        (Opcode::ListAcls, false) => decode!(SecurityListRequest),
         (Opcode::ListAcls, true) => decode!(ListAclsResponse),
         (Opcode::Produce, false) => {
             if let Ok(request) = ProduceRequest::decode_exact(body) {

@@ -89,6 +89,8 @@ wire_message! {
 wire_message! {
     /// Add (`AddAcl`) or remove (`RemoveAcl`) one rule.
     pub struct AclChangeRequest {
+        /// `security.admin_token`, where the coordinator requires it.
+        pub admin_token: String,
         pub rule: AclRule,
     }
 }

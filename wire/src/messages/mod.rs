@@ -141,6 +141,7 @@ mod tests {
         scram_credential: ScramCredential,
         create_user: CreateUserRequest,
         delete_user: DeleteUserRequest,
+        security_list: SecurityListRequest,
         list_users: ListUsersResponse,
         lookup_credentials_request: LookupCredentialsRequest,
         lookup_credentials: LookupCredentialsResponse,

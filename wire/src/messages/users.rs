@@ -61,6 +61,8 @@ wire_message! {
 wire_message! {
     /// Add a user (refused with `UserExists` if the name is taken).
     pub struct CreateUserRequest {
+        /// `security.admin_token`, where the coordinator requires it.
+        pub admin_token: String,
         pub name: String,
         /// One per mechanism the user may authenticate with (at least one).
         #[cfg_attr(test, proptest(strategy = "small_vec::<ScramCredential>()"))]
@@ -70,7 +72,17 @@ wire_message! {
 
 wire_message! {
     pub struct DeleteUserRequest {
+        pub admin_token: String,
         pub name: String,
+    }
+}
+
+wire_message! {
+    /// A listing of users or access control rules (`ListUsers`, `ListAcls`).
+    pub struct SecurityListRequest {
+        /// `security.admin_token`, where the coordinator requires it (not of brokers, which
+        /// list rules on its peer listener).
+        pub admin_token: String,
     }
 }
 
