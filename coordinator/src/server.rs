@@ -283,8 +283,8 @@ pub async fn lead(
             streams_max: coordinator.streams_max as usize,
             users_max: coordinator.users_max as usize,
             acls_max: coordinator.acls_max as usize,
+            admin_token: crate::service::AdminToken::from_config(&config.security.admin_token),
         },
-        crate::service::AdminToken::from_config(&config.security.admin_token),
     );
     let group_gauges = Arc::new(std::sync::Mutex::new(String::new()));
     tokio::spawn(publish_group_lag(

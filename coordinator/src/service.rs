@@ -68,12 +68,10 @@ pub struct CoordinatorService {
     liveness_stretch: Arc<AtomicU64>,
     /// Derives unknown users' decoy credentials until the cluster has a saved secret.
     decoy_secret: users::DecoySecret,
-    /// What user and access control operations on the client listener require.
-    admin_token: users::AdminToken,
 }
 
 /// The coordinator's settings the service applies.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ServiceSettings {
     /// The brokers' lease lengths (told to each at registration).
     pub lease_ms: u64,
@@ -86,6 +84,8 @@ pub struct ServiceSettings {
     pub users_max: usize,
     /// Access control rules kept at most (`coordinator.acls_max`).
     pub acls_max: usize,
+    /// What user and access control operations on the client listener require.
+    pub admin_token: AdminToken,
 }
 
 #[path = "service_offsets.rs"]
@@ -111,7 +111,6 @@ impl CoordinatorService {
         leadership: Arc<LeaderLease>,
         view: LeadershipView,
         settings: ServiceSettings,
-        admin_token: AdminToken,
     ) -> Self {
         Self {
             core,
@@ -124,7 +123,6 @@ impl CoordinatorService {
             settings,
             liveness_stretch: Arc::default(),
             decoy_secret: users::DecoySecret(rand::random()),
-            admin_token,
         }
     }
 
@@ -213,7 +211,7 @@ impl CoordinatorService {
         };
         let core = self.core.clone();
         let orchestrator = self.orchestrator.clone();
-        let (leadership, leases) = (self.leadership.clone(), self.settings);
+        let (leadership, leases) = (self.leadership.clone(), self.settings.clone());
         later(async move {
             let now_ms = unix_ms();
             let changed = core

@@ -62,7 +62,7 @@ impl AdminToken {
 impl CoordinatorService {
     /// The cluster's admin token, for this coordinator's calls to brokers' admin ports.
     pub fn admin_token(&self) -> Option<std::sync::Arc<str>> {
-        self.admin_token.0.clone()
+        self.settings.admin_token.0.clone()
     }
 
     pub(super) fn create_user(&self, body: Bytes, checked: bool) -> Reply {
@@ -70,7 +70,11 @@ impl CoordinatorService {
             Ok(request) => request,
             Err(response) => return Reply::Ready(response),
         };
-        if let Err(refused) = self.admin_token.check(checked, &request.admin_token) {
+        if let Err(refused) = self
+            .settings
+            .admin_token
+            .check(checked, &request.admin_token)
+        {
             return Reply::Ready(refused);
         }
         let (core, users_max) = (self.core.clone(), self.settings.users_max);
@@ -94,7 +98,11 @@ impl CoordinatorService {
             Ok(request) => request,
             Err(response) => return Reply::Ready(response),
         };
-        if let Err(refused) = self.admin_token.check(checked, &request.admin_token) {
+        if let Err(refused) = self
+            .settings
+            .admin_token
+            .check(checked, &request.admin_token)
+        {
             return Reply::Ready(refused);
         }
         let core = self.core.clone();
@@ -112,7 +120,9 @@ impl CoordinatorService {
 
     pub(super) fn list_users(&self, body: Bytes, checked: bool) -> Result<Response, Response> {
         let request: SecurityListRequest = decode(body)?;
-        self.admin_token.check(checked, &request.admin_token)?;
+        self.settings
+            .admin_token
+            .check(checked, &request.admin_token)?;
         let users = self.core.lock().metadata.list_users();
         Ok(Response::ok(&ListUsersResponse { users }))
     }
@@ -152,7 +162,11 @@ impl CoordinatorService {
             Ok(request) => request,
             Err(response) => return Reply::Ready(response),
         };
-        if let Err(refused) = self.admin_token.check(checked, &request.admin_token) {
+        if let Err(refused) = self
+            .settings
+            .admin_token
+            .check(checked, &request.admin_token)
+        {
             return Reply::Ready(refused);
         }
         let (core, acls_max) = (self.core.clone(), self.settings.acls_max);
@@ -186,7 +200,9 @@ impl CoordinatorService {
 
     pub(super) fn list_acls(&self, body: Bytes, checked: bool) -> Result<Response, Response> {
         let request: SecurityListRequest = decode(body)?;
-        self.admin_token.check(checked, &request.admin_token)?;
+        self.settings
+            .admin_token
+            .check(checked, &request.admin_token)?;
         let rules = self.core.lock().metadata.list_acls();
         Ok(Response::ok(&ListAclsResponse { rules }))
     }
