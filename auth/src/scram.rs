@@ -46,7 +46,7 @@ pub enum ScramError {
     /// Wrong password, unknown user, or a message that does not continue this exchange.
     #[error("authentication failed")]
     Failed,
-    #[error("the server asked for {0} iterations (accepted: {ITERATIONS_MIN} to {ITERATIONS_MAX})")]
+    #[error("{0} iterations (accepted: {ITERATIONS_MIN} to {ITERATIONS_MAX})")]
     Iterations(u32),
 }
 

@@ -46,6 +46,7 @@ pub fn offset_limits(config: &Config) -> OffsetLimits {
 /// refuse the orders of every earlier one.
 pub fn take_term(store: &dyn MetadataStore, saved: Metadata) -> Result<Metadata, String> {
     let mut next = saved.clone();
+    next.decoy_secret = next.decoy_secret.or_else(|| Some(rand::random()));
     next.term = CoordinatorTerm(
         saved
             .term

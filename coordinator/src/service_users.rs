@@ -136,12 +136,9 @@ impl CoordinatorService {
                 known: true,
             },
             Err(_) => {
-                // The cluster's secret: the saved producer id key once there is one (kept
-                // across restarts and failovers), this process's until then.
-                let secret = match state.metadata.producer_id_key {
-                    Some(key) => key.to_le_bytes().to_vec(),
-                    None => self.decoy_secret.0.to_vec(),
-                };
+                // The cluster's secret (saved when the first coordinator led; this process's
+                // only for metadata that somehow has none).
+                let secret = state.metadata.decoy_secret.unwrap_or(self.decoy_secret.0);
                 LookupCredentialsResponse {
                     credentials: ScramMechanism::ALL
                         .iter()

@@ -66,7 +66,7 @@ pub(crate) struct Authenticator {
     decoy_key: [u8; 32],
     /// PLAIN's password derivations running at once (each costs up to `ITERATIONS_MAX`
     /// HMACs): a flood of attempts waits here, then fails, instead of queueing without end.
-    derivations: Semaphore,
+    derivations: Arc<Semaphore>,
 }
 
 /// How long a PLAIN attempt waits for a derivation slot before it fails.
@@ -83,9 +83,9 @@ impl Authenticator {
             mechanisms,
             credentials,
             decoy_key: rand::random(),
-            derivations: Semaphore::new(
+            derivations: Arc::new(Semaphore::new(
                 std::thread::available_parallelism().map_or(2, |n| n.get()),
-            ),
+            )),
         }
     }
 }
@@ -292,9 +292,12 @@ async fn credential_of(
         Err(why) => {
             metrics::counter!(crate::metrics::AUTHENTICATIONS, "mechanism" => mechanism.name(), "outcome" => "error")
                 .increment(1);
-            let message = format!("this broker could not look up credentials now ({why}): retry");
+            // The reason stays in this broker's log: a client that has not authenticated is
+            // told nothing about the cluster's insides.
+            tracing::warn!(%why, user, "looking up credentials failed");
+            let message = "this broker could not check credentials now: retry";
             Err((
-                authenticate_refused(version, ResponseError::SaslAuthenticationFailed, &message),
+                authenticate_refused(version, ResponseError::SaslAuthenticationFailed, message),
                 Step::Refused(format!("looking up credentials: {why}")),
             ))
         }
@@ -328,8 +331,10 @@ async fn exchange(
             };
             // One derivation (`iterations` HMACs, a millisecond or more), a decoy's as a real
             // user's: off the runtime's workers, a bounded number at once.
-            let slot = tokio::time::timeout(DERIVATION_WAIT, auth.derivations.acquire()).await;
-            let Ok(Ok(_slot)) = slot else {
+            let slot =
+                tokio::time::timeout(DERIVATION_WAIT, auth.derivations.clone().acquire_owned())
+                    .await;
+            let Ok(Ok(slot)) = slot else {
                 return failed(
                     version,
                     Mechanism::Plain,
@@ -337,10 +342,14 @@ async fn exchange(
                 );
             };
             let password = plain.password;
-            let matches =
-                tokio::task::spawn_blocking(move || password_matches(&credential, &password))
-                    .await
-                    .unwrap_or(false);
+            // The slot goes with the derivation: held until it ends, even if this connection
+            // is dropped meanwhile (evicted, timed out).
+            let matches = tokio::task::spawn_blocking(move || {
+                let _slot = slot;
+                password_matches(&credential, &password)
+            })
+            .await
+            .unwrap_or(false);
             if matches {
                 succeeded(version, Mechanism::Plain, plain.user, Vec::new())
             } else {

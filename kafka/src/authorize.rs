@@ -132,9 +132,10 @@ pub(crate) struct Authorizer {
     snapshot: Mutex<Option<Arc<Snapshot>>>,
     /// One listing at a time when a request finds none yet.
     first_listing: tokio::sync::Mutex<()>,
-    /// When a listing last failed: a request finding no rules within `REFRESH_EVERY` of it is
-    /// refused at once (the background refresh keeps trying), never held up on the coordinator.
-    last_failure: Mutex<Option<Instant>>,
+    /// Whether listings have failed since the last that worked: then a request finding no
+    /// rules is refused at once (the background refresh keeps trying), never held up on the
+    /// coordinator.
+    failing: std::sync::atomic::AtomicBool,
 }
 
 impl Authorizer {
@@ -144,7 +145,7 @@ impl Authorizer {
             super_users: super_users.iter().cloned().collect(),
             snapshot: Mutex::new(None),
             first_listing: tokio::sync::Mutex::new(()),
-            last_failure: Mutex::new(None),
+            failing: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -157,8 +158,7 @@ impl Authorizer {
     }
 
     /// What `principal`'s request may do. Waits on the coordinator only for this broker's
-    /// first listing (or the first after listings failed for `STALE_USABLE_FOR`), and then
-    /// only if no listing failed within `REFRESH_EVERY`.
+    /// first listing, and not at all once a listing failed (until one works again).
     pub async fn access(&self, principal: &Principal) -> Access {
         let user = match principal {
             Principal::Anonymous => return Access::Everything,
@@ -167,12 +167,7 @@ impl Authorizer {
             }
             Principal::User(user) => user,
         };
-        let failed_lately = || {
-            self.last_failure
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .is_some_and(|at| at.elapsed() < REFRESH_EVERY)
-        };
+        let failed_lately = || self.failing.load(std::sync::atomic::Ordering::Acquire);
         let snapshot = match self.current() {
             Some(snapshot) => Some(snapshot),
             None if failed_lately() => None,
@@ -202,11 +197,14 @@ impl Authorizer {
                     by_user: Mutex::new(HashMap::new()),
                 });
                 *self.snapshot.lock().unwrap_or_else(|p| p.into_inner()) = Some(snapshot.clone());
+                self.failing
+                    .store(false, std::sync::atomic::Ordering::Release);
                 Some(snapshot)
             }
             Err(error) => {
                 tracing::warn!(%error, "listing access control rules failed");
-                *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+                self.failing
+                    .store(true, std::sync::atomic::Ordering::Release);
                 None
             }
         }

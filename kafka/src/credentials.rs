@@ -1,7 +1,8 @@
 //! Users' credentials as this broker checks clients against them: looked up from the
 //! coordinator (its peer listener) and kept for a short while, so that a client connecting
 //! again costs no call, a deleted user or a changed password takes effect for new connections
-//! within `FRESH_FOR`, and a coordinator failover does not stop known users from connecting.
+//! within `FRESH_FOR`, and a coordinator failover does not stop users seen lately from
+//! connecting (a lookup waits `LOOKUP_WAIT` at most, then what was known serves).
 //!
 //! A name that is not a user's gets decoy credentials (the coordinator's, the same from every
 //! broker; for a name no user can have, this broker's own, with no call), so the exchange goes
@@ -24,6 +25,9 @@ const STALE_USABLE_FOR: Duration = Duration::from_secs(300);
 const KNOWN_MAX: usize = 10_000;
 /// Unknown names remembered at once; past it all are forgotten.
 const UNKNOWN_MAX: usize = 1_000;
+/// Longest a connection's lookup may take (a failover retries for longer: a client would run
+/// out of its handshake time waiting).
+const LOOKUP_WAIT: Duration = Duration::from_secs(3);
 
 /// A user's credentials (decoys for an unknown name), or why they could not be looked up.
 pub(crate) type Lookup = Result<Arc<Vec<ScramCredential>>, String>;
@@ -80,13 +84,19 @@ impl Credentials {
         {
             return Ok(found.clone());
         }
-        let answer = match self.coordinator.lookup_credentials(user).await {
-            Ok(answer) => answer,
-            Err(error) => {
-                let known_stale = self.lock().known.get(user).cloned();
-                return match known_stale {
+        let looked_up =
+            tokio::time::timeout(LOOKUP_WAIT, self.coordinator.lookup_credentials(user)).await;
+        let answer = match looked_up {
+            Ok(Ok(answer)) => answer,
+            failed => {
+                // What was known last serves while the coordinator cannot answer (a failover),
+                // unknown names' decoys too, so the two still look alike.
+                return match cached {
                     Some((at, found)) if at.elapsed() < STALE_USABLE_FOR => Ok(found),
-                    _ => Err(error.to_string()),
+                    _ => Err(match failed {
+                        Ok(Err(error)) => error.to_string(),
+                        _ => format!("no answer within {} ms", LOOKUP_WAIT.as_millis()),
+                    }),
                 };
             }
         };

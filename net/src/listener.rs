@@ -1,5 +1,5 @@
 //! The accept loop every Tailstream listener shares: native RPC, peer RPC, the software NIC,
-//! admin HTTP (and later Kafka).
+//! admin HTTP and Kafka.
 //!
 //! A connection is admitted only while its listener holds fewer than `connections_max`
 //! connections and fewer than `connections_per_address_max` from the same remote IP address;

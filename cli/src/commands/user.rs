@@ -16,7 +16,7 @@ pub enum UserCommand {
         /// The password; without it, the first line of stdin is.
         #[arg(long)]
         password: Option<String>,
-        /// PBKDF2 iterations of the salted password (4096 to 1048576).
+        /// PBKDF2 iterations of the salted password (4096 to 16384, Kafka's bounds).
         #[arg(long, default_value_t = ITERATIONS_DEFAULT)]
         iterations: u32,
     },

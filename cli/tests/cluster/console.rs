@@ -172,7 +172,16 @@ async fn the_console_shows_brokers_streams_replicas_and_groups_without_errors() 
             assert!(path.exists(), "no screenshot at {}", path.display());
         }
         // What the console shows, the coordinator also exports.
-        let metrics = TestCluster::http_get(test.cluster.coordinator.admin_addr, "/metrics").await;
+        // The per-group series are rendered once a second: polled until they are there.
+        let admin = test.cluster.coordinator.admin_addr;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut metrics = TestCluster::http_get(admin, "/metrics").await;
+        while !metrics.contains("tailstream_coordinator_group_lag_records{group=\"billing\"")
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            metrics = TestCluster::http_get(admin, "/metrics").await;
+        }
         for series in [
             "tailstream_coordinator_streams 1",
             "tailstream_coordinator_streamlets 2",

@@ -501,11 +501,17 @@ async fn a_consumer_group_takes_over_from_a_member_killed_mid_stream() {
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let metrics = TestCluster::http_get(admin, "/metrics").await;
-        assert!(
-            metrics.contains("tailstream_coordinator_group_lag_records{group=\"billing\""),
-            "{metrics}"
-        );
+        // The per-group series are rendered once a second: polled.
+        let exported = "tailstream_coordinator_group_lag_records{group=\"billing\"";
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let metrics = TestCluster::http_get(admin, "/metrics").await;
+            if metrics.contains(exported) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{metrics}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         // The CLI shows the same lag, per group and under the stream, and where the stream's
         // segments in flight have their replicas (R = 1 on two brokers).
         let (ok, out, err) = test

@@ -144,9 +144,8 @@ impl GroupCoordinator {
         Response::empty()
     }
 
-    /// Commits offsets on the blocking pool, answered once they are on disk.
-    /// Commits `request`'s offsets, once the committer's membership allows it (the service
-    /// checked that the partitions exist).
+    /// Commits `request`'s offsets on the blocking pool once the committer's membership
+    /// allows it (the service checked that the partitions exist), answered once on disk.
     pub fn commit(&self, request: OffsetCommitRequest) -> Reply {
         if let Err(status) = self
             .membership()

@@ -213,6 +213,11 @@ pub struct Metadata {
     /// Access control rules, sorted, none twice.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub acls: Vec<acls::StoredAcl>,
+    /// The cluster's secret for unknown users' decoy credentials (so every broker, at every
+    /// restart and under every leader, answers an unknown name the same): chosen at random and
+    /// saved by the first coordinator to lead.
+    #[serde(default)]
+    pub decoy_secret: Option<[u8; 32]>,
 }
 
 impl Metadata {

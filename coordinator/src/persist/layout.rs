@@ -64,6 +64,8 @@ pub struct Counters {
     pub next_recovery_id: u64,
     #[serde(default)]
     pub term: CoordinatorTerm,
+    #[serde(default)]
+    pub decoy_secret: Option<[u8; 32]>,
 }
 
 /// A stream without its placements (each has a key of its own).
@@ -83,6 +85,7 @@ fn counters(m: &Metadata) -> Counters {
         producer_id_key: m.producer_id_key,
         next_recovery_id: m.next_recovery_id,
         term: m.term,
+        decoy_secret: m.decoy_secret,
     }
 }
 
@@ -291,6 +294,7 @@ pub fn read(listing: &BTreeMap<String, Vec<u8>>) -> Result<Metadata, String> {
                 metadata.producer_id_key = c.producer_id_key;
                 metadata.next_recovery_id = c.next_recovery_id;
                 metadata.term = c.term;
+                metadata.decoy_secret = c.decoy_secret;
             }
             ["crashes"] => metadata.crashes = decode::<Vec<Crash>>(key, value)?,
             ["deleted-streams"] => metadata.deleted_streams = decode(key, value)?,

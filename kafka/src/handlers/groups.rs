@@ -233,12 +233,29 @@ pub(crate) fn commit(
         let mut offsets = Vec::new();
         let mut refused: BTreeMap<(String, i32), i16> = BTreeMap::new();
         for topic in &request.topics {
-            let topic_denied = !access.topic(AclOperation::Read, topic.name.as_str());
+            // A partition the client may not read, or that does not exist, is refused alone
+            // (as Kafka does); the others are committed.
+            let topic_refused = if !access.topic(AclOperation::Read, topic.name.as_str()) {
+                Err(ResponseError::TopicAuthorizationFailed.code())
+            } else {
+                kafka
+                    .topics
+                    .route(topic.name.as_str(), false)
+                    .await
+                    .map_err(|error| error.code)
+            };
             for partition in &topic.partitions {
-                if topic_denied {
+                let unknown = ResponseError::UnknownTopicOrPartition.code();
+                let refusal = match &topic_refused {
+                    Err(code) => Some(*code),
+                    Ok(stream) => crate::topics::partition(stream, partition.partition_index)
+                        .is_none()
+                        .then_some(unknown),
+                };
+                if let Some(code) = refusal {
                     refused.insert(
                         (topic.name.as_str().to_owned(), partition.partition_index),
-                        ResponseError::TopicAuthorizationFailed.code(),
+                        code,
                     );
                     continue;
                 }
