@@ -9,8 +9,8 @@
 //! SASL_AUTHENTICATION_FAILED and a message the client shows, then the connection is closed,
 //! as Kafka does.
 
-use crate::connection::{Phase, read_frame, write_answer};
 use crate::credentials::Credentials;
+use crate::frames::{Phase, read_frame, write_answer};
 use crate::handlers::api_versions;
 use crate::handlers::sasl::{authenticate_refused, handshake_refused};
 use crate::handlers::{Answer, Body, encode};

@@ -7,7 +7,8 @@
 //!   `connection` reads, dispatches and answers one client's requests in order, after
 //!   `authenticate` (SASL PLAIN and SCRAM, where the listener requires it) against
 //!   `credentials` (looked up from the coordinator, kept briefly); `authorize` checks each
-//!   request against the coordinator's access control rules.
+//!   request against the coordinator's access control rules; `frames` reads a request and
+//!   writes an answer for both phases.
 //! - `handlers`: one module per API, over the broker's data plane and the coordinator.
 //! - `shared`: what they all use: the broker's state every connection shares, a
 //!   connection's limits.
@@ -20,6 +21,7 @@ mod budget;
 mod connection;
 mod credentials;
 mod errors;
+mod frames;
 pub mod front_end;
 mod handlers;
 mod metrics;
