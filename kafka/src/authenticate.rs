@@ -9,7 +9,7 @@
 //! SASL_AUTHENTICATION_FAILED and a message the client shows, then the connection is closed,
 //! as Kafka does.
 
-use crate::credentials::Credentials;
+use crate::authenticator::{Authenticator, DERIVATION_WAIT, Mechanism};
 use crate::frames::{Phase, read_frame, write_answer};
 use crate::handlers::api_versions;
 use crate::handlers::sasl::{authenticate_refused, handshake_refused};
@@ -29,66 +29,7 @@ use tailstream_net::{Closed, Standing};
 use tailstream_wire::messages::{ScramCredential, ScramMechanism};
 use tokio::io::{AsyncReadExt, BufReader, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
-
-/// A SASL mechanism the listener can require.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Mechanism {
-    Plain,
-    Scram(ScramMechanism),
-}
-
-impl Mechanism {
-    pub fn name(self) -> &'static str {
-        match self {
-            Mechanism::Plain => "PLAIN",
-            Mechanism::Scram(scram) => scram.sasl_name(),
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Mechanism> {
-        if name.eq_ignore_ascii_case("PLAIN") {
-            return Some(Mechanism::Plain);
-        }
-        ScramMechanism::from_sasl_name(name).map(Mechanism::Scram)
-    }
-}
-
-/// What a listener that requires authentication checks clients with.
-#[derive(Debug)]
-pub(crate) struct Authenticator {
-    pub mechanisms: Vec<Mechanism>,
-    /// Their names, as handshake answers list them.
-    pub names: Vec<String>,
-    pub credentials: Credentials,
-    /// Makes the decoy of a user without a credential of the mechanism asked for.
-    decoy_key: [u8; 32],
-    /// PLAIN's password derivations running at once (each costs up to `ITERATIONS_MAX`
-    /// HMACs): a flood of attempts waits here, then fails, instead of queueing without end.
-    derivations: Arc<Semaphore>,
-}
-
-/// How long a PLAIN attempt waits for a derivation slot before it fails.
-const DERIVATION_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
-
-impl Authenticator {
-    pub fn new(names: &[String], credentials: Credentials) -> Authenticator {
-        let mechanisms: Vec<Mechanism> = names
-            .iter()
-            .filter_map(|n| Mechanism::from_name(n))
-            .collect();
-        Authenticator {
-            names: mechanisms.iter().map(|m| m.name().to_owned()).collect(),
-            mechanisms,
-            credentials,
-            decoy_key: rand::random(),
-            derivations: Arc::new(Semaphore::new(
-                std::thread::available_parallelism().map_or(2, |n| n.get()),
-            )),
-        }
-    }
-}
 
 /// Where an exchange is.
 enum Stage {

@@ -2,7 +2,7 @@
 //! advertised), then served over the broker's data plane through the accept loop every
 //! listener shares.
 
-use crate::authenticate::Authenticator;
+use crate::authenticator::Authenticator;
 use crate::authorize::Authorizer;
 use crate::connection::serve_connection;
 use crate::credentials::Credentials;

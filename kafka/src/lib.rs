@@ -5,7 +5,8 @@
 //! `kafka-protocol` decodes a request, the zero-copy fetch answer) is `tailstream-kafka-wire`.
 //! - [`front_end`]: binds the listener and serves it through the shared accept loop;
 //!   `connection` reads, dispatches and answers one client's requests in order, after
-//!   `authenticate` (SASL PLAIN and SCRAM, where the listener requires it) against
+//!   `authenticate` (SASL PLAIN and SCRAM, where the listener requires it, with what
+//!   `authenticator` holds) against
 //!   `credentials` (looked up from the coordinator, kept briefly); `authorize` checks each
 //!   request against the coordinator's access control rules; `frames` reads a request and
 //!   writes an answer for both phases.
@@ -16,6 +17,7 @@
 //!   coordinator; auto-creation within a `budget` (a token bucket). `errors`: Kafka's names
 //!   for Tailstream's refusals. `metrics`: metric names.
 mod authenticate;
+mod authenticator;
 mod authorize;
 mod budget;
 mod connection;

@@ -2,7 +2,7 @@
 //! a connection's limits. Its own module so that the listener, the connections and the
 //! handlers all depend on it and not on each other in a circle.
 
-use crate::authenticate::Authenticator;
+use crate::authenticator::Authenticator;
 use crate::authorize::Authorizer;
 use crate::topics::Topics;
 use std::sync::Arc;
