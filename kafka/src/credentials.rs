@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tailstream_auth::scram::decoy_credential;
+use tailstream_auth::scram::{check_credential, decoy_credential};
 use tailstream_stubs::CoordinatorClient;
 use tailstream_wire::messages::{ScramCredential, ScramMechanism};
 
@@ -100,7 +100,11 @@ impl Credentials {
                 };
             }
         };
-        let found = Arc::new(answer.credentials);
+        // Checked before use, as anything from the network: a credential of the wrong size or
+        // iterations out of bounds (which would cost a PLAIN check without end) is dropped.
+        let mut credentials = answer.credentials;
+        credentials.retain(|c| check_credential(c).is_ok());
+        let found = Arc::new(credentials);
         let entry = (Instant::now(), found.clone());
         let mut cache = self.lock();
         if answer.known {
