@@ -4,15 +4,16 @@
 //! On the client listener each needs the cluster's admin token when one is configured.
 
 use super::{CoordinatorService, decode, later};
+use crate::metadata::{Metadata, MetadataError};
 use bytes::Bytes;
 use tailstream_auth::scram::decoy_credential;
 use tailstream_net::{Reply, Response};
-use tailstream_wire::Status;
 use tailstream_wire::messages::ScramMechanism;
 use tailstream_wire::messages::{
     AclChangeRequest, CreateUserRequest, DeleteUserRequest, ListAclsResponse, ListUsersResponse,
     LookupCredentialsRequest, LookupCredentialsResponse, SecurityListRequest,
 };
+use tailstream_wire::{Decode, Status};
 
 /// A secret of this process: never printed.
 #[derive(Clone, Copy)]
@@ -65,64 +66,61 @@ impl CoordinatorService {
         self.settings.admin_token.0.clone()
     }
 
-    pub(super) fn create_user(&self, body: Bytes, checked: bool) -> Reply {
-        let request: CreateUserRequest = match decode(body) {
-            Ok(request) => request,
-            Err(response) => return Reply::Ready(response),
-        };
-        if let Err(refused) = self
-            .settings
-            .admin_token
-            .check(checked, &request.admin_token)
-        {
-            return Reply::Ready(refused);
-        }
-        let (core, users_max) = (self.core.clone(), self.settings.users_max);
+    /// Decodes a security request and checks the admin token it carries (`token`).
+    fn admitted<T: Decode>(
+        &self,
+        body: Bytes,
+        checked: bool,
+        token: fn(&T) -> &str,
+    ) -> Result<T, Response> {
+        let request: T = decode(body)?;
+        self.settings.admin_token.check(checked, token(&request))?;
+        Ok(request)
+    }
+
+    /// Makes `change` to the metadata (saved before the answer), logging `done` once made.
+    fn change_security(
+        &self,
+        done: String,
+        change: impl FnOnce(&mut Metadata) -> Result<(), MetadataError> + Send + 'static,
+    ) -> Reply {
+        let core = self.core.clone();
         later(async move {
-            let name = request.name.clone();
-            let created = core
-                .change(move |m| m.create_user(&request.name, &request.credentials, users_max))
-                .await;
-            match created {
+            match core.change(change).await {
                 Ok(()) => {
-                    tracing::info!(user = %name, "user created");
+                    tracing::info!(change = %done, "security metadata changed");
                     Response::empty()
                 }
                 Err(error) => error.response(),
             }
+        })
+    }
+
+    pub(super) fn create_user(&self, body: Bytes, checked: bool) -> Reply {
+        let request: CreateUserRequest =
+            match self.admitted(body, checked, |r: &CreateUserRequest| &r.admin_token) {
+                Ok(request) => request,
+                Err(refused) => return Reply::Ready(refused),
+            };
+        let users_max = self.settings.users_max;
+        self.change_security(format!("user {} created", request.name), move |m| {
+            m.create_user(&request.name, &request.credentials, users_max)
         })
     }
 
     pub(super) fn delete_user(&self, body: Bytes, checked: bool) -> Reply {
-        let request: DeleteUserRequest = match decode(body) {
-            Ok(request) => request,
-            Err(response) => return Reply::Ready(response),
-        };
-        if let Err(refused) = self
-            .settings
-            .admin_token
-            .check(checked, &request.admin_token)
-        {
-            return Reply::Ready(refused);
-        }
-        let core = self.core.clone();
-        later(async move {
-            let name = request.name.clone();
-            match core.change(move |m| m.delete_user(&request.name)).await {
-                Ok(()) => {
-                    tracing::info!(user = %name, "user deleted");
-                    Response::empty()
-                }
-                Err(error) => error.response(),
-            }
+        let request: DeleteUserRequest =
+            match self.admitted(body, checked, |r: &DeleteUserRequest| &r.admin_token) {
+                Ok(request) => request,
+                Err(refused) => return Reply::Ready(refused),
+            };
+        self.change_security(format!("user {} deleted", request.name), move |m| {
+            m.delete_user(&request.name)
         })
     }
 
     pub(super) fn list_users(&self, body: Bytes, checked: bool) -> Result<Response, Response> {
-        let request: SecurityListRequest = decode(body)?;
-        self.settings
-            .admin_token
-            .check(checked, &request.admin_token)?;
+        self.admitted(body, checked, |r: &SecurityListRequest| &r.admin_token)?;
         let users = self.core.lock().metadata.list_users();
         Ok(Response::ok(&ListUsersResponse { users }))
     }
@@ -155,51 +153,32 @@ impl CoordinatorService {
 impl CoordinatorService {
     /// Adds (`add`) or removes an access control rule.
     pub(super) fn change_acl(&self, body: Bytes, add: bool, checked: bool) -> Reply {
-        let request: AclChangeRequest = match decode(body) {
-            Ok(request) => request,
-            Err(response) => return Reply::Ready(response),
-        };
-        if let Err(refused) = self
-            .settings
-            .admin_token
-            .check(checked, &request.admin_token)
-        {
-            return Reply::Ready(refused);
-        }
-        let (core, acls_max) = (self.core.clone(), self.settings.acls_max);
-        later(async move {
-            let rule = request.rule;
-            let logged = format!(
-                "{} {} {}:{}",
-                rule.principal,
-                rule.operation.name(),
-                rule.resource.name(),
-                rule.name
-            );
-            let changed = core
-                .change(move |m| {
-                    if add {
-                        m.add_acl(&rule, acls_max)
-                    } else {
-                        m.remove_acl(&rule)
-                    }
-                })
-                .await;
-            match changed {
-                Ok(()) => {
-                    tracing::info!(rule = %logged, add, "access control rule changed");
-                    Response::empty()
-                }
-                Err(error) => error.response(),
+        let request: AclChangeRequest =
+            match self.admitted(body, checked, |r: &AclChangeRequest| &r.admin_token) {
+                Ok(request) => request,
+                Err(refused) => return Reply::Ready(refused),
+            };
+        let rule = request.rule;
+        let done = format!(
+            "rule {} {} {} {}:{}",
+            if add { "added:" } else { "removed:" },
+            rule.principal,
+            rule.operation.name(),
+            rule.resource.name(),
+            rule.name
+        );
+        let acls_max = self.settings.acls_max;
+        self.change_security(done, move |m| {
+            if add {
+                m.add_acl(&rule, acls_max)
+            } else {
+                m.remove_acl(&rule)
             }
         })
     }
 
     pub(super) fn list_acls(&self, body: Bytes, checked: bool) -> Result<Response, Response> {
-        let request: SecurityListRequest = decode(body)?;
-        self.settings
-            .admin_token
-            .check(checked, &request.admin_token)?;
+        self.admitted(body, checked, |r: &SecurityListRequest| &r.admin_token)?;
         let rules = self.core.lock().metadata.list_acls();
         Ok(Response::ok(&ListAclsResponse { rules }))
     }

@@ -33,25 +33,6 @@ fn sasl(mechanism: &str, user: &str, password: &str) -> Vec<String> {
     .collect()
 }
 
-/// Runs kcat to its end (bounded) and returns whether it succeeded and its stderr.
-async fn kcat_outcome(kcat: &PathBuf, args: &[String]) -> (bool, String) {
-    let output = tokio::time::timeout(
-        Duration::from_secs(30),
-        tokio::process::Command::new(kcat)
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("kcat finished in 30 s")
-    .unwrap();
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
 /// A Metadata v1 request for every topic, as an anonymous client would send it first.
 fn anonymous_metadata() -> Vec<u8> {
     let mut body = Vec::new();
@@ -281,11 +262,14 @@ async fn kafka_clients_authenticate_with_scram_or_plain_and_nobody_else_gets_in(
         // Broker 0 alone, whose counter is read.
         let broker0 = kafka.to_string();
         for (user, password) in [("alice", "wrong"), ("mallory", "s3cret")] {
-            let mut args: Vec<String> = ["-L", "-b", &broker0, "-m", "5"]
-                .map(str::to_owned)
-                .to_vec();
-            args.extend(sasl("SCRAM-SHA-256", user, password));
-            let (ok, stderr) = kcat_outcome(&kcat, &args).await;
+            let (ok, _, stderr) = kcat_as(
+                &kcat,
+                user,
+                password,
+                &["-L", "-b", &broker0, "-m", "5"],
+                b"",
+            )
+            .await;
             assert!(!ok, "{user}/{password} got in");
             assert!(
                 stderr.contains("Authentication failed"),
@@ -359,11 +343,8 @@ async fn kafka_clients_authenticate_with_scram_or_plain_and_nobody_else_gets_in(
         assert!(ok, "{err}");
         let deleted = Instant::now();
         loop {
-            let mut args: Vec<String> = ["-L", "-b", &bootstrap, "-m", "3"]
-                .map(str::to_owned)
-                .to_vec();
-            args.extend(sasl("SCRAM-SHA-256", "alice", "s3cret"));
-            let (ok, stderr) = kcat_outcome(&kcat, &args).await;
+            let args = ["-L", "-b", &bootstrap, "-m", "3"];
+            let (ok, _, stderr) = kcat_as(&kcat, "alice", "s3cret", &args, b"").await;
             if !ok {
                 assert!(stderr.contains("Authentication failed"), "{stderr}");
                 break;
@@ -422,11 +403,8 @@ async fn a_flood_of_anonymous_connections_never_locks_out_a_client_with_credenti
 
         // A client with credentials gets in (making room the same way), and a long-lived
         // authenticated consumer stays while the flood goes on.
-        let mut args: Vec<String> = ["-L", "-b", &bootstrap, "-m", "10"]
-            .map(str::to_owned)
-            .to_vec();
-        args.extend(sasl("SCRAM-SHA-256", "alice", "s3cret"));
-        let (ok, stderr) = kcat_outcome(&kcat, &args).await;
+        let args = ["-L", "-b", &bootstrap, "-m", "10"];
+        let (ok, _, stderr) = kcat_as(&kcat, "alice", "s3cret", &args, b"").await;
         assert!(ok, "the client with credentials got in: {stderr}");
         // An authenticated connection is never closed to make room: twenty more anonymous
         // connections (the flood's address holds the most unproven ones, so its own go).

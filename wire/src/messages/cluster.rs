@@ -46,38 +46,16 @@ impl StreamConfig {
     }
 }
 
-/// Whether a streamlet can be used. Discriminants are wire values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[repr(u8)]
-pub enum PlacementState {
-    /// Its owner serves it.
-    Serving = 1,
-    /// Its owner crashed; it is being rebuilt on `owner` from the backups.
-    Recovering = 2,
-    /// A segment it needs is on no live backup: it is not served (never with a silent hole)
-    /// until a backup holding the missing replicas comes back.
-    Lost = 3,
-}
-
-impl crate::field::WireField for PlacementState {
-    const MIN_BYTES: usize = 1;
-    fn put(&self, out: &mut bytes::BytesMut) {
-        (*self as u8).put(out);
-    }
-    fn get(
-        reader: &mut crate::codec::WireReader,
-        what: &'static str,
-    ) -> Result<Self, crate::codec::DecodeError> {
-        match reader.u8(what)? {
-            1 => Ok(PlacementState::Serving),
-            2 => Ok(PlacementState::Recovering),
-            3 => Ok(PlacementState::Lost),
-            other => Err(crate::codec::DecodeError::InvalidValue {
-                what,
-                value: u64::from(other),
-            }),
-        }
+crate::wire_enum! {
+    /// Whether a streamlet can be used. Discriminants are wire values.
+    pub enum PlacementState {
+        /// Its owner serves it.
+        Serving = 1,
+        /// Its owner crashed; it is being rebuilt on `owner` from the backups.
+        Recovering = 2,
+        /// A segment it needs is on no live backup: it is not served (never with a silent hole)
+        /// until a backup holding the missing replicas comes back.
+        Lost = 3,
     }
 }
 
