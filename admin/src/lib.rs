@@ -64,7 +64,8 @@ pub async fn fetch(
 ) -> Result<bytes::Bytes, String> {
     use http_body_util::{BodyExt, Limited};
     let exchange = async {
-        let stream = tokio::net::TcpStream::connect(addr)
+        // HTTPS where this process speaks TLS (`tls.enabled`): the admin ports do too.
+        let stream = tailstream_net::tls::connect(addr)
             .await
             .map_err(|e| format!("connecting to {addr}: {e}"))?;
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
@@ -220,14 +221,26 @@ pub async fn serve_with(
     };
     // Health stays open: load balancers and orchestrators probe it without secrets.
     let app = guarded.route("/healthz", get(|| async { "ok\n" }));
+    let tls = tailstream_net::tls::listener(tailstream_net::tls::Facing::Clients);
     accept_loop(
         listener,
         "admin",
         limits.connections,
         shutdown,
-        move |stream, _peer| {
+        move |tcp, _peer| {
             let service = TowerToHyperService::new(app.clone());
+            let tls = tls.clone();
             async move {
+                let stream = match tailstream_net::tls::accept(
+                    tls.as_ref(),
+                    tcp,
+                    limits.request_read_timeout,
+                )
+                .await
+                {
+                    Ok(stream) => stream,
+                    Err(error) => return Closed::Tls(error.to_string()),
+                };
                 let connection = http1::Builder::new()
                     .timer(TokioTimer::new())
                     .header_read_timeout(limits.request_read_timeout)

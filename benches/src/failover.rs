@@ -211,6 +211,7 @@ async fn start(
             prefix: "/tailstream/bench-failover".into(),
             coordinators: args.coordinators,
         }),
+        tls_dir: None,
     })
     .await
 }

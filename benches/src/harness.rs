@@ -138,6 +138,7 @@ pub async fn start_cluster_with(
         log_filter: log_filter.into(),
         own_addresses,
         etcd: None,
+        tls_dir: None,
     };
     LocalCluster::start(spec).await
 }

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use tailstream_config::{Config, ReplicationConfig};
 use tailstream_net::control::{ControlRuntime, adopt_listener};
 use tailstream_net::server::{ServerLimits, run_until_shutdown, serve, shutdown_signalled};
+use tailstream_net::tls::Facing;
 use tailstream_net::{BodyBudget, ConnectionLimits, RpcClientConfig};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -170,7 +171,7 @@ pub async fn run_with(
         tokio::runtime::Handle::current(),
     ));
     let listeners = &options.config.listeners;
-    let limits = |connections_max: u32, budget: &'static str| ServerLimits {
+    let limits = |connections_max: u32, budget: &'static str, facing: Facing| ServerLimits {
         connections: ConnectionLimits {
             connections_max: connections_max as usize,
             connections_per_address_max: listeners.connections_per_address_max as usize,
@@ -182,6 +183,7 @@ pub async fn run_with(
         request_read_timeout: listeners.request_read_timeout(),
         // Members and anonymous clients never share a budget.
         body_budget: BodyBudget::new(budget, config.request_body_bytes_max),
+        tls: tailstream_net::tls::listener(facing),
     };
     let nic_limits = NicLimits {
         connections: ConnectionLimits {
@@ -201,12 +203,12 @@ pub async fn run_with(
         rpc_listener,
         "rpc",
         service,
-        limits(config.connections_max, "clients"),
+        limits(config.connections_max, "clients", Facing::Clients),
         shutdown.clone(),
     ));
     let peer = {
         let (limits, shutdown) = (
-            limits(config.peer_connections_max, "members"),
+            limits(config.peer_connections_max, "members", Facing::Peers),
             shutdown.clone(),
         );
         control.handle().spawn(async move {

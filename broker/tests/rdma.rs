@@ -76,6 +76,7 @@ async fn start_backup(
         idle_timeout: Duration::from_secs(60),
         request_read_timeout: Duration::from_secs(30),
         body_budget: BodyBudget::new("members", 16 << 20),
+        tls: None,
     };
     tokio::spawn(serve(
         listener,

@@ -46,6 +46,10 @@ struct Cli {
     /// start, since every extra thread per process costs cross-thread wake-ups on each request.
     #[arg(long, global = true, env = "TAILSTREAM_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
     worker_threads: Option<u16>,
+    /// TLS with the files of this directory: ca.pem, and for a server member.pem and
+    /// member.key (what `dev --tls` makes). Overrides the config's `[tls]` section.
+    #[arg(long, global = true, env = "TAILSTREAM_TLS_DIR")]
+    tls_dir: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -117,17 +121,28 @@ fn init_tracing(default_filter: &str) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let config = match Config::load(cli.config.as_deref()) {
+    let mut config = match Config::load(cli.config.as_deref()) {
         Ok(config) => config,
         Err(error) => {
             eprintln!("tailstream: {error}");
             return ExitCode::from(2);
         }
     };
+    if let Some(dir) = cli.tls_dir.as_deref().filter(|d| !d.as_os_str().is_empty()) {
+        config.tls = tailstream_config::TlsConfig::from_dir(dir);
+    }
     let servers = matches!(
         cli.command,
         Command::Coordinator(_) | Command::Broker(_) | Command::Dev(_)
     );
+    let member = matches!(cli.command, Command::Coordinator(_) | Command::Broker(_));
+    // Benchmarks start clusters of their own, with their own settings.
+    if !matches!(cli.command, Command::Bench(_) | Command::Dev(_))
+        && let Err(error) = install_tls(&config.tls, member)
+    {
+        eprintln!("tailstream: {error}");
+        return ExitCode::from(2);
+    }
     init_tracing(if servers { "info" } else { "warn" });
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = cli.worker_threads {
@@ -193,6 +208,26 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Makes this process speak TLS as `tls` says: a member (broker, coordinator) on its listeners
+/// and outgoing connections, any other command on its connections.
+pub(crate) fn install_tls(tls: &tailstream_config::TlsConfig, member: bool) -> Result<(), String> {
+    if !tls.enabled {
+        return Ok(());
+    }
+    let identity = tls.identity();
+    let files = tailstream_net::tls::TlsFiles {
+        ca_path: tls.ca_path.clone(),
+        cert_path: identity.map(|(cert, _)| cert.to_owned()),
+        key_path: identity.map(|(_, key)| key.to_owned()),
+    };
+    if member {
+        tailstream_net::tls::install_member(tailstream_net::tls::member(&files)?);
+    } else {
+        tailstream_net::tls::set_outgoing(Some(tailstream_net::tls::client(&files)?));
+    }
+    Ok(())
 }
 
 /// The bench joins the cluster given by `--join`, else starts its own.

@@ -58,6 +58,46 @@ pub struct Config {
     pub client: ClientConfig,
     pub dev: DevConfig,
     pub security: SecurityConfig,
+    pub tls: TlsConfig,
+}
+
+/// The files of `tailstream dev --tls` and of a `--tls-dir`: the CA, and a member's
+/// certificate and key.
+pub const TLS_CA_FILE: &str = "ca.pem";
+pub const TLS_CERT_FILE: &str = "member.pem";
+pub const TLS_KEY_FILE: &str = "member.key";
+
+/// TLS on the listeners clients and members use, and on this process's connections to them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    pub enabled: bool,
+    pub ca_path: PathBuf,
+    pub cert_path: PathBuf,
+    pub key_path: PathBuf,
+}
+
+impl TlsConfig {
+    /// TLS on, with the files of `dir` (see [`TLS_CA_FILE`]); a certificate and key only where
+    /// `dir` holds them (a client's directory may hold the CA alone).
+    pub fn from_dir(dir: &Path) -> Self {
+        let existing = |name: &str| {
+            let path = dir.join(name);
+            if path.exists() { path } else { PathBuf::new() }
+        };
+        Self {
+            enabled: true,
+            ca_path: dir.join(TLS_CA_FILE),
+            cert_path: existing(TLS_CERT_FILE),
+            key_path: existing(TLS_KEY_FILE),
+        }
+    }
+
+    /// The certificate and key, where both are set.
+    pub fn identity(&self) -> Option<(&Path, &Path)> {
+        (!self.cert_path.as_os_str().is_empty() && !self.key_path.as_os_str().is_empty())
+            .then_some((self.cert_path.as_path(), self.key_path.as_path()))
+    }
 }
 
 /// Secrets every process of a cluster shares.
@@ -492,6 +532,13 @@ impl Config {
             return invalid(format!(
                 "security.admin_token: at least {ADMIN_TOKEN_CHARS_MIN} printable ASCII characters, no spaces"
             ));
+        }
+        let tls = &self.tls;
+        if tls.enabled && tls.ca_path.as_os_str().is_empty() {
+            return invalid("tls.enabled needs tls.ca_path (the CA every process trusts)".into());
+        }
+        if tls.cert_path.as_os_str().is_empty() != tls.key_path.as_os_str().is_empty() {
+            return invalid("tls.cert_path and tls.key_path go together".into());
         }
         if let Some(unknown) = kafka
             .sasl_mechanisms

@@ -25,6 +25,7 @@ use tailstream_config::Config;
 use tailstream_config::MetadataStoreKind;
 use tailstream_net::control::{ControlRuntime, adopt_listener};
 use tailstream_net::server::{ServerLimits, run_until_shutdown, serve};
+use tailstream_net::tls::Facing;
 use tailstream_net::{BodyBudget, ConnectionLimits, RpcClientConfig};
 use tailstream_stubs::{BackupClient, BrokerPeerClient};
 use tailstream_wire::CoordinatorTerm;
@@ -64,6 +65,7 @@ pub fn listener_limits(
     config: &Config,
     connections_max: u32,
     budget: &'static str,
+    facing: Facing,
 ) -> ServerLimits {
     let listeners = &config.listeners;
     ServerLimits {
@@ -76,6 +78,7 @@ pub fn listener_limits(
         idle_timeout: listeners.idle_timeout(),
         request_read_timeout: listeners.request_read_timeout(),
         body_budget: BodyBudget::new(budget, config.coordinator.request_body_bytes_max),
+        tls: tailstream_net::tls::listener(facing),
     }
 }
 
@@ -293,18 +296,19 @@ pub async fn lead(
         group_gauges.clone(),
         shutdown.clone(),
     ));
-    let limits = |connections_max, budget| listener_limits(config, connections_max, budget);
+    let limits =
+        |connections_max, budget, facing| listener_limits(config, connections_max, budget, facing);
     let rpc = tokio::spawn(serve(
         rpc_listener,
         "rpc",
         Arc::new(ClientFacing(service.clone())),
-        limits(coordinator.connections_max, "clients"),
+        limits(coordinator.connections_max, "clients", Facing::Clients),
         shutdown.clone(),
     ));
     let peer = {
         let facing = Arc::new(PeerFacing(service.clone()));
         let (limits, shutdown) = (
-            limits(coordinator.peer_connections_max, "members"),
+            limits(coordinator.peer_connections_max, "members", Facing::Peers),
             shutdown.clone(),
         );
         control.handle().spawn(async move {

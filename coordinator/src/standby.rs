@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tailstream_config::Config;
 use tailstream_net::server::serve;
+use tailstream_net::tls::Facing;
 use tailstream_net::{Reply, Request, Response, Service};
 use tailstream_wire::messages::not_leader_message;
 use tailstream_wire::{CoordinatorTerm, Opcode, Status};
@@ -122,7 +123,11 @@ impl StandbyListeners {
                 own,
                 led,
             });
-            let limits = crate::server::listener_limits(config, connections_max, name);
+            let facing_tls = match listener {
+                Listener::Clients => Facing::Clients,
+                Listener::Peers => Facing::Peers,
+            };
+            let limits = crate::server::listener_limits(config, connections_max, name, facing_tls);
             tasks.push(tokio::spawn(serve(
                 bound,
                 name,

@@ -168,7 +168,7 @@ pub(crate) async fn probe(addr: &str, timeout: Duration) -> ProbeOutcome {
         keepalive_ms: 0,
     };
     let attempt = async {
-        let stream = match tailstream_net::source::connect(addr).await {
+        let stream = match tailstream_net::tls::connect(addr).await {
             Ok(stream) => stream,
             Err(error) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
                 return ProbeOutcome::Refused;

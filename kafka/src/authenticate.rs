@@ -26,9 +26,9 @@ use tailstream_auth::scram::{
 };
 use tailstream_kafka_wire::{Decoded, RequestBody, decode_request};
 use tailstream_net::{Closed, Standing};
+use tailstream_net::{StreamReader, StreamWriter};
 use tailstream_wire::messages::{ScramCredential, ScramMechanism};
 use tokio::io::{AsyncReadExt, BufReader, BufWriter};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::time::Instant;
 
 /// Where an exchange is.
@@ -54,8 +54,8 @@ enum Step {
 /// Runs the phase on a new connection. `Ok` with the client's principal once it
 /// authenticated; every answer is written and flushed by then.
 pub(crate) async fn authenticate(
-    reader: &mut BufReader<OwnedReadHalf>,
-    out: &mut BufWriter<OwnedWriteHalf>,
+    reader: &mut BufReader<StreamReader>,
+    out: &mut BufWriter<StreamWriter>,
     kafka: &Arc<Kafka>,
     limits: &ConnectionLimits,
     standing: &Standing,
@@ -132,7 +132,7 @@ pub(crate) async fn authenticate(
 }
 
 async fn send(
-    out: &mut BufWriter<OwnedWriteHalf>,
+    out: &mut BufWriter<StreamWriter>,
     correlation_id: i32,
     answer: Answer,
 ) -> Result<(), Closed> {

@@ -20,10 +20,11 @@ use futures::stream::FuturesOrdered;
 use std::sync::Arc;
 use tailstream_auth::Principal;
 use tailstream_kafka_wire::{Decoded, decode_request};
+use tailstream_net::tls::ServerTls;
 use tailstream_net::{Closed, Standing};
+use tailstream_net::{StreamReader, StreamWriter};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::time::Instant;
 
@@ -38,12 +39,19 @@ struct Queued {
 }
 
 pub(crate) async fn serve_connection(
-    stream: TcpStream,
+    tcp: TcpStream,
+    tls: Option<ServerTls>,
     kafka: Arc<Kafka>,
     limits: ConnectionLimits,
     standing: Standing,
 ) -> Closed {
-    let _ = stream.set_nodelay(true);
+    // SSL / SASL_SSL: the TLS handshake first, bounded like the authentication after it.
+    let stream =
+        match tailstream_net::tls::accept(tls.as_ref(), tcp, limits.handshake_timeout).await {
+            Ok(stream) => stream,
+            Err(error) => return Closed::Tls(error.to_string()),
+        };
+    stream.set_nodelay();
     let (read_half, write_half) = stream.into_split();
     let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, read_half);
     let mut out = BufWriter::with_capacity(WRITE_BUFFER_BYTES, write_half);
@@ -75,7 +83,7 @@ pub(crate) async fn serve_connection(
 /// Reads and dispatches requests until the peer closes, a limit is broken, or a request
 /// does not parse.
 async fn read_requests(
-    mut reader: BufReader<OwnedReadHalf>,
+    mut reader: BufReader<StreamReader>,
     kafka: &Arc<Kafka>,
     limits: &ConnectionLimits,
     principal: &Principal,
@@ -148,7 +156,7 @@ async fn read_requests(
 
 /// Writes answers in request order until the reader is gone and every answer is written.
 async fn write_answers(
-    mut out: BufWriter<OwnedWriteHalf>,
+    mut out: BufWriter<StreamWriter>,
     mut queued: mpsc::UnboundedReceiver<Queued>,
 ) -> Result<(), Closed> {
     let mut pending = FuturesOrdered::new();

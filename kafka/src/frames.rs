@@ -7,8 +7,8 @@ use crate::shared::ConnectionLimits;
 use bytes::{BufMut, Bytes, BytesMut};
 use tailstream_kafka_wire::Api;
 use tailstream_net::Closed;
+use tailstream_net::{StreamReader, StreamWriter};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::time::Instant;
 
 /// Requests other than Produce carry metadata only: this is plenty, and it bounds what the
@@ -31,7 +31,7 @@ pub(crate) enum Phase {
 /// its body's memory taken from the budget first, and refused unless it fits the cap of its
 /// API (read first: a body's first two bytes are its API key).
 pub(crate) async fn read_frame(
-    reader: &mut BufReader<OwnedReadHalf>,
+    reader: &mut BufReader<StreamReader>,
     mut size: [u8; 4],
     deadline: Instant,
     limits: &ConnectionLimits,
@@ -122,7 +122,7 @@ pub(crate) async fn read_frame(
 /// One answer: its length, the response header (the correlation id: every version served
 /// answers with header v0) and its body parts.
 pub(crate) async fn write_answer(
-    out: &mut BufWriter<OwnedWriteHalf>,
+    out: &mut BufWriter<StreamWriter>,
     correlation_id: i32,
     parts: &[Bytes],
 ) -> Result<(), Closed> {

@@ -136,6 +136,7 @@ impl KafkaListener {
         };
         // With authentication, a connection is unproven until it authenticated: a full
         // listener makes room for a new one by closing an unproven one.
+        let tls = tailstream_net::tls::listener(tailstream_net::tls::Facing::Clients);
         accept_loop_authenticating(
             self.listener,
             "kafka",
@@ -143,7 +144,7 @@ impl KafkaListener {
             context.shutdown,
             secured,
             move |stream, _peer, standing| {
-                serve_connection(stream, kafka.clone(), limits.clone(), standing)
+                serve_connection(stream, tls.clone(), kafka.clone(), limits.clone(), standing)
             },
         )
         .await;

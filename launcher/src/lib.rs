@@ -8,10 +8,12 @@
 //! same server), which is what the fault-injection tests do.
 //!
 //! [`etcd::EtcdCluster`] runs a local etcd of N members, for coordinators on etcd;
-//! [`http::get`] is the plain GET the launcher and the benchmarks poll endpoints with.
+//! [`http::get`] is the plain GET the launcher and the benchmarks poll endpoints with;
+//! [`tls::make_dev_certificates`] makes a local CA and certificate for a cluster with TLS.
 
 pub mod etcd;
 pub mod http;
+pub mod tls;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -57,6 +59,9 @@ pub struct ClusterSpec {
     pub own_addresses: bool,
     /// Coordinators on etcd instead of one on a file: the first leads, the others stand by.
     pub etcd: Option<EtcdSpec>,
+    /// TLS everywhere, with the CA and member certificate in this directory (see
+    /// [`tls::make_dev_certificates`]); given to every child as `$TAILSTREAM_TLS_DIR`.
+    pub tls_dir: Option<PathBuf>,
 }
 
 /// Where coordinators keep their state when on etcd, and how many run.
@@ -181,6 +186,11 @@ async fn spawn_until(
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log))
         .kill_on_drop(true);
+    // Children speak TLS exactly when the spec says so, whatever this process inherited.
+    match &spec.tls_dir {
+        Some(dir) => command.env("TAILSTREAM_TLS_DIR", dir),
+        None => command.env_remove("TAILSTREAM_TLS_DIR"),
+    };
     let mut child = command
         .spawn()
         .map_err(|e| format!("starting {}: {e}", spec.binary.display()))?;

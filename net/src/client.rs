@@ -9,6 +9,7 @@
 //! the calls already sent.
 
 use crate::error::RpcError;
+use crate::stream::{Stream, StreamReader};
 use crate::write::{OutFrame, write_frames};
 use bytes::{Bytes, BytesMut};
 use std::collections::HashMap;
@@ -19,8 +20,6 @@ use tailstream_wire::frame::{Frame, FrameDecoder};
 use tailstream_wire::messages::ErrorBody;
 use tailstream_wire::{Decode, Encode, Opcode, RequestId};
 use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
-use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -163,7 +162,8 @@ impl RpcClient {
             reason,
         };
         let timeout = Duration::from_millis(config.connect_timeout_ms);
-        let stream = tokio::time::timeout(timeout, crate::source::connect(addr))
+        // The handshake, where TLS is on, counts against the same timeout.
+        let stream = tokio::time::timeout(timeout, crate::tls::connect(addr))
             .await
             .map_err(|_| {
                 failed(format!(
@@ -177,8 +177,8 @@ impl RpcClient {
 
     /// A client over a connection the caller made (one that needs to tell a refused connect
     /// from a slow one, say).
-    pub fn over(stream: TcpStream, addr: &str, config: RpcClientConfig) -> Self {
-        let _ = stream.set_nodelay(true);
+    pub fn over(stream: Stream, addr: &str, config: RpcClientConfig) -> Self {
+        stream.set_nodelay();
         let (reader, writer) = stream.into_split();
         let in_flight_max = config.requests_in_flight_max.max(1);
         let (queue, queue_rx) = mpsc::channel(in_flight_max);
@@ -375,7 +375,7 @@ async fn keep_alive(inner: std::sync::Weak<Inner>, period: Duration) {
 }
 
 async fn read_responses(
-    mut reader: OwnedReadHalf,
+    mut reader: StreamReader,
     decoder: FrameDecoder,
     shared: Arc<Shared>,
     addr: String,

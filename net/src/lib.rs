@@ -14,6 +14,9 @@
 //! - [`error`]: [`RpcError`], what a caller of a remote operation can get back.
 //! - [`source`]: the address outgoing connections come from (one per process in a test
 //!   cluster, so partitions can be cut between processes).
+//! - [`tls`]: TLS acceptors for listeners (peer listeners require a member's certificate) and
+//!   the one connector a process's outgoing connections use.
+//! - [`stream`]: a connection that is plain TCP or TLS, and its read and write halves.
 //! - [`metrics`]: the listener metrics' names.
 //! - [`clock`]: the boot-time clock leases are judged on.
 
@@ -27,6 +30,8 @@ pub mod metrics;
 pub mod pool;
 pub mod server;
 pub mod source;
+pub mod stream;
+pub mod tls;
 mod write;
 
 pub use budget::BodyBudget;
@@ -36,3 +41,4 @@ pub use error::RpcError;
 pub use listener::{Closed, ConnectionLimits, Standing, accept_loop, accept_loop_authenticating};
 pub use pool::RpcPool;
 pub use server::{Reply, Request, Response, ServerLimits, Service};
+pub use stream::{Stream, StreamReader, StreamWriter};

@@ -53,6 +53,9 @@ pub enum Closed {
     Unauthenticated(String),
     /// Closed, not yet authenticated, to make room for a newer connection on a full listener.
     Evicted,
+    /// The TLS handshake failed (no certificate where one is required, one the CA did not
+    /// sign, a plain-text client on a TLS listener) or did not finish in time.
+    Tls(String),
 }
 
 impl Closed {
@@ -66,6 +69,7 @@ impl Closed {
             Closed::Shutdown => "shutdown",
             Closed::Unauthenticated(_) => "unauthenticated",
             Closed::Evicted => "evicted",
+            Closed::Tls(_) => "tls",
         }
     }
 }

@@ -141,6 +141,9 @@ pub struct ServerLimits {
     /// Once a frame's first byte arrived, the whole frame must arrive within this long.
     pub request_read_timeout: Duration,
     pub body_budget: BodyBudget,
+    /// TLS on this listener (a peer listener's acceptor requires a member's certificate);
+    /// `None`: plain TCP. The handshake must end within `request_read_timeout`.
+    pub tls: Option<crate::tls::ServerTls>,
 }
 
 /// Waits for `shutdown`, then gives `tasks` (listeners winding down) a bounded time to end.
@@ -174,13 +177,18 @@ pub async fn serve<S: Service>(
 }
 
 async fn serve_connection<S: Service>(
-    stream: TcpStream,
+    tcp: TcpStream,
     peer: SocketAddr,
     service: Arc<S>,
     limits: Arc<ServerLimits>,
 ) -> Closed {
+    let stream =
+        match crate::tls::accept(limits.tls.as_ref(), tcp, limits.request_read_timeout).await {
+            Ok(stream) => stream,
+            Err(error) => return Closed::Tls(error.to_string()),
+        };
     // Small responses (produce acks) must not wait for Nagle.
-    let _ = stream.set_nodelay(true);
+    stream.set_nodelay();
     let (reader, writer) = stream.into_split();
     let in_flight_max = limits.requests_in_flight_per_connection_max.max(1);
     // One slot more than requests in flight: room for a GoAway.
@@ -212,7 +220,7 @@ async fn serve_connection<S: Service>(
 
 /// One connection's reader side.
 struct Connection {
-    reader: tokio::net::tcp::OwnedReadHalf,
+    reader: crate::stream::StreamReader,
     out_tx: mpsc::Sender<Outgoing>,
     in_flight: Arc<Semaphore>,
     in_flight_max: usize,

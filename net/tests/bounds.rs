@@ -61,6 +61,7 @@ async fn start() -> Server {
         idle_timeout: Duration::from_millis(500),
         request_read_timeout: Duration::from_millis(800),
         body_budget: budget.clone(),
+        tls: None,
     };
     tokio::spawn(serve(listener, "test", Arc::new(Echo), limits, stopped));
     Server {

@@ -60,6 +60,7 @@ async fn start(frame_body_bytes_max: u32) -> (String, watch::Sender<bool>) {
         idle_timeout: Duration::from_secs(60),
         request_read_timeout: Duration::from_secs(10),
         body_budget: BodyBudget::new("test", 1 << 20),
+        tls: None,
     };
     tokio::spawn(serve(
         listener,

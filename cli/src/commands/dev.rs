@@ -33,6 +33,10 @@ pub struct DevArgs {
     /// Keep the coordinators' state on the etcd already running at these client URLs.
     #[arg(long, value_delimiter = ',')]
     etcd_endpoints: Vec<String>,
+    /// TLS on every listener: makes a local CA and a certificate under the data directory
+    /// (`tls/`), gives them to every process, and prints how clients trust them.
+    #[arg(long)]
+    tls: bool,
 }
 
 pub async fn run(
@@ -80,6 +84,22 @@ pub async fn run(
         Some(etcd) => etcd.endpoints(),
         None => args.etcd_endpoints.clone(),
     };
+    // TLS: made here with --tls, else a directory this process was given, else whatever the
+    // config file says (the children read the same file).
+    let tls_dir = if args.tls {
+        let dir = data_dir.join("tls");
+        Some(tailstream_launcher::tls::make_dev_certificates(&dir, &[])?)
+    } else {
+        std::env::var_os("TAILSTREAM_TLS_DIR")
+            .filter(|dir| !dir.is_empty())
+            .map(PathBuf::from)
+    };
+    let own_tls = match &tls_dir {
+        Some(dir) => tailstream_config::TlsConfig::from_dir(dir),
+        None => config.tls.clone(),
+    };
+    // This process talks to its cluster too (it waits for the brokers to register).
+    crate::install_tls(&own_tls, false)?;
     let etcd = on_etcd.then(|| EtcdSpec {
         endpoints,
         prefix: config.coordinator.etcd_prefix.clone(),
@@ -94,6 +114,7 @@ pub async fn run(
         log_filter: std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
         own_addresses: false,
         etcd,
+        tls_dir: tls_dir.clone(),
     };
     let mut cluster = LocalCluster::start(spec).await?;
     let coordinator = cluster.coordinator_addrs();
@@ -102,14 +123,15 @@ pub async fn run(
         "tailstream dev: coordinator {coordinator} (brokers register at {})",
         cluster.coordinator_peer_addrs()
     );
+    let scheme = if own_tls.enabled { "https" } else { "http" };
     for standby in &cluster.standbys {
         println!(
-            "tailstream dev: {} stands by (leads if the leader goes): rpc {} admin http://{}",
+            "tailstream dev: {} stands by (leads if the leader goes): rpc {} admin {scheme}://{}",
             standby.name, standby.rpc_addr, standby.admin_addr
         );
     }
     println!(
-        "tailstream dev: console http://{}/ (the coordinator's admin port)",
+        "tailstream dev: console {scheme}://{}/ (the coordinator's admin port)",
         cluster.coordinator.admin_addr
     );
     for broker in cluster.brokers() {
@@ -123,7 +145,7 @@ pub async fn run(
             .max_by_key(|b| b.server_id.generation)
             .map_or_else(|| "unregistered".to_string(), |b| b.server_id.to_string());
         println!(
-            "tailstream dev: {} ({server}) rpc {} peer {} admin http://{}{kafka}",
+            "tailstream dev: {} ({server}) rpc {} peer {} admin {scheme}://{}{kafka}",
             broker.name, broker.rpc_addr, broker.peer_addr, broker.admin_addr
         );
     }
@@ -139,6 +161,21 @@ pub async fn run(
     }
     println!("tailstream dev: logs in {}/*/*.log", data_dir.display());
     println!("tailstream dev: export TAILSTREAM_COORDINATOR={coordinator}");
+    if let Some(dir) = &tls_dir {
+        let ca = dir.join(tailstream_config::TLS_CA_FILE);
+        println!(
+            "tailstream dev: TLS on every listener; for the CLI: export TAILSTREAM_TLS_DIR={}",
+            dir.display()
+        );
+        println!(
+            "tailstream dev: Kafka clients: security.protocol=SSL (SASL_SSL with users), ssl.ca.location={}",
+            ca.display()
+        );
+        println!(
+            "tailstream dev: curl --cacert {} https://<admin>/metrics; a browser must trust that CA for the console",
+            ca.display()
+        );
+    }
     println!("tailstream dev: running; Ctrl-C stops the cluster");
     let data_dir_arg = if data_dir == config.dev.data_dir {
         String::new()

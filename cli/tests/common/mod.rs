@@ -8,7 +8,7 @@ pub mod kafka;
 pub mod ledger;
 pub mod load;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 use std::time::Instant;
@@ -30,6 +30,8 @@ pub struct TestCluster {
     pub config: Config,
     pub dir: tempfile::TempDir,
     config_file: Option<PathBuf>,
+    /// TLS everywhere, with this directory's CA and certificate (see [`Self::start_tls`]).
+    pub tls_dir: Option<PathBuf>,
 }
 
 impl TestCluster {
@@ -58,7 +60,23 @@ impl TestCluster {
         Some(Self::start_with(brokers, overrides, coordinators.max(1)).await)
     }
 
+    /// [`Self::start`] with TLS on every listener, with the CA and certificate in `tls_dir`.
+    /// The test process must speak TLS itself (`tailstream_net::tls::set_outgoing`, once): a
+    /// test binary is all TLS or none.
+    pub async fn start_tls(brokers: u32, overrides: &str, tls_dir: &Path) -> TestCluster {
+        Self::start_full(brokers, overrides, 0, Some(tls_dir.to_owned())).await
+    }
+
     async fn start_with(brokers: u32, overrides: &str, etcd_coordinators: usize) -> TestCluster {
+        Self::start_full(brokers, overrides, etcd_coordinators, None).await
+    }
+
+    async fn start_full(
+        brokers: u32,
+        overrides: &str,
+        etcd_coordinators: usize,
+        tls_dir: Option<PathBuf>,
+    ) -> TestCluster {
         // Debugging a failure: TAILSTREAM_KEEP_TEST_DATA keeps every process's data and logs.
         let keep = std::env::var_os("TAILSTREAM_KEEP_TEST_DATA").is_some();
         let dir = tempfile::Builder::new()
@@ -100,6 +118,7 @@ impl TestCluster {
                 prefix: "/tailstream/test".into(),
                 coordinators: etcd_coordinators,
             }),
+            tls_dir: tls_dir.clone(),
         };
         let cluster = LocalCluster::start(spec).await.unwrap();
         let test = TestCluster {
@@ -108,6 +127,7 @@ impl TestCluster {
             config,
             dir,
             config_file,
+            tls_dir,
         };
         test.wait_for_brokers(brokers as usize).await;
         test
@@ -185,6 +205,10 @@ impl TestCluster {
         command
             .args(args)
             .env("TAILSTREAM_COORDINATOR", self.coordinator())
+            .env(
+                "TAILSTREAM_TLS_DIR",
+                self.tls_dir.as_deref().unwrap_or(std::path::Path::new("")),
+            )
             .stdin(Stdio::null())
             .kill_on_drop(true);
         command
@@ -200,6 +224,10 @@ impl TestCluster {
         let mut child = command
             .args(args)
             .env("TAILSTREAM_COORDINATOR", self.coordinator())
+            .env(
+                "TAILSTREAM_TLS_DIR",
+                self.tls_dir.as_deref().unwrap_or(std::path::Path::new("")),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

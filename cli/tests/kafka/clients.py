@@ -12,6 +12,9 @@
 
   clients.py --sasl MECHANISM USER PASSWORD COMMAND ...
       The same, authenticating with SASL (SASL_PLAINTEXT) as USER.
+
+  clients.py --ssl CA_FILE [--sasl ...] COMMAND ...
+      The same over TLS, trusting CA_FILE (SSL, or SASL_SSL with --sasl).
 """
 import logging
 import sys
@@ -88,9 +91,14 @@ def main():
         format="%(relativeCreated)d ms %(name)s %(levelname)s %(message)s",
     )
     logging.getLogger("kafka.coordinator").setLevel(logging.INFO)
+    ssl = False
+    if sys.argv[1] == "--ssl":
+        ssl = True
+        SECURITY.update(security_protocol="SSL", ssl_cafile=sys.argv[2])
+        del sys.argv[1:3]
     if sys.argv[1] == "--sasl":
         SECURITY.update(
-            security_protocol="SASL_PLAINTEXT",
+            security_protocol="SASL_SSL" if ssl else "SASL_PLAINTEXT",
             sasl_mechanism=sys.argv[2],
             sasl_plain_username=sys.argv[3],
             sasl_plain_password=sys.argv[4],
