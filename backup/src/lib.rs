@@ -12,6 +12,7 @@
 //!   newest segments only).
 //! - [`service`]: the replica RPCs.
 //! - [`nic`]: the tcp backend's one-sided endpoint, which never parses what it places.
+//! - [`nic_ticket`]: the ticket a primary must show the NIC, granted over the peer RPC.
 //! - `rdma` (cargo feature `rdma`): the rdma backend's side: one queue pair per primary and
 //!   replica buffers registered with the device.
 //! - [`metrics`]: the names of what the backup records.
@@ -21,6 +22,7 @@ pub mod listing;
 pub mod mapped;
 pub mod metrics;
 pub mod nic;
+pub mod nic_ticket;
 pub mod ops;
 pub mod pool;
 #[cfg(feature = "rdma")]

@@ -149,7 +149,15 @@ impl Connection {
             return closed;
         }
         let primary = match Hello::decode(&raw_hello) {
-            Ok(hello) => hello.primary,
+            // Checked before the primary it names is believed: a stranger's hello must not
+            // fence a live primary by naming a newer generation of it.
+            Ok(hello) if store.nic_tickets().admits(hello.primary, hello.ticket) => hello.primary,
+            Ok(hello) => {
+                return Closed::Unauthenticated(format!(
+                    "a NIC hello for {} without the ticket this backup granted it",
+                    hello.primary
+                ));
+            }
             Err(error) => return Closed::BadInput(error.to_string()),
         };
         if let Err(error) = store.check_primary(primary) {

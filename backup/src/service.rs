@@ -61,6 +61,7 @@ impl BackupService {
                 key: replica.key,
                 capacity_bytes: replica.capacity_bytes,
                 nic_addr: self.nic_addr.clone(),
+                nic_ticket: self.store.nic_tickets().ticket_for(request.primary),
                 rdma_token,
             });
         }
@@ -69,6 +70,7 @@ impl BackupService {
             key: replica.key,
             capacity_bytes: replica.capacity_bytes,
             nic_addr: self.nic_addr.clone(),
+            nic_ticket: self.store.nic_tickets().ticket_for(request.primary),
             rdma_token: Bytes::new(),
         })
     }

@@ -103,6 +103,8 @@ pub struct BackupStore {
     pool: BufferPool,
     next_key: AtomicU64,
     index: Mutex<Index>,
+    /// What the software NIC asks of a connection (granted in buffer descriptors).
+    nic_tickets: crate::nic_ticket::NicTickets,
     /// Queue pairs and registered regions of primaries that write with RDMA: fenced with the
     /// index, so a fenced generation's writes fail at the NIC too.
     #[cfg(feature = "rdma")]
@@ -128,6 +130,7 @@ impl BackupStore {
             pool,
             next_key: AtomicU64::new(rand::random::<u64>() >> 1),
             index: Mutex::new(Index::default()),
+            nic_tickets: crate::nic_ticket::NicTickets::new(),
             #[cfg(feature = "rdma")]
             rdma: Arc::default(),
         };
@@ -260,6 +263,11 @@ impl BackupStore {
     }
 
     /// Refuses `primary` if a newer generation of its slot is known.
+    /// This incarnation's NIC tickets.
+    pub fn nic_tickets(&self) -> &crate::nic_ticket::NicTickets {
+        &self.nic_tickets
+    }
+
     pub fn check_primary(&self, primary: ServerId) -> Result<(), BackupError> {
         let mut index = self.lock();
         if Self::fenced_locked(&index, primary) {

@@ -1,6 +1,7 @@
 //! The tcp backend's software NIC against its contract: payloads land at their offset in the
 //! registered buffer, completions come back in write order, and a bad key, an out-of-bounds
-//! write, a forged header or a fenced primary ends that connection (and only that one).
+//! write, a forged header, a hello without the backup's ticket or a fenced primary ends that
+//! connection (and only that one).
 
 #![allow(clippy::unwrap_used)] // tests may unwrap freely (see clippy.toml)
 
@@ -76,9 +77,19 @@ async fn open(nic: &Nic, segment: u64) -> u64 {
         .unwrap()
 }
 
+/// A connection as `primary`, with the ticket the backup grants it (as a buffer descriptor
+/// carries it).
 async fn connect(nic: &Nic, primary: ServerId) -> TcpStream {
+    let ticket = nic.store.nic_tickets().ticket_for(primary);
+    connect_with_ticket(nic, primary, ticket).await
+}
+
+async fn connect_with_ticket(nic: &Nic, primary: ServerId, ticket: u64) -> TcpStream {
     let mut stream = TcpStream::connect(&nic.addr).await.unwrap();
-    stream.write_all(&Hello { primary }.encode()).await.unwrap();
+    stream
+        .write_all(&Hello { primary, ticket }.encode())
+        .await
+        .unwrap();
     stream
 }
 
@@ -195,6 +206,26 @@ async fn a_bad_key_an_out_of_bounds_write_or_a_forged_header_closes_only_that_co
     let bytes = buffer_bytes(&nic, 1).await;
     assert_eq!(&bytes[..4], b"fine");
     assert!(bytes[4..].iter().all(|b| *b == 0));
+}
+
+#[tokio::test]
+async fn a_hello_without_its_ticket_is_closed_and_fences_nobody() {
+    let nic = start().await;
+    let key = open(&nic, 1).await;
+    // A stranger names a newer generation of the primary (which would fence the live one),
+    // with a made-up ticket, and with the live primary's own ticket: both closed unheard.
+    let newer = ServerId::new(PRIMARY.index, PRIMARY.generation + 1);
+    let borrowed = nic.store.nic_tickets().ticket_for(PRIMARY);
+    for ticket in [0, 0x5eed, borrowed] {
+        let mut stranger = connect_with_ticket(&nic, newer, ticket).await;
+        write(&mut stranger, key, 0, b"forged", 1).await;
+        assert_eq!(completion(&mut stranger).await, None);
+    }
+    // The live primary was not fenced: its writes still land.
+    let mut live = connect(&nic, PRIMARY).await;
+    write(&mut live, key, 0, b"mine!!", 2).await;
+    assert!(completion(&mut live).await.is_some());
+    assert_eq!(&buffer_bytes(&nic, 1).await[..6], b"mine!!");
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 //! ```text
 //! hello (primary → backup, once per connection, 24 bytes)
 //!  0  4  magic "TSN1"             4  4  primary index        8  4  primary generation
-//! 12  4  reserved (0)            16  4  reserved (0)         20  4  CRC32 of bytes 0..20
+//! 12  8  ticket                  20  4  CRC32 of bytes 0..20
 //!
 //! write header (primary → backup, 32 bytes), followed by `len` payload bytes
 //!  0  8  buffer key               8  4  offset in buffer     12  4  len
@@ -13,6 +13,11 @@
 //! completion (backup → primary, 16 bytes), one per write, in write order
 //!  0  8  write id                 8  4  status (0 = done)    12  4  CRC32 of bytes 0..12
 //! ```
+//! The ticket is what the backup granted this primary in every buffer descriptor, over the
+//! peer RPC (mutually authenticated where TLS is on): a connection without it is closed before
+//! the primary it names is believed, so nobody who merely reaches the NIC port can write into
+//! a buffer or fence a live primary by claiming a newer generation.
+//!
 //! The backup checks the header (checksum, key, bounds) and places the payload at the offset
 //! in the registered buffer without looking at it. A bad header or a bad key or bound ends the
 //! connection, like an RDMA queue pair entering the error state: the primary learns of it as a
@@ -28,7 +33,7 @@ pub const COMPLETION_BYTES: usize = 16;
 /// The key no buffer ever has (backups never hand it out): keepalive writes use it.
 pub const KEEPALIVE_KEY: u64 = 0;
 
-const _: () = assert!(HELLO_BYTES == 4 + 4 + 4 + 4 + 4 + 4);
+const _: () = assert!(HELLO_BYTES == 4 + 4 + 4 + 8 + 4);
 const _: () = assert!(WRITE_HEADER_BYTES == 8 + 4 + 4 + 8 + 4 + 4);
 const _: () = assert!(COMPLETION_BYTES == 8 + 4 + 4);
 
@@ -69,6 +74,8 @@ fn verify(raw: &[u8]) -> Result<(), NicError> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hello {
     pub primary: ServerId,
+    /// The backup's ticket for `primary` (from a buffer descriptor).
+    pub ticket: u64,
 }
 
 impl Hello {
@@ -77,6 +84,7 @@ impl Hello {
         raw[0..4].copy_from_slice(&NIC_MAGIC);
         raw[4..8].copy_from_slice(&self.primary.index.to_le_bytes());
         raw[8..12].copy_from_slice(&self.primary.generation.to_le_bytes());
+        raw[12..20].copy_from_slice(&self.ticket.to_le_bytes());
         seal(&mut raw);
         raw
     }
@@ -88,6 +96,7 @@ impl Hello {
         verify(raw)?;
         Ok(Self {
             primary: ServerId::new(le32(raw, 4), le32(raw, 8)),
+            ticket: le64(raw, 12),
         })
     }
 }
@@ -179,6 +188,7 @@ mod tests {
     fn nic_messages_round_trip_and_any_flipped_bit_is_caught() {
         let hello = Hello {
             primary: ServerId::new(3, 7),
+            ticket: 0xfeed_beef_0123_4567,
         };
         assert_eq!(Hello::decode(&hello.encode()), Ok(hello));
         let write = WriteHeader {

@@ -105,6 +105,10 @@ pub struct ProduceBenchArgs {
     /// leader's Kafka listener; producer i writes partition i). Kafka runs closed loop only.
     #[arg(long, value_enum, default_value_t = Protocol::Native)]
     pub protocol: Protocol,
+    /// TLS on every listener of the cluster it starts (a fresh local CA), and on this
+    /// process's connections to them: what TLS costs (native protocol only; not with --join).
+    #[arg(long)]
+    pub tls: bool,
 }
 
 /// The protocol the benchmark's producers speak.
@@ -169,11 +173,32 @@ pub async fn run(
 }
 
 pub async fn measure(
-    config: Config,
+    mut config: Config,
     _config_path: Option<PathBuf>,
     join: Option<String>,
     args: &ProduceBenchArgs,
 ) -> Result<ProduceBenchReport, String> {
+    // Kept until the run ends: the cluster's processes read their certificate from it.
+    let _tls_dir = if args.tls {
+        if join.is_some() || args.protocol != Protocol::Native {
+            return Err("--tls starts its own cluster and speaks the native protocol only".into());
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("tailstream-bench-tls-")
+            .tempdir()
+            .map_err(|e| e.to_string())?;
+        let certificates = tailstream_launcher::tls::make_dev_certificates(dir.path(), &[])?;
+        config.tls = tailstream_config::TlsConfig::from_dir(&certificates);
+        let files = tailstream_net::tls::TlsFiles {
+            ca_path: config.tls.ca_path.clone(),
+            cert_path: None,
+            key_path: None,
+        };
+        tailstream_net::tls::set_outgoing(Some(tailstream_net::tls::client(&files)?));
+        Some(dir)
+    } else {
+        None
+    };
     if args.producers == 0 {
         return Err("--producers must be positive".into());
     }

@@ -14,6 +14,8 @@ const ROUND_TRIPS: u32 = 4000;
 pub struct ProduceBenchReport {
     /// What the producers spoke: `native` or `kafka`.
     pub protocol: super::Protocol,
+    /// Whether every connection spoke TLS.
+    pub tls: bool,
     pub producers: u32,
     pub record_bytes: usize,
     pub batch_bytes: u32,
@@ -102,6 +104,7 @@ impl ProduceBenchReport {
         let client = cpu.client.per_gib(bytes);
         Self {
             protocol: args.protocol,
+            tls: args.tls,
             producers: args.producers,
             record_bytes: args.record_bytes,
             batch_bytes: args.batch_bytes,
@@ -188,12 +191,13 @@ impl ProduceBenchReport {
             .rate
             .map_or("closed loop".into(), |r| format!("open {r}/s"));
         format!(
-            "R={} {:>9} {:<6} {:>3} producers {:>2} logs {:>7} B batches {load}: {:>11.0} records/s \
+            "R={} {:>9} {:<6}{} {:>3} producers {:>2} logs {:>7} B batches {load}: {:>11.0} records/s \
              {:>7.1} MiB/s  latency p50 {:>6} p99 {:>6} p999 {:>6} max {:>7} us  cpu s/GiB: \
              brokers {} primary {} backup {} client {} floor {} (x{})  round trip p50 {} us",
             self.replicas,
             self.replication,
             self.protocol.name(),
+            if self.tls { " tls" } else { "" },
             self.producers,
             self.logs,
             self.batch_bytes,

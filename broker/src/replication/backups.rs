@@ -117,6 +117,7 @@ impl Backups {
                 NicWriter::connect(
                     &descriptor.nic_addr,
                     primary,
+                    descriptor.nic_ticket,
                     self.control_timeout,
                     self.keepalive,
                 )

@@ -130,6 +130,7 @@ async fn slowloris_is_cut_off_on_every_listener() {
         .concat();
         let hello = Hello {
             primary: ServerId::new(7, 1),
+            ticket: 0,
         }
         .encode()
         .to_vec();

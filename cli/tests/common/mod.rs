@@ -195,6 +195,14 @@ impl TestCluster {
         self.config.stream_defaults.clone()
     }
 
+    /// A CLI command speaks TLS exactly when the cluster does.
+    fn tls_env(&self, command: &mut tokio::process::Command) {
+        match &self.tls_dir {
+            Some(dir) => command.env("TAILSTREAM_TLS_DIR", dir),
+            None => command.env_remove("TAILSTREAM_TLS_DIR"),
+        };
+    }
+
     /// `tailstream ARGS` against this cluster, to be spawned by the caller (a long-running
     /// command the test kills or waits for); killed when dropped.
     pub fn cli_command(&self, args: &[&str]) -> tokio::process::Command {
@@ -202,13 +210,10 @@ impl TestCluster {
         if let Some(config) = &self.config_file {
             command.arg("--config").arg(config);
         }
+        self.tls_env(&mut command);
         command
             .args(args)
             .env("TAILSTREAM_COORDINATOR", self.coordinator())
-            .env(
-                "TAILSTREAM_TLS_DIR",
-                self.tls_dir.as_deref().unwrap_or(std::path::Path::new("")),
-            )
             .stdin(Stdio::null())
             .kill_on_drop(true);
         command
@@ -221,13 +226,10 @@ impl TestCluster {
         if let Some(config) = &self.config_file {
             command.arg("--config").arg(config);
         }
+        self.tls_env(&mut command);
         let mut child = command
             .args(args)
             .env("TAILSTREAM_COORDINATOR", self.coordinator())
-            .env(
-                "TAILSTREAM_TLS_DIR",
-                self.tls_dir.as_deref().unwrap_or(std::path::Path::new("")),
-            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -171,6 +171,7 @@ pub fn nic_structured(data: &[u8]) {
     let mut source = Source::new(data);
     let hello = Hello {
         primary: ServerId::new(source.u32(), source.u32()),
+        ticket: source.u64(),
     };
     let write = WriteHeader {
         key: source.u64(),

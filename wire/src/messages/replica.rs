@@ -46,6 +46,9 @@ wire_message! {
         pub capacity_bytes: u32,
         /// The backup's one-sided endpoint (tcp backend).
         pub nic_addr: String,
+        /// What a connection to `nic_addr` must present in its hello to be believed (the
+        /// backup grants it per primary; it reaches the primary over the peer RPC only).
+        pub nic_ticket: u64,
         /// Backend-specific registration (rdma: remote address, length and rkey); empty for tcp.
         #[cfg_attr(test, proptest(strategy = "small_bytes()"))]
         pub rdma_token: Bytes,

@@ -60,12 +60,14 @@ impl Drop for NicWriter {
 }
 
 impl NicWriter {
-    /// Connects to the NIC endpoint at `addr` as `primary`. When nothing was sent for
+    /// Connects to the NIC endpoint at `addr` as `primary`, showing the `ticket` the backup
+    /// granted it (in its buffer descriptors). When nothing was sent for
     /// `keepalive`, a keepalive write goes out, so the backup never closes the connection as
     /// idle (which would make this primary treat its replicas there as lost).
     pub async fn connect(
         addr: &str,
         primary: ServerId,
+        ticket: u64,
         timeout: Duration,
         keepalive: Duration,
     ) -> Result<Self, TransportError> {
@@ -78,7 +80,7 @@ impl NicWriter {
         let (reader, mut writer) = stream.into_split();
         let mut reader = BufReader::with_capacity(64 * 1024, reader);
         writer
-            .write_all(&Hello { primary }.encode())
+            .write_all(&Hello { primary, ticket }.encode())
             .await
             .map_err(|e| broken(e.to_string()))?;
         let shared = Arc::new(Shared {
