@@ -262,12 +262,12 @@ impl BackupStore {
         primary.generation < newest
     }
 
-    /// Refuses `primary` if a newer generation of its slot is known.
     /// This incarnation's NIC tickets.
     pub fn nic_tickets(&self) -> &crate::nic_ticket::NicTickets {
         &self.nic_tickets
     }
 
+    /// Refuses `primary` if a newer generation of its slot is known.
     pub fn check_primary(&self, primary: ServerId) -> Result<(), BackupError> {
         let mut index = self.lock();
         if Self::fenced_locked(&index, primary) {

@@ -15,8 +15,8 @@ for round in $(seq "$ROUNDS"); do
   for replicas in 0 3; do
     brokers=$([ "$replicas" = 0 ] && echo 1 || echo 4)
     for tls in "" "--tls"; do
-      line=$(timeout 300 "$T" bench produce --records 2000000 --producers 2 --replicas "$replicas" \
-        --brokers "$brokers" --json $tls)
+      line=$(timeout 400 "$T" bench produce --records 15000000 --warmup-s 1 --producers 2 \
+        --replicas "$replicas" --brokers "$brokers" --json $tls)
       echo "$line" >> "$out"
       echo "round $round R=$replicas ${tls:-plain}: $(echo "$line" | python3 -c 'import json,sys; r=json.load(sys.stdin); print("%.0f records/s, brokers %s s/GiB, client %s s/GiB" % (r["records_per_sec"], r["cpu_seconds_per_gib"], r["client_cpu_seconds_per_gib"]))')"
     done

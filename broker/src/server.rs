@@ -83,6 +83,7 @@ pub async fn run_with(
     front_ends: Vec<FrontEnd>,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), String> {
+    tailstream_net::tls::require_member(options.config.tls.enabled)?;
     let config = &options.config.broker;
     let metrics = tailstream_admin::install_metrics()?;
     m::describe(config.segment_memory_bytes_max);

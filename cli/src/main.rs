@@ -128,15 +128,21 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Some(dir) = cli.tls_dir.as_deref().filter(|d| !d.as_os_str().is_empty()) {
+    let tls_dir = cli.tls_dir.clone().filter(|d| !d.as_os_str().is_empty());
+    if let Some(dir) = &tls_dir {
         config.tls = tailstream_config::TlsConfig::from_dir(dir);
+    }
+    if matches!(cli.command, Command::Bench(_)) {
+        // Benchmarks start clusters of their own (`bench produce --tls` for one with TLS):
+        // TLS from the user's shell or file must not reach those children.
+        config.tls = tailstream_config::TlsConfig::default();
     }
     let servers = matches!(
         cli.command,
         Command::Coordinator(_) | Command::Broker(_) | Command::Dev(_)
     );
     let member = matches!(cli.command, Command::Coordinator(_) | Command::Broker(_));
-    // Benchmarks start clusters of their own, with their own settings.
+    // Benchmarks set up their own; `dev` speaks as its cluster does (it knows after --tls).
     if !matches!(cli.command, Command::Bench(_) | Command::Dev(_))
         && let Err(error) = install_tls(&config.tls, member)
     {
@@ -162,7 +168,7 @@ fn main() -> ExitCode {
     let config_path = cli.config.clone();
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Dev(args) => commands::dev::run(config, config_path, args).await,
+            Command::Dev(args) => commands::dev::run(config, config_path, tls_dir, args).await,
             Command::Coordinator(args) => servers::run_coordinator(config, args).await,
             Command::Broker(args) => servers::run_broker(config, args, coordinator_arg).await,
             Command::Stream(command) => commands::stream::run(config, &coordinator, command).await,

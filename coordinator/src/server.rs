@@ -88,6 +88,7 @@ const GROUP_LAG_EVERY: Duration = Duration::from_secs(1);
 /// Runs a coordinator until `shutdown`: with the file store, it leads at once; with etcd, it
 /// campaigns and leads while elected (see [`crate::election`]), standing by otherwise.
 pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), String> {
+    tailstream_net::tls::require_member(config.tls.enabled)?;
     let metrics = tailstream_admin::install_metrics()?;
     crate::metrics::describe();
     match config.coordinator.store {

@@ -80,6 +80,7 @@ impl fmt::Display for Closed {
             Closed::BadInput(why) => write!(f, "bad input: {why}"),
             Closed::Io(why) => write!(f, "i/o error: {why}"),
             Closed::Unauthenticated(why) => write!(f, "not authenticated: {why}"),
+            Closed::Tls(why) => write!(f, "tls: {why}"),
             other => f.write_str(other.label()),
         }
     }
@@ -364,7 +365,8 @@ async fn serve_accepts<H, F>(
             metrics::counter!(m::CONNECTIONS_CLOSED, "listener" => name, "reason" => closed.label())
                 .increment(1);
             match &closed {
-                Closed::BadInput(_) | Closed::RequestTimeout => {
+                // A refused handshake names its cause (no certificate, another CA, plain text).
+                Closed::BadInput(_) | Closed::RequestTimeout | Closed::Tls(_) => {
                     tracing::info!(listener = name, %peer, %closed, "connection closed")
                 }
                 _ => tracing::debug!(listener = name, %peer, %closed, "connection closed"),

@@ -193,6 +193,19 @@ pub fn install_member(tls: MemberTls) {
     *MEMBER.write().unwrap_or_else(|p| p.into_inner()) = Some(tls);
 }
 
+/// Fails closed: a server whose configuration asks for TLS (`enabled`) must not listen in
+/// plain text because nobody installed its certificate ([`install_member`]).
+pub fn require_member(enabled: bool) -> Result<(), String> {
+    if enabled && listener(Facing::Peers).is_none() {
+        return Err(
+            "tls.enabled is set, but no member certificate was installed in this process \
+             (tls::install_member): refusing to listen in plain text"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
 /// The TLS a listener facing `facing` uses, if this process is a member with TLS.
 pub fn listener(facing: Facing) -> Option<ServerTls> {
     let member = MEMBER.read().unwrap_or_else(|p| p.into_inner());
@@ -260,7 +273,12 @@ pub async fn accept(
         // A client speaking plain text is told at once (by the close), not left waiting for
         // the rest of what would be a TLS record.
         let mut first = [0u8; 1];
-        tcp.peek(&mut first).await?;
+        if tcp.peek(&mut first).await? == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "closed before a handshake",
+            ));
+        }
         if first[0] != TLS_HANDSHAKE_RECORD {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,

@@ -14,7 +14,7 @@ const ROUND_TRIPS: u32 = 4000;
 pub struct ProduceBenchReport {
     /// What the producers spoke: `native` or `kafka`.
     pub protocol: super::Protocol,
-    /// Whether every connection spoke TLS.
+    /// Whether every client and peer connection spoke TLS (the one-sided path stays plain).
     pub tls: bool,
     pub producers: u32,
     pub record_bytes: usize,

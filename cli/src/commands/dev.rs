@@ -42,6 +42,7 @@ pub struct DevArgs {
 pub async fn run(
     config: Config,
     config_path: Option<PathBuf>,
+    tls_dir_given: Option<PathBuf>,
     args: DevArgs,
 ) -> Result<(), String> {
     let brokers = args.brokers.unwrap_or(config.dev.brokers);
@@ -84,15 +85,14 @@ pub async fn run(
         Some(etcd) => etcd.endpoints(),
         None => args.etcd_endpoints.clone(),
     };
-    // TLS: made here with --tls, else a directory this process was given, else whatever the
-    // config file says (the children read the same file).
+    // TLS: made here with --tls, else the directory this process was given (--tls-dir or
+    // $TAILSTREAM_TLS_DIR), else whatever the config file says (the children read it too).
     let tls_dir = if args.tls {
         let dir = data_dir.join("tls");
+        let dir = std::path::absolute(&dir).unwrap_or(dir);
         Some(tailstream_launcher::tls::make_dev_certificates(&dir, &[])?)
     } else {
-        std::env::var_os("TAILSTREAM_TLS_DIR")
-            .filter(|dir| !dir.is_empty())
-            .map(PathBuf::from)
+        tls_dir_given.map(|dir| std::path::absolute(&dir).unwrap_or(dir))
     };
     let own_tls = match &tls_dir {
         Some(dir) => tailstream_config::TlsConfig::from_dir(dir),
