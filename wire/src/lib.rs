@@ -21,7 +21,8 @@
 //!   the cursor decoders share); [`records`]: the builder producers use and the record
 //!   iterator consumers use; [`varint`]: zigzag varints.
 //! - [`replica_files`]: a backup's on-disk formats (claim records, closed replicas' file
-//!   names), which recovery reads; [`offsets_file`]: the coordinator's committed-offsets file.
+//!   names), which recovery reads; [`offsets_file`]: the coordinator's committed-offsets file;
+//!   [`metadata_journal`]: the coordinator file store's journal of changes.
 //! - [`fuzzing`]: every decoder behind a few entry points, fed raw bytes and, through
 //!   [`fuzzing::Source`], recipes for checksum-repaired input; for fuzz targets and property
 //!   tests.
@@ -35,6 +36,7 @@ pub mod frame;
 pub mod fuzzing;
 pub mod ids;
 pub mod messages;
+pub mod metadata_journal;
 pub mod nic;
 pub mod offsets_file;
 pub mod record_scan;

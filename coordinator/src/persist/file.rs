@@ -1,32 +1,158 @@
-//! [`MetadataFile`], the embedded default store: one JSON file on local disk, replaced
-//! atomically: a save writes a temporary file, fsyncs it, renames it over the old one
-//! and fsyncs the directory, so after a crash the file holds either the old or the new state,
-//! never a mix. Saves block; the service runs them on the blocking pool, never on a
-//! connection's reader task.
+//! [`MetadataFile`], the embedded default store: a snapshot and a journal on local disk.
+//!
+//! - `metadata.json`, the **snapshot**: the whole metadata, replaced atomically (written to a
+//!   temporary file, fsynced, renamed over the old one, directory fsynced), so after a crash it
+//!   is either the old or the new one, never a mix.
+//! - `metadata.journal`: the writes of every change since that snapshot
+//!   ([`tailstream_wire::metadata_journal`]),
+//!   each appended and fsynced before the save returns. A change costs what it changes (one
+//!   stream's objects for a create), not a rewrite of every stream: at 20,000 streams the
+//!   snapshot is megabytes, a create's record a few hundred bytes.
+//! - **Compaction**: once the journal outgrows the snapshot (and at least
+//!   [`JOURNAL_BYTES_MIN`]), the next save writes a new snapshot and then a fresh journal
+//!   naming it. A crash between the two leaves the old journal, which names the old snapshot
+//!   and is therefore ignored: its changes are in the new one. Rewrites thus cost a constant
+//!   amount per change, amortised.
+//!
+//! Loading replays the journal over the snapshot (through the same one-key-per-object layout
+//! the etcd store uses) and cuts a torn tail. Saves block; the service runs them on the
+//! blocking pool, never on a connection's reader task.
 
 use super::MetadataStore;
+use super::layout;
 use crate::metadata::Metadata;
-use std::fs::{self, File};
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use tailstream_wire::metadata_journal::{self as journal, JournalOp, SnapshotId};
 
 const FILE_NAME: &str = "metadata.json";
+const JOURNAL_NAME: &str = "metadata.journal";
+/// The journal is compacted into a new snapshot only past this size (and the snapshot's).
+pub const JOURNAL_BYTES_MIN: u64 = 1 << 20;
 
 #[derive(Debug)]
 pub struct MetadataFile {
     dir: PathBuf,
+    journal: Mutex<JournalState>,
+}
+
+/// The journal as this process last left it.
+#[derive(Debug, Default)]
+struct JournalState {
+    /// Open for appending, at its valid end, following the current snapshot; `None`: the next
+    /// save writes a snapshot (nothing loaded yet, or an append failed part-way).
+    file: Option<File>,
+    journal_bytes: u64,
+    snapshot_bytes: u64,
 }
 
 impl MetadataFile {
     pub fn new(dir: &Path) -> Self {
         Self {
             dir: dir.to_path_buf(),
+            journal: Mutex::new(JournalState::default()),
         }
     }
 
     pub fn path(&self) -> PathBuf {
         self.dir.join(FILE_NAME)
     }
+
+    pub fn journal_path(&self) -> PathBuf {
+        self.dir.join(JOURNAL_NAME)
+    }
+
+    fn io(&self, what: &str, e: std::io::Error) -> String {
+        format!("{what} in {}: {e}", self.dir.display())
+    }
+
+    /// Replaces `name` with `bytes` atomically and durably.
+    fn replace(&self, name: &str, bytes: &[u8]) -> Result<(), String> {
+        fs::create_dir_all(&self.dir).map_err(|e| self.io("creating data dir", e))?;
+        let tmp = self.dir.join(format!("{name}.tmp"));
+        let mut file = File::create(&tmp).map_err(|e| self.io("creating temp file", e))?;
+        file.write_all(bytes)
+            .map_err(|e| self.io("writing metadata", e))?;
+        file.sync_all()
+            .map_err(|e| self.io("syncing metadata", e))?;
+        fs::rename(&tmp, self.dir.join(name)).map_err(|e| self.io("renaming metadata", e))?;
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| self.io("syncing data dir", e))
+    }
+
+    /// Writes `metadata` as the new snapshot and starts an empty journal that follows it.
+    fn compact(&self, state: &mut JournalState, metadata: &Metadata) -> Result<(), String> {
+        state.file = None;
+        let snapshot = serde_json::to_vec_pretty(metadata).map_err(|e| e.to_string())?;
+        self.replace(FILE_NAME, &snapshot)?;
+        self.replace(
+            JOURNAL_NAME,
+            &journal::encode_header(SnapshotId::of(&snapshot)),
+        )?;
+        self.open_journal(state, journal::HEADER_BYTES as u64, snapshot.len() as u64)
+    }
+
+    /// Opens the journal for appending at `valid_bytes` (cutting anything after it).
+    fn open_journal(
+        &self,
+        state: &mut JournalState,
+        valid_bytes: u64,
+        snapshot_bytes: u64,
+    ) -> Result<(), String> {
+        let file = OpenOptions::new()
+            .write(true)
+            .open(self.journal_path())
+            .map_err(|e| self.io("opening the journal", e))?;
+        file.set_len(valid_bytes)
+            .map_err(|e| self.io("cutting the journal's torn tail", e))?;
+        let mut file = file;
+        std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(valid_bytes))
+            .map_err(|e| self.io("seeking the journal", e))?;
+        *state = JournalState {
+            file: Some(file),
+            journal_bytes: valid_bytes,
+            snapshot_bytes,
+        };
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, JournalState> {
+        self.journal.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The snapshot's metadata with `records` applied, through the key layout.
+fn replay(snapshot: &Metadata, records: Vec<Vec<JournalOp>>) -> Result<Metadata, String> {
+    let mut listing = BTreeMap::new();
+    layout::apply(
+        &mut listing,
+        &layout::changes(&Metadata::default(), snapshot)?,
+    );
+    for ops in records {
+        let ops: Vec<layout::Op> = ops
+            .into_iter()
+            .map(|op| match op {
+                JournalOp::Put { key, value } => layout::Op::Put { key, value },
+                JournalOp::Delete { key } => layout::Op::Delete { key },
+            })
+            .collect();
+        layout::apply(&mut listing, &ops);
+    }
+    layout::read(&listing)
+}
+
+/// A change's writes as the journal holds them.
+fn journal_ops(ops: Vec<layout::Op>) -> Vec<JournalOp> {
+    ops.into_iter()
+        .map(|op| match op {
+            layout::Op::Put { key, value } => JournalOp::Put { key, value },
+            layout::Op::Delete { key } => JournalOp::Delete { key },
+        })
+        .collect()
 }
 
 impl MetadataStore for MetadataFile {
@@ -36,55 +162,76 @@ impl MetadataStore for MetadataFile {
 
     fn load(&self) -> Result<Metadata, String> {
         let path = self.path();
-        match fs::read(&path) {
-            Ok(bytes) => {
-                let invalid = |e: String| {
-                    format!("{} is not valid coordinator metadata: {e}", path.display())
-                };
-                let mut metadata: Metadata =
-                    serde_json::from_slice(&bytes).map_err(|e| invalid(e.to_string()))?;
-                metadata.validate().map_err(invalid)?;
-                metadata.upgrade_streams();
-                Ok(metadata)
+        let invalid =
+            |e: String| format!("{} is not valid coordinator metadata: {e}", path.display());
+        let snapshot_bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(format!("reading {}: {e}", path.display())),
+        };
+        let snapshot = if snapshot_bytes.is_empty() {
+            Metadata::default()
+        } else {
+            serde_json::from_slice(&snapshot_bytes).map_err(|e| invalid(e.to_string()))?
+        };
+        let journal_bytes = match fs::read(self.journal_path()) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(format!("reading {}: {e}", self.journal_path().display())),
+        };
+        let follows =
+            journal::decode_header(&journal_bytes) == Some(SnapshotId::of(&snapshot_bytes));
+        let mut state = self.lock();
+        let mut metadata = if follows {
+            let (records, valid_bytes) = journal::decode_records(&journal_bytes);
+            if valid_bytes < journal_bytes.len() {
+                tracing::warn!(
+                    cut_bytes = journal_bytes.len() - valid_bytes,
+                    "the metadata journal ends in a torn or damaged record; it was never acknowledged and is cut"
+                );
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Metadata::default()),
-            Err(e) => Err(format!("reading {}: {e}", path.display())),
-        }
+            let metadata = if records.is_empty() {
+                snapshot
+            } else {
+                replay(&snapshot, records).map_err(invalid)?
+            };
+            self.open_journal(&mut state, valid_bytes as u64, snapshot_bytes.len() as u64)?;
+            metadata
+        } else {
+            // No journal, or one left by a compaction that finished its snapshot: the next
+            // save starts a fresh one.
+            *state = JournalState::default();
+            snapshot
+        };
+        drop(state);
+        metadata.validate().map_err(invalid)?;
+        metadata.upgrade_streams();
+        Ok(metadata)
     }
 
-    fn save(&self, _previous: &Metadata, metadata: &Metadata) -> Result<(), String> {
-        let io = |what: &str, e: std::io::Error| format!("{what} in {}: {e}", self.dir.display());
-        fs::create_dir_all(&self.dir).map_err(|e| io("creating data dir", e))?;
-        let json = serde_json::to_vec_pretty(metadata).map_err(|e| e.to_string())?;
-        let tmp = self.dir.join(format!("{FILE_NAME}.tmp"));
-        let mut file = File::create(&tmp).map_err(|e| io("creating temp file", e))?;
-        file.write_all(&json)
-            .map_err(|e| io("writing metadata", e))?;
-        file.sync_all().map_err(|e| io("syncing metadata", e))?;
-        fs::rename(&tmp, self.path()).map_err(|e| io("renaming metadata", e))?;
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| io("syncing data dir", e))?;
-        Ok(())
+    fn save(&self, previous: &Metadata, next: &Metadata) -> Result<(), String> {
+        let mut state = self.lock();
+        let outgrown = state.journal_bytes > state.snapshot_bytes.max(JOURNAL_BYTES_MIN);
+        let Some(file) = state.file.as_mut().filter(|_| !outgrown) else {
+            return self.compact(&mut state, next);
+        };
+        let record = journal::encode_record(&journal_ops(layout::changes(previous, next)?));
+        let appended = file.write_all(&record).and_then(|()| file.sync_data());
+        match appended {
+            Ok(()) => {
+                state.journal_bytes += record.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                // Part of the record may be on disk: append nothing after it. The next save
+                // writes a whole snapshot (a torn record is cut when loaded, never replayed).
+                state.file = None;
+                Err(self.io("appending to the metadata journal", e))
+            }
+        }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn saved_metadata_loads_back_and_a_missing_file_is_empty() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = MetadataFile::new(&dir.path().join("coordinator"));
-        assert_eq!(file.load().unwrap(), Metadata::default());
-        let mut metadata = Metadata::default();
-        metadata
-            .register_broker("127.0.0.1:1", "127.0.0.1:3", "127.0.0.1:2", "127.0.0.1:4")
-            .unwrap();
-        file.save(&Metadata::default(), &metadata).unwrap();
-        assert_eq!(file.load().unwrap(), metadata);
-        fs::write(file.path(), b"{ not json").unwrap();
-        assert!(file.load().is_err());
-    }
-}
+#[path = "file_tests.rs"]
+mod tests;

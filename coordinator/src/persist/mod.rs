@@ -1,7 +1,8 @@
 //! Where the coordinator's metadata lives: the [`MetadataStore`] seam and its two stores.
 //!
-//! - [`file`]: [`MetadataFile`], one JSON file in the data directory, replaced atomically
-//!   (the embedded default; one coordinator);
+//! - [`file`]: [`MetadataFile`], a JSON snapshot in the data directory, replaced atomically,
+//!   and a journal of each change's writes since it (`tailstream_wire::metadata_journal`;
+//!   the embedded default; one coordinator);
 //! - [`layout`]: the metadata as one key per object and the writes a change makes (pure);
 //! - [`etcd`]: [`EtcdStore`], those keys on etcd, every write fenced by the leader key;
 //! - [`mirror`]: [`EtcdMirror`], every coordinator's warm copy of those keys, kept current by

@@ -86,6 +86,11 @@ pub fn messages(data: &[u8]) {
         RecoverStreamletRequest,
         LogDigest
     );
+    // The coordinator's metadata journal: whatever the header says, replay never panics and
+    // never reports more than the input holds.
+    let (_records, valid_bytes) = crate::metadata_journal::decode_records(data);
+    assert!(valid_bytes <= data.len());
+    let _ = crate::metadata_journal::decode_header(data);
     // A backup's on-disk formats: a claim record (padded or cut to its size), file names.
     let mut record = [0u8; crate::replica_files::CLAIM_BYTES];
     let n = data.len().min(record.len());
