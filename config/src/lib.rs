@@ -338,6 +338,9 @@ pub struct KafkaConfig {
     pub sasl_mechanisms: Vec<String>,
     /// Users allowed everything, whatever the access control rules say.
     pub super_users: Vec<String>,
+    /// How often an authenticated connection checks its user still holds the credential it
+    /// proved (0: never).
+    pub session_recheck_ms: u64,
 }
 
 /// The SASL mechanisms the Kafka listener can require.

@@ -28,7 +28,7 @@ pub async fn migrate(
     prefix: &str,
     limits: OffsetLimits,
 ) -> Result<Migrated, String> {
-    let metadata = MetadataFile::new(from_dir).load()?;
+    let metadata = MetadataFile::read_only(from_dir).load()?;
     let offsets = OffsetStore::open(&from_dir.join("groups"), limits)
         .map_err(|e| {
             format!(

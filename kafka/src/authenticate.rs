@@ -40,13 +40,23 @@ enum Stage {
     ScramSent {
         exchange: Box<ServerExchange>,
         user: String,
+        /// The credential's StoredKey: what the session is later checked to still hold.
+        stored_key: Bytes,
     },
+}
+
+/// Who a connection proved to be, and with which credential (its StoredKey), so the session
+/// can be checked against the user's current credentials later.
+pub(crate) struct Proven {
+    pub principal: Principal,
+    pub stored_key: Option<Bytes>,
 }
 
 /// What one step answered, and whether the phase goes on.
 enum Step {
     Continue(Stage),
-    Authenticated(String),
+    /// The user, and the StoredKey of the credential it proved.
+    Authenticated(String, Bytes),
     /// Answered (with the refusal), then the connection closes for this reason.
     Refused(String),
 }
@@ -59,9 +69,12 @@ pub(crate) async fn authenticate(
     kafka: &Arc<Kafka>,
     limits: &ConnectionLimits,
     standing: &Standing,
-) -> Result<Principal, Closed> {
+) -> Result<Proven, Closed> {
     let Some(auth) = &kafka.authenticator else {
-        return Ok(Principal::Anonymous);
+        return Ok(Proven {
+            principal: Principal::Anonymous,
+            stored_key: None,
+        });
     };
     let phase = async {
         let mut stage = Stage::Start;
@@ -111,13 +124,18 @@ pub(crate) async fn authenticate(
             };
             // Proven before the client hears it authenticated: from then on it is never
             // closed to make room (unless it already was chosen to be).
-            if matches!(step, Step::Authenticated(_)) && !standing.proven() {
+            if matches!(step, Step::Authenticated(..)) && !standing.proven() {
                 return Err(Closed::Evicted);
             }
             send(out, correlation_id, answer).await?;
             match step {
                 Step::Continue(next) => stage = next,
-                Step::Authenticated(user) => return Ok(Principal::User(user)),
+                Step::Authenticated(user, stored_key) => {
+                    return Ok(Proven {
+                        principal: Principal::User(user),
+                        stored_key: Some(stored_key),
+                    });
+                }
                 Step::Refused(why) => return Err(Closed::Unauthenticated(why)),
             }
         }
@@ -194,6 +212,7 @@ fn succeeded(
     version: i16,
     mechanism: Mechanism,
     user: String,
+    stored_key: Bytes,
     auth_bytes: Vec<u8>,
 ) -> (Answer, Step) {
     metrics::counter!(crate::metrics::AUTHENTICATIONS, "mechanism" => mechanism.name(), "outcome" => "ok")
@@ -201,7 +220,7 @@ fn succeeded(
     let response = SaslAuthenticateResponse::default().with_auth_bytes(Bytes::from(auth_bytes));
     (
         Answer::Ready(encode(&response, version)),
-        Step::Authenticated(user),
+        Step::Authenticated(user, stored_key),
     )
 }
 
@@ -283,6 +302,7 @@ async fn exchange(
                 );
             };
             let password = plain.password;
+            let stored_key = credential.stored_key.clone();
             // The slot goes with the derivation: held until it ends, even if this connection
             // is dropped meanwhile (evicted, timed out).
             let matches = tokio::task::spawn_blocking(move || {
@@ -292,7 +312,13 @@ async fn exchange(
             .await
             .unwrap_or(false);
             if matches {
-                succeeded(version, Mechanism::Plain, plain.user, Vec::new())
+                succeeded(
+                    version,
+                    Mechanism::Plain,
+                    plain.user,
+                    stored_key,
+                    Vec::new(),
+                )
             } else {
                 failed(
                     version,
@@ -310,6 +336,7 @@ async fn exchange(
                 Ok(credential) => credential,
                 Err(refused) => return refused,
             };
+            let stored_key = credential.stored_key.clone();
             let (exchange, server_first) =
                 ServerExchange::start(scram, &first, Some(credential), &auth.decoy_key);
             let response =
@@ -319,13 +346,18 @@ async fn exchange(
                 Step::Continue(Stage::ScramSent {
                     exchange: Box::new(exchange),
                     user: first.user,
+                    stored_key,
                 }),
             )
         }
-        Stage::ScramSent { exchange, user } => {
+        Stage::ScramSent {
+            exchange,
+            user,
+            stored_key,
+        } => {
             let mechanism = Mechanism::Scram(exchange.mechanism());
             match exchange.finish(&bytes) {
-                Ok(server_final) => succeeded(version, mechanism, user, server_final),
+                Ok(server_final) => succeeded(version, mechanism, user, stored_key, server_final),
                 Err(error) => failed(version, mechanism, format!("{user:?}: {error}")),
             }
         }

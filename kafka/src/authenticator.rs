@@ -45,6 +45,20 @@ pub(crate) struct Authenticator {
     pub derivations: Arc<Semaphore>,
 }
 
+impl Authenticator {
+    /// Whether `user` still holds the credential whose StoredKey is `stored_key`: `Some(false)`
+    /// once the user is gone (its lookup gives decoys) or its password changed; `None` when
+    /// that cannot be told now (the coordinator does not answer): the session carries on.
+    pub async fn still_holds(&self, user: &str, stored_key: &[u8]) -> Option<bool> {
+        let credentials = self.credentials.lookup(user).await.ok()?;
+        Some(
+            credentials
+                .iter()
+                .any(|c| c.stored_key.as_ref() == stored_key),
+        )
+    }
+}
+
 /// How long a PLAIN attempt waits for a derivation slot before it fails.
 pub(crate) const DERIVATION_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 

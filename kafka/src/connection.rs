@@ -10,7 +10,7 @@
 //! after `idle_timeout`. A request that does not parse closes its connection, and only it.
 //! On a listener that requires authentication, `authenticate` runs first, alone.
 
-use crate::authenticate::authenticate;
+use crate::authenticate::{Proven, authenticate};
 use crate::frames::{Phase, read_frame, write_answer};
 use crate::handlers::{Answer, Body, dispatch};
 use crate::shared::{ConnectionLimits, Kafka};
@@ -57,14 +57,16 @@ pub(crate) async fn serve_connection(
     let mut out = BufWriter::with_capacity(WRITE_BUFFER_BYTES, write_half);
     // Where the listener requires it, nothing but the exchange until the client proved who
     // it is (answered one at a time, before the pipeline below starts).
-    let principal = match authenticate(&mut reader, &mut out, &kafka, &limits, &standing).await {
-        Ok(principal) => principal,
+    let proven = match authenticate(&mut reader, &mut out, &kafka, &limits, &standing).await {
+        Ok(proven) => proven,
         Err(closed) => return closed,
     };
+    let session_ends = session_ends(&kafka, &limits, &proven);
+    let principal = &proven.principal;
     tracing::debug!(%principal, "kafka connection serving");
     let (queue, queued) = mpsc::unbounded_channel();
     let mut writer = tokio::spawn(write_answers(out, queued));
-    let reader = read_requests(reader, &kafka, &limits, &principal, queue);
+    let reader = read_requests(reader, &kafka, &limits, principal, queue);
     tokio::select! {
         closed = reader => {
             // The reader is done: what it dispatched is still answered, in order.
@@ -77,6 +79,31 @@ pub(crate) async fn serve_connection(
             Ok(Err(closed)) => closed,
             _ => Closed::Io("the kafka writer ended".into()),
         },
+        // What was already dispatched is still answered: the writer runs on until its queue
+        // ends with the reader dropped here.
+        closed = session_ends => closed,
+    }
+}
+
+/// Ends when the session's user no longer holds the credential it proved (deleted, or its
+/// password changed), checked every `session_recheck`; never for an anonymous connection.
+async fn session_ends(kafka: &Arc<Kafka>, limits: &ConnectionLimits, proven: &Proven) -> Closed {
+    let (Some(auth), Principal::User(user), Some(stored_key)) =
+        (&kafka.authenticator, &proven.principal, &proven.stored_key)
+    else {
+        return std::future::pending().await;
+    };
+    if limits.session_recheck.is_zero() {
+        return std::future::pending().await;
+    }
+    loop {
+        tokio::time::sleep(limits.session_recheck).await;
+        if auth.still_holds(user, stored_key).await == Some(false) {
+            metrics::counter!(crate::metrics::SESSIONS_REVOKED).increment(1);
+            return Closed::Unauthenticated(format!(
+                "{user}'s session ended: the user was deleted or its password changed"
+            ));
+        }
     }
 }
 

@@ -127,6 +127,7 @@ impl KafkaListener {
             idle_timeout: listeners.idle_timeout(),
             request_read_timeout: listeners.request_read_timeout(),
             handshake_timeout: listeners.handshake_timeout(),
+            session_recheck: Duration::from_millis(self.config.session_recheck_ms),
             budget: BodyBudget::new("kafka", self.config.request_body_bytes_max),
             fetch_wait_max: Duration::from_millis(u64::from(config.broker.fetch_wait_ms_max)),
         };

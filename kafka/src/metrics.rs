@@ -17,3 +17,6 @@ pub const PRODUCED_BATCHES: &str = "tailstream_kafka_produced_batches_total";
 /// SASL authentications, by mechanism and outcome (`ok`, `failed`: wrong password, unknown
 /// user or a broken exchange; `error`: the credentials could not be looked up).
 pub const AUTHENTICATIONS: &str = "tailstream_kafka_authentications_total";
+/// Authenticated connections closed because their user was deleted or its password changed
+/// (`kafka.session_recheck_ms`).
+pub const SESSIONS_REVOKED: &str = "tailstream_kafka_sessions_revoked_total";

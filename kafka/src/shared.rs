@@ -66,6 +66,9 @@ pub(crate) struct ConnectionLimits {
     /// Where authentication is required: the whole exchange's time from the connection's
     /// opening.
     pub handshake_timeout: Duration,
+    /// How often an authenticated connection checks its user still holds the credential it
+    /// proved; zero: never.
+    pub session_recheck: Duration,
     pub budget: BodyBudget,
     pub fetch_wait_max: Duration,
 }

@@ -3,7 +3,8 @@
 //! user made with `tailstream user create`. kcat (librdkafka) and kafka-python authenticate
 //! as they are; a wrong password fails with the client's own authentication error; an
 //! anonymous request, or a connection that does not finish authenticating in
-//! `listeners.handshake_timeout_ms`, is closed; a deleted user is refused within seconds.
+//! `listeners.handshake_timeout_ms`, is closed; a deleted user is refused within seconds, and
+//! its open sessions end at their next `kafka.session_recheck_ms` check.
 
 use crate::common;
 
@@ -18,6 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const RULES_APPLIED_WITHIN: Duration = Duration::from_secs(30);
 
 const OVERRIDES: &str = "[kafka]\nsasl_mechanisms = [\"SCRAM-SHA-256\", \"SCRAM-SHA-512\", \"PLAIN\"]\n\
+                         session_recheck_ms = 1000\n\
                          [listeners]\nhandshake_timeout_ms = 1500\n";
 
 /// kcat's settings to authenticate as `user`.
@@ -338,10 +340,23 @@ async fn kafka_clients_authenticate_with_scram_or_plain_and_nobody_else_gets_in(
             "closed after {lasted:?}"
         );
 
+        // A session alice opened before she is deleted: it serves until then.
+        let mut session = scram_connect(kafka, "alice", "s3cret").await;
+        session.write_all(&api_versions(50)).await.unwrap();
+        assert_eq!(read_answer(&mut session).await.0, 50);
+
         // A deleted user is refused once brokers' cached credentials expire (10 s).
         let (ok, _, err) = test.cli(&["user", "delete", "alice"], b"").await;
         assert!(ok, "{err}");
         let deleted = Instant::now();
+        // Her open session ends too, at its next check (every second here) once the cache
+        // has expired; nothing was asked of the client.
+        read_until_closed(&mut session).await;
+        assert!(
+            deleted.elapsed() < Duration::from_secs(20),
+            "a deleted user's session lasted {:?}",
+            deleted.elapsed()
+        );
         loop {
             let args = ["-L", "-b", &bootstrap, "-m", "3"];
             let (ok, _, stderr) = kcat_as(&kcat, "alice", "s3cret", &args, b"").await;

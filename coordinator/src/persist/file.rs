@@ -15,7 +15,10 @@
 //!   amount per change, amortised.
 //!
 //! Loading replays the journal over the snapshot (through the same one-key-per-object layout
-//! the etcd store uses) and cuts a torn tail. Saves block; the service runs them on the
+//! the etcd store uses) and cuts a torn last record; damage a crash cannot leave (a bad
+//! header, a bad record with more after it, a journal without its snapshot) stops the load
+//! instead of dropping acknowledged changes. An older Tailstream reads the snapshot alone: do
+//! not downgrade a coordinator across this change without compacting first. Saves block; the service runs them on the
 //! blocking pool, never on a connection's reader task.
 
 use super::MetadataStore;
@@ -26,7 +29,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use tailstream_wire::metadata_journal::{self as journal, JournalOp, SnapshotId};
+use tailstream_wire::metadata_journal::{self as journal, JournalOp, SnapshotId, Tail};
 
 const FILE_NAME: &str = "metadata.json";
 const JOURNAL_NAME: &str = "metadata.journal";
@@ -36,6 +39,9 @@ pub const JOURNAL_BYTES_MIN: u64 = 1 << 20;
 #[derive(Debug)]
 pub struct MetadataFile {
     dir: PathBuf,
+    /// Loads only: opens nothing for writing, cuts nothing (`coordinator migrate` reads a
+    /// store this way, possibly a copy, possibly one a coordinator still runs on).
+    read_only: bool,
     journal: Mutex<JournalState>,
 }
 
@@ -47,13 +53,26 @@ struct JournalState {
     file: Option<File>,
     journal_bytes: u64,
     snapshot_bytes: u64,
+    /// What the files hold now: a save whose `previous` is anything else (a change whose
+    /// caller went away after its save) writes a whole snapshot rather than a diff against
+    /// state that is not on disk.
+    last: Option<Metadata>,
 }
 
 impl MetadataFile {
     pub fn new(dir: &Path) -> Self {
         Self {
             dir: dir.to_path_buf(),
+            read_only: false,
             journal: Mutex::new(JournalState::default()),
+        }
+    }
+
+    /// A store that is only loaded (see `read_only`).
+    pub fn read_only(dir: &Path) -> Self {
+        Self {
+            read_only: true,
+            ..Self::new(dir)
         }
     }
 
@@ -86,14 +105,16 @@ impl MetadataFile {
 
     /// Writes `metadata` as the new snapshot and starts an empty journal that follows it.
     fn compact(&self, state: &mut JournalState, metadata: &Metadata) -> Result<(), String> {
-        state.file = None;
+        *state = JournalState::default();
         let snapshot = serde_json::to_vec_pretty(metadata).map_err(|e| e.to_string())?;
         self.replace(FILE_NAME, &snapshot)?;
         self.replace(
             JOURNAL_NAME,
             &journal::encode_header(SnapshotId::of(&snapshot)),
         )?;
-        self.open_journal(state, journal::HEADER_BYTES as u64, snapshot.len() as u64)
+        self.open_journal(state, journal::HEADER_BYTES as u64, snapshot.len() as u64)?;
+        state.last = Some(metadata.clone());
+        Ok(())
     }
 
     /// Opens the journal for appending at `valid_bytes` (cutting anything after it).
@@ -116,6 +137,7 @@ impl MetadataFile {
             file: Some(file),
             journal_bytes: valid_bytes,
             snapshot_bytes,
+            last: None,
         };
         Ok(())
     }
@@ -161,71 +183,119 @@ impl MetadataStore for MetadataFile {
     }
 
     fn load(&self) -> Result<Metadata, String> {
+        // Held throughout: a save on this instance never interleaves with reading the files.
+        let mut state = self.lock();
         let path = self.path();
+        let journal_path = self.journal_path();
         let invalid =
             |e: String| format!("{} is not valid coordinator metadata: {e}", path.display());
-        let snapshot_bytes = match fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(format!("reading {}: {e}", path.display())),
+        let read = |path: &Path| match fs::read(path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("reading {}: {e}", path.display())),
         };
-        let snapshot = if snapshot_bytes.is_empty() {
-            Metadata::default()
-        } else {
-            serde_json::from_slice(&snapshot_bytes).map_err(|e| invalid(e.to_string()))?
+        let (snapshot_bytes, journal_bytes) = (read(&path)?, read(&journal_path)?);
+        let Some(snapshot_bytes) = snapshot_bytes else {
+            if journal_bytes.is_some() {
+                // A journal is only ever made after its snapshot: this one's is gone.
+                return Err(format!(
+                    "{} exists but {} does not: refusing to start from an empty cluster",
+                    journal_path.display(),
+                    path.display()
+                ));
+            }
+            *state = JournalState {
+                last: Some(Metadata::default()),
+                ..JournalState::default()
+            };
+            return Ok(Metadata::default());
         };
-        let journal_bytes = match fs::read(self.journal_path()) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(format!("reading {}: {e}", self.journal_path().display())),
-        };
-        let follows =
-            journal::decode_header(&journal_bytes) == Some(SnapshotId::of(&snapshot_bytes));
-        let mut state = self.lock();
-        let mut metadata = if follows {
-            let (records, valid_bytes) = journal::decode_records(&journal_bytes);
-            if valid_bytes < journal_bytes.len() {
+        let snapshot: Metadata =
+            serde_json::from_slice(&snapshot_bytes).map_err(|e| invalid(e.to_string()))?;
+        let mut metadata = snapshot;
+        *state = JournalState::default();
+        if let Some(journal_bytes) = journal_bytes {
+            let Some(follows) = journal::decode_header(&journal_bytes) else {
+                // Journals are created whole (written, fsynced, renamed): a bad header is
+                // damage, and what follows it may hold acknowledged changes.
+                return Err(format!(
+                    "{} has a damaged header: refusing to start without its changes",
+                    journal_path.display()
+                ));
+            };
+            if follows == SnapshotId::of(&snapshot_bytes) {
+                let (records, valid_bytes, tail) = journal::decode_records(&journal_bytes);
+                match tail {
+                    Tail::Clean => {}
+                    Tail::Torn => tracing::warn!(
+                        cut_bytes = journal_bytes.len() - valid_bytes,
+                        "the metadata journal ends in a torn record (a crash during a save that was never acknowledged): cut"
+                    ),
+                    Tail::Damaged => {
+                        return Err(format!(
+                            "{} is damaged at byte {valid_bytes}, with more after it: refusing to \
+                             drop the changes that follow (move it aside to start from {} alone)",
+                            journal_path.display(),
+                            path.display()
+                        ));
+                    }
+                }
+                if !records.is_empty() {
+                    metadata = replay(&metadata, records).map_err(invalid)?;
+                }
+                if !self.read_only {
+                    let snapshot_len = snapshot_bytes.len() as u64;
+                    self.open_journal(&mut state, valid_bytes as u64, snapshot_len)?;
+                }
+            } else {
+                // Left by a compaction that wrote its snapshot and died before replacing the
+                // journal: the snapshot holds all of it. The next save starts a fresh one.
                 tracing::warn!(
-                    cut_bytes = journal_bytes.len() - valid_bytes,
-                    "the metadata journal ends in a torn or damaged record; it was never acknowledged and is cut"
+                    "the metadata journal follows an older snapshot (an interrupted compaction): ignored"
                 );
             }
-            let metadata = if records.is_empty() {
-                snapshot
-            } else {
-                replay(&snapshot, records).map_err(invalid)?
-            };
-            self.open_journal(&mut state, valid_bytes as u64, snapshot_bytes.len() as u64)?;
-            metadata
-        } else {
-            // No journal, or one left by a compaction that finished its snapshot: the next
-            // save starts a fresh one.
-            *state = JournalState::default();
-            snapshot
-        };
-        drop(state);
+        }
         metadata.validate().map_err(invalid)?;
         metadata.upgrade_streams();
+        state.last = Some(metadata.clone());
         Ok(metadata)
     }
 
     fn save(&self, previous: &Metadata, next: &Metadata) -> Result<(), String> {
+        if self.read_only {
+            return Err(format!("{} was opened to be read only", self.dir.display()));
+        }
         let mut state = self.lock();
         let outgrown = state.journal_bytes > state.snapshot_bytes.max(JOURNAL_BYTES_MIN);
-        let Some(file) = state.file.as_mut().filter(|_| !outgrown) else {
+        let on_disk = state.last.as_ref() == Some(previous);
+        if outgrown || !on_disk || state.file.is_none() {
+            return self.compact(&mut state, next);
+        }
+        let ops = journal_ops(layout::changes(previous, next)?);
+        if ops.is_empty() {
+            state.last = Some(next.clone());
+            return Ok(());
+        }
+        let record = journal::encode_record(&ops);
+        if record.len() > journal::RECORD_BYTES_MAX {
+            return self.compact(&mut state, next);
+        }
+        let valid_bytes = state.journal_bytes;
+        let Some(file) = state.file.as_mut() else {
             return self.compact(&mut state, next);
         };
-        let record = journal::encode_record(&journal_ops(layout::changes(previous, next)?));
-        let appended = file.write_all(&record).and_then(|()| file.sync_data());
-        match appended {
+        match file.write_all(&record).and_then(|()| file.sync_data()) {
             Ok(()) => {
                 state.journal_bytes += record.len() as u64;
+                state.last = Some(next.clone());
                 Ok(())
             }
             Err(e) => {
-                // Part of the record may be on disk: append nothing after it. The next save
-                // writes a whole snapshot (a torn record is cut when loaded, never replayed).
-                state.file = None;
+                // The change failed: take back whatever of it reached the file, so a restart
+                // cannot bring it back; append nothing more either way (the next save writes a
+                // whole snapshot).
+                let _ = file.set_len(valid_bytes).and_then(|()| file.sync_data());
+                *state = JournalState::default();
                 Err(self.io("appending to the metadata journal", e))
             }
         }

@@ -220,3 +220,59 @@ fn at_twenty_thousand_streams_a_create_writes_its_own_objects_and_compaction_is_
     );
     assert_eq!(MetadataFile::new(dir.path()).load().unwrap(), state);
 }
+
+#[test]
+fn damage_a_crash_cannot_cause_is_refused_not_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = MetadataFile::new(dir.path());
+    let mut state = file.load().unwrap();
+    let live = brokers(&mut state, 2);
+    file.save(&Metadata::default(), &state).unwrap();
+    let one = with_stream(&state, "one", &live);
+    file.save(&state, &one).unwrap();
+    let first_end = journal_len(&file);
+    let two = with_stream(&one, "two", &live);
+    file.save(&one, &two).unwrap();
+    let journal = fs::read(file.journal_path()).unwrap();
+
+    // A flipped bit in the first record, with the second after it: acknowledged changes
+    // would be lost by cutting there, so the store refuses to load.
+    let mut damaged = journal.clone();
+    damaged[first_end as usize - 3] ^= 0x10;
+    fs::write(file.journal_path(), &damaged).unwrap();
+    let error = MetadataFile::new(dir.path()).load().unwrap_err();
+    assert!(error.contains("damaged"), "{error}");
+    // A damaged header too.
+    let mut damaged = journal.clone();
+    damaged[5] ^= 1;
+    fs::write(file.journal_path(), &damaged).unwrap();
+    let error = MetadataFile::new(dir.path()).load().unwrap_err();
+    assert!(error.contains("damaged header"), "{error}");
+    // A journal whose snapshot is gone.
+    fs::write(file.journal_path(), &journal).unwrap();
+    let snapshot = fs::read(file.path()).unwrap();
+    fs::remove_file(file.path()).unwrap();
+    let error = MetadataFile::new(dir.path()).load().unwrap_err();
+    assert!(error.contains("refusing"), "{error}");
+    // Put back whole, it loads, and a read-only store changes nothing on disk.
+    fs::write(file.path(), &snapshot).unwrap();
+    assert_eq!(MetadataFile::read_only(dir.path()).load().unwrap(), two);
+    assert_eq!(fs::read(file.journal_path()).unwrap(), journal);
+}
+
+#[test]
+fn a_save_against_a_state_that_is_not_on_disk_writes_a_whole_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = MetadataFile::new(dir.path());
+    let mut state = file.load().unwrap();
+    let live = brokers(&mut state, 2);
+    file.save(&Metadata::default(), &state).unwrap();
+    // Two changes from the same state, both saved (the first one's caller went away after its
+    // save, so the second was made from the state before it): a diff of the second against
+    // that state would mix them; the store writes the second whole instead.
+    let b = with_stream(&state, "b", &live);
+    let c = with_stream(&state, "c", &live);
+    file.save(&state, &b).unwrap();
+    file.save(&state, &c).unwrap();
+    assert_eq!(MetadataFile::new(dir.path()).load().unwrap(), c);
+}

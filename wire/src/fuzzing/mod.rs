@@ -88,7 +88,7 @@ pub fn messages(data: &[u8]) {
     );
     // The coordinator's metadata journal: whatever the header says, replay never panics and
     // never reports more than the input holds.
-    let (_records, valid_bytes) = crate::metadata_journal::decode_records(data);
+    let (_records, valid_bytes, _tail) = crate::metadata_journal::decode_records(data);
     assert!(valid_bytes <= data.len());
     let _ = crate::metadata_journal::decode_header(data);
     // A backup's on-disk formats: a claim record (padded or cut to its size), file names.
