@@ -1,5 +1,6 @@
 //! Issue 23's TLS: a cluster with TLS on every listener, as `tailstream dev --tls` runs it.
-//! Native clients, the CLI, kcat and kafka-python (SASL_SSL with SCRAM) produce and consume;
+//! Native clients, the CLI, kcat, kafka-python and confluent-kafka (SASL_SSL with SCRAM)
+//! produce and consume;
 //! a replicated stream survives its owner's `kill -9` (recovery runs over the mutually
 //! authenticated peer listeners); the admin endpoint answers HTTPS; and what does not belong
 //! is refused: plain text on any TLS port, and a client without a member's certificate on a
@@ -13,7 +14,7 @@
 mod common;
 
 use common::hostile::produce_and_consume;
-use common::kafka::{CLIENTS_PY, bootstrap, kafka_python, kcat, parse, required, run};
+use common::kafka::{CLIENTS_PY, bootstrap, kafka_python, kcat, parse, python_with, required, run};
 use common::{TEST_TIMEOUT, TestCluster, recovered_stream, wait_until_serving};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -224,6 +225,26 @@ async fn kafka_clients_use_sasl_ssl() {
         let consumed = parse(&run(&python, &args, b"").await);
         assert_eq!(consumed.len(), 200);
 
+        // confluent-kafka (a current librdkafka): an idempotent lz4 producer over SASL_SSL.
+        if let Some(confluent) = required(python_with("confluent_kafka"), "confluent-kafka") {
+            let settings = [
+                "security.protocol=SASL_SSL".to_owned(),
+                format!("ssl.ca.location={ca}"),
+                "sasl.mechanisms=SCRAM-SHA-512".to_owned(),
+                "sasl.username=alice".to_owned(),
+                "sasl.password=s3cret".to_owned(),
+            ];
+            let mut args = vec![DELIVERY_PY];
+            for setting in &settings {
+                args.extend(["--set", setting.as_str()]);
+            }
+            args.extend(["produce", &bootstrap, "confluent-tls", "300", "0", "30000"]);
+            let report = run(&confluent, &args, b"").await;
+            let delivered = report.lines().filter(|l| l.starts_with("ok ")).count();
+            assert_eq!(delivered, 300, "{report}");
+            assert!(report.contains("unsettled 0"), "{report}");
+        }
+
         // A Kafka client that does not speak TLS gets nothing.
         let plain = run_failing(&kcat, &["-L", "-b", &bootstrap, "-m", "3"]).await;
         assert!(!plain, "kcat without TLS listed metadata");
@@ -232,6 +253,8 @@ async fn kafka_clients_use_sasl_ssl() {
     .await
     .expect("the test finished in time");
 }
+
+const DELIVERY_PY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kafka/delivery.py");
 
 /// Runs `program` to its end (bounded); whether it succeeded.
 async fn run_failing(program: &PathBuf, args: &[&str]) -> bool {

@@ -9,11 +9,17 @@
   delivery.py transactional BOOTSTRAP
       A transactional producer's init_transactions(30 s): prints
       "refused SECONDS CODE fatal=BOOL retriable=BOOL" or "initialized SECONDS".
+
+  delivery.py --set KEY=VALUE [--set ...] COMMAND ...
+      The same with these client settings added (e.g. security.protocol=SASL_SSL).
 """
 import sys
 import time
 
 from confluent_kafka import KafkaException, Producer
+
+# Settings every client gets (--set).
+EXTRA = {}
 
 
 def produce(bootstrap, topic, count, rate, message_timeout_ms):
@@ -31,6 +37,7 @@ def produce(bootstrap, topic, count, rate, message_timeout_ms):
         "linger.ms": 5,
         "message.timeout.ms": message_timeout_ms,
         "error_cb": on_error,
+        **EXTRA,
     })
     lines = []
     started = time.monotonic()
@@ -80,6 +87,10 @@ def transactional(bootstrap):
 
 
 def main():
+    while sys.argv[1] == "--set":
+        key, value = sys.argv[2].split("=", 1)
+        EXTRA[key] = value
+        del sys.argv[1:3]
     command = sys.argv[1]
     if command == "produce":
         bootstrap, topic, count, rate, timeout = sys.argv[2:7]
