@@ -239,7 +239,7 @@ pub async fn serve_with(
                 .await
                 {
                     Ok(stream) => stream,
-                    Err(error) => return Closed::Tls(error.to_string()),
+                    Err(refused) => return Closed::Tls(refused.to_string()),
                 };
                 let connection = http1::Builder::new()
                     .timer(TokioTimer::new())

@@ -57,6 +57,7 @@ async fn refuses_plain_text(addr: std::net::SocketAddr) -> bool {
     let _ = stream
         .write_all(&[0, 0, 0, 12, 0, 18, 0, 0, 0, 0, 0, 1])
         .await;
+    let _ = stream.shutdown().await;
     let mut answer = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
     matches!(read, Ok(Ok(0)) | Ok(Err(_)))
@@ -142,6 +143,27 @@ async fn every_listener_speaks_tls_and_peers_must_prove_membership() {
         ] {
             assert!(refuses_plain_text(addr).await, "{addr} answered plain text");
         }
+
+        // The CLI without TLS is told so at once (not left retrying until its deadline).
+        let started = std::time::Instant::now();
+        let output = tokio::process::Command::new(common::BINARY)
+            .args(["stream", "list"])
+            .env("TAILSTREAM_COORDINATOR", test.coordinator())
+            .env_remove("TAILSTREAM_TLS_DIR")
+            .kill_on_drop(true)
+            .output()
+            .await
+            .unwrap();
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !output.status.success() && err.contains("TLS only"),
+            "{err}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
 
         // A client that trusts the CA but holds no member certificate: the client listeners
         // answer it, the peer listeners do not.

@@ -49,7 +49,7 @@ pub(crate) async fn serve_connection(
     let stream =
         match tailstream_net::tls::accept(tls.as_ref(), tcp, limits.handshake_timeout).await {
             Ok(stream) => stream,
-            Err(error) => return Closed::Tls(error.to_string()),
+            Err(refused) => return Closed::Tls(refused.to_string()),
         };
     stream.set_nodelay();
     let (read_half, write_half) = stream.into_split();

@@ -17,6 +17,7 @@
 //! - [`tls`]: TLS acceptors for listeners (peer listeners require a member's certificate) and
 //!   the one connector a process's outgoing connections use.
 //! - [`stream`]: a connection that is plain TCP or TLS, and its read and write halves.
+//! - `tls_required`: the `TlsRequired` answer to a plain-text request on a TLS listener.
 //! - [`metrics`]: the listener metrics' names.
 //! - [`clock`]: the boot-time clock leases are judged on.
 
@@ -32,6 +33,7 @@ pub mod server;
 pub mod source;
 pub mod stream;
 pub mod tls;
+mod tls_required;
 mod write;
 
 pub use budget::BodyBudget;

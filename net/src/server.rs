@@ -182,11 +182,15 @@ async fn serve_connection<S: Service>(
     service: Arc<S>,
     limits: Arc<ServerLimits>,
 ) -> Closed {
-    let stream =
-        match crate::tls::accept(limits.tls.as_ref(), tcp, limits.request_read_timeout).await {
-            Ok(stream) => stream,
-            Err(error) => return Closed::Tls(error.to_string()),
-        };
+    let stream = match crate::tls::accept(limits.tls.as_ref(), tcp, limits.request_read_timeout)
+        .await
+    {
+        Ok(stream) => stream,
+        Err(crate::tls::Refused::PlainText(tcp)) => {
+            return crate::tls_required::refuse_plain_text(tcp, limits.request_read_timeout).await;
+        }
+        Err(refused) => return Closed::Tls(refused.to_string()),
+    };
     // Small responses (produce acks) must not wait for Nagle.
     stream.set_nodelay();
     let (reader, writer) = stream.into_split();

@@ -259,44 +259,67 @@ pub async fn connect_with(addr: &str, connector: Option<&TlsConnector>) -> io::R
     }
 }
 
+/// Why [`accept`] made no TLS connection.
+#[derive(Debug)]
+pub enum Refused {
+    /// The client spoke plain text: its connection, handed back so a listener can tell it so
+    /// in its own protocol before closing.
+    PlainText(TcpStream),
+    /// The handshake failed or timed out.
+    Failed(io::Error),
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::PlainText(_) => f.write_str(
+                "plain text on a TLS listener (the client needs TLS: --tls-dir, or a Kafka \
+                 client's security.protocol=SSL / SASL_SSL)",
+            ),
+            Refused::Failed(error) => write!(f, "{error}"),
+        }
+    }
+}
+
 /// Completes the server side of a handshake on `tcp` through `tls`, within `timeout`; without
 /// TLS the connection stays plain.
 pub async fn accept(
     tls: Option<&ServerTls>,
     tcp: TcpStream,
     timeout: Duration,
-) -> io::Result<Stream> {
+) -> Result<Stream, Refused> {
     let Some(tls) = tls else {
         return Ok(Stream::Plain(tcp));
     };
     let handshake = async {
-        // A client speaking plain text is told at once (by the close), not left waiting for
-        // the rest of what would be a TLS record.
+        // A client speaking plain text is told at once, not left waiting for the rest of what
+        // would be a TLS record.
         let mut first = [0u8; 1];
-        if tcp.peek(&mut first).await? == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "closed before a handshake",
-            ));
+        match tcp.peek(&mut first).await {
+            Ok(0) => {
+                return Err(Refused::Failed(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "closed before a handshake",
+                )));
+            }
+            Ok(_) if first[0] != TLS_HANDSHAKE_RECORD => return Err(Refused::PlainText(tcp)),
+            Ok(_) => {}
+            Err(error) => return Err(Refused::Failed(error)),
         }
-        if first[0] != TLS_HANDSHAKE_RECORD {
-            return Err(io::Error::new(
+        tls.acceptor.accept(tcp).await.map_err(|error| {
+            Refused::Failed(io::Error::new(
                 io::ErrorKind::InvalidData,
-                "plain text on a TLS listener (the client needs TLS: --tls-dir, or a Kafka client's security.protocol=SSL / SASL_SSL)",
-            ));
-        }
-        tls.acceptor.accept(tcp).await
+                format!("tls handshake: {error}"),
+            ))
+        })
     };
     match tokio::time::timeout(timeout, handshake).await {
         Ok(Ok(session)) => Ok(Stream::TlsServer(Box::new(session))),
-        Ok(Err(error)) => Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("tls handshake: {error}"),
-        )),
-        Err(_) => Err(io::Error::new(
+        Ok(Err(refused)) => Err(refused),
+        Err(_) => Err(Refused::Failed(io::Error::new(
             io::ErrorKind::TimedOut,
             format!("tls handshake not done within {} ms", timeout.as_millis()),
-        )),
+        ))),
     }
 }
 

@@ -111,9 +111,14 @@ async fn a_peer_listener_answers_members_of_its_own_ca_only() {
     assert!(echo(&peer_addr, Some(&stranger.connector)).await.is_err());
     assert!(echo(&client_addr, Some(&stranger_client)).await.is_err());
 
-    // Plain text on a TLS listener: nothing is answered.
-    assert!(echo(&client_addr, None).await.is_err());
-    assert!(echo(&peer_addr, None).await.is_err());
+    // A plain-text request on a TLS listener is answered TlsRequired, with how to connect.
+    for addr in [&client_addr, &peer_addr] {
+        let refused = echo(addr, None).await.unwrap_err();
+        assert!(
+            refused.contains("TlsRequired") && refused.contains("TLS only"),
+            "{refused}"
+        );
+    }
 
     // The listeners survived all of it.
     assert_eq!(

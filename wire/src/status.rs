@@ -129,6 +129,9 @@ statuses! {
     /// The operation needs the cluster's admin token (`security.admin_token`), and the
     /// request did not carry it.
     Unauthorized = 72,
+    /// The listener speaks TLS only, and the request came in plain text: connect with TLS
+    /// (`--tls-dir`, `$TAILSTREAM_TLS_DIR`, or the `[tls]` section).
+    TlsRequired = 73,
 
     /// The consumer group is rebalancing: rejoin it.
     RebalanceInProgress = 60,
