@@ -72,6 +72,10 @@ impl BenchCluster {
                     "rpc" => tailstream_config::ReplicationMode::Rpc,
                     _ => tailstream_config::ReplicationMode::OneSided,
                 };
+                // Benchmarks measure the broker, not the per-principal quotas that would cap
+                // one client's rate (every benchmark producer shares one client id).
+                effective.kafka.quota_produce_bytes_per_second = 0;
+                effective.kafka.quota_fetch_bytes_per_second = 0;
                 let cluster =
                     start_cluster(None, &effective, dir.path(), brokers, &log_filter("warn"))
                         .await?;

@@ -330,6 +330,9 @@ pub struct KafkaConfig {
     /// Topics one Metadata request may name and have looked up one by one (and auto-created);
     /// past it, one listing answers, and nothing is created.
     pub metadata_topics_max: u32,
+    /// Bytes per second each broker lets one principal produce / fetch (0: not limited).
+    pub quota_produce_bytes_per_second: u64,
+    pub quota_fetch_bytes_per_second: u64,
     pub connections_max: u32,
     pub request_bytes_max: u32,
     pub requests_in_flight_per_connection_max: u32,

@@ -24,10 +24,10 @@ pub struct TopicAnswer {
 
 /// Encodes a fetch answer of `version` (4..=11) as body parts: the encoded fields between the
 /// batches, and the batches as they are. No fetch sessions: session id 0.
-pub fn encode_fetch_response(version: i16, topics: &[TopicAnswer]) -> Vec<Bytes> {
+pub fn encode_fetch_response(version: i16, topics: &[TopicAnswer], throttle_ms: i32) -> Vec<Bytes> {
     let mut parts = Vec::new();
     let mut fields = BytesMut::with_capacity(256);
-    fields.put_i32(0); // throttle_time_ms
+    fields.put_i32(throttle_ms);
     if version >= 7 {
         fields.put_i16(0); // error_code
         fields.put_i32(0); // session_id: sessions are not kept
@@ -103,7 +103,7 @@ mod tests {
             ],
         }];
         for version in 4..=11 {
-            let parts = encode_fetch_response(version, &topics);
+            let parts = encode_fetch_response(version, &topics, 0);
             let mut whole: Bytes = parts.concat().into();
             let decoded = FetchResponse::decode(&mut whole, version).unwrap();
             assert!(whole.is_empty(), "v{version}: every byte read");

@@ -13,13 +13,15 @@
 use crate::authenticate::{Proven, authenticate};
 use crate::frames::{Phase, read_frame, write_answer};
 use crate::handlers::{Answer, Body, dispatch};
+use crate::quotas::QuotaKind;
 use crate::shared::{ConnectionLimits, Kafka};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use std::sync::Arc;
+use std::time::Duration;
 use tailstream_auth::Principal;
-use tailstream_kafka_wire::{Decoded, decode_request};
+use tailstream_kafka_wire::{Decoded, RequestBody, RequestHeader, decode_request};
 use tailstream_net::tls::ServerTls;
 use tailstream_net::{Closed, Standing};
 use tailstream_net::{StreamReader, StreamWriter};
@@ -147,13 +149,39 @@ async fn read_requests(
             Err(closed) => return closed,
         };
         let (bytes, _body) = frame;
+        let request_bytes = bytes.len() as u64;
+        // Set for a Produce or Fetch over its principal's quota: once its answer is queued, the
+        // connection is not read for this long (the client is told, in throttle_time_ms).
+        let mut throttle = Duration::ZERO;
         let answer = match decode_request(bytes) {
             Ok(Decoded::Request { header, api, body }) => {
                 let correlation_id = header.correlation_id;
-                (
-                    correlation_id,
-                    dispatch(kafka, limits, principal, header, api, *body).await,
-                )
+                let payer = quota_principal(principal, &header);
+                let kind = match &*body {
+                    RequestBody::Produce(_) => Some(QuotaKind::Produce),
+                    RequestBody::Fetch(_) => Some(QuotaKind::Fetch),
+                    _ => None,
+                };
+                // A produce is charged its size now; a fetch its answer's size once built
+                // (what it owes from earlier fetches throttles this one).
+                let charged = match kind {
+                    Some(QuotaKind::Produce) => request_bytes,
+                    _ => 0,
+                };
+                if let Some(kind) = kind {
+                    throttle = kafka.quotas.charge(kind, &payer, charged, Instant::now());
+                }
+                let throttle_ms = crate::quotas::throttle_ms(throttle);
+                let answer = dispatch(kafka, limits, principal, header, api, *body, throttle_ms);
+                let mut answer = answer.await;
+                if kind == Some(QuotaKind::Fetch) {
+                    answer = charge_fetched(kafka.clone(), payer, answer);
+                }
+                if let Some(kind) = kind.filter(|_| !throttle.is_zero()) {
+                    metrics::counter!(crate::metrics::THROTTLED_MS, "kind" => kind.name())
+                        .increment(throttle.as_millis() as u64);
+                }
+                (correlation_id, answer)
             }
             Ok(Decoded::ApiVersionsFallback { header }) => (
                 header.correlation_id,
@@ -178,6 +206,43 @@ async fn read_requests(
         if queue.send(queued).is_err() {
             return Closed::Io("the kafka writer is gone".into());
         }
+        if !throttle.is_zero() {
+            // KIP-219: the answer goes out now; the connection is muted after it.
+            tokio::time::sleep(throttle).await;
+        }
+    }
+}
+
+/// Who pays a quota: the authenticated user, else the client id (as Kafka quotas
+/// unauthenticated clients).
+fn quota_principal(principal: &Principal, header: &RequestHeader) -> String {
+    match principal {
+        Principal::User(user) => format!("User:{user}"),
+        _ => format!("client-id:{}", header.client_id.as_deref().unwrap_or("")),
+    }
+}
+
+/// `answer`, charging its size to `payer`'s fetch quota once it is built.
+fn charge_fetched(kafka: Arc<Kafka>, payer: String, answer: Answer) -> Answer {
+    let charge = move |body: &Body| {
+        if let Ok(parts) = body {
+            let bytes: usize = parts.iter().map(|part| part.len()).sum();
+            kafka
+                .quotas
+                .charge(QuotaKind::Fetch, &payer, bytes as u64, Instant::now());
+        }
+    };
+    match answer {
+        Answer::Ready(body) => {
+            charge(&body);
+            Answer::Ready(body)
+        }
+        Answer::Later(later) => Answer::Later(Box::pin(async move {
+            let body = later.await;
+            charge(&body);
+            body
+        })),
+        Answer::Silent => Answer::Silent,
     }
 }
 

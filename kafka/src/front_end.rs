@@ -119,6 +119,10 @@ impl KafkaListener {
             coordinator,
             broker: config.broker.clone(),
             advertised,
+            quotas: crate::quotas::Quotas::new(
+                self.config.quota_produce_bytes_per_second,
+                self.config.quota_fetch_bytes_per_second,
+            ),
         });
         let listeners = &config.listeners;
         let limits = KafkaLimits {

@@ -15,7 +15,8 @@
 //!   connection's limits.
 //! - `topics`: topic = stream, partition = one log of one streamlet; metadata from the
 //!   coordinator; auto-creation within a `budget` (a token bucket). `errors`: Kafka's names
-//!   for Tailstream's refusals. `metrics`: metric names.
+//!   for Tailstream's refusals. `quotas`: produce and fetch byte rates per principal, with
+//!   Kafka's throttle_time_ms. `metrics`: metric names.
 mod authenticate;
 mod authenticator;
 mod authorize;
@@ -27,6 +28,7 @@ mod frames;
 pub mod front_end;
 mod handlers;
 mod metrics;
+mod quotas;
 mod shared;
 mod topics;
 

@@ -20,3 +20,6 @@ pub const AUTHENTICATIONS: &str = "tailstream_kafka_authentications_total";
 /// Authenticated connections closed because their user was deleted or its password changed
 /// (`kafka.session_recheck_ms`).
 pub const SESSIONS_REVOKED: &str = "tailstream_kafka_sessions_revoked_total";
+/// Milliseconds connections were throttled (not read) for exceeding a byte-rate quota, by
+/// kind (`produce`, `fetch`).
+pub const THROTTLED_MS: &str = "tailstream_kafka_throttled_milliseconds_total";

@@ -34,6 +34,8 @@ pub(crate) struct Kafka {
     pub authenticator: Option<Authenticator>,
     /// What authenticated clients may do (`None`: authentication is off, nothing is checked).
     pub authorizer: Option<Arc<Authorizer>>,
+    /// Produce and fetch byte rates per principal.
+    pub quotas: crate::quotas::Quotas,
 }
 
 /// A host and port as Kafka's Metadata and FindCoordinator answers carry them.

@@ -20,6 +20,7 @@ mod kafka_auth;
 mod kafka_clients;
 mod kafka_delivery;
 mod kafka_hostile;
+mod kafka_quotas;
 mod operations;
 mod producer_identity;
 mod recovery;

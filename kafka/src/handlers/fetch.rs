@@ -42,6 +42,7 @@ pub(crate) fn answer(
     wait_max: Duration,
     version: i16,
     request: FetchRequest,
+    throttle_ms: i32,
 ) -> Answer {
     Answer::Later(Box::pin(async move {
         let wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0));
@@ -84,7 +85,7 @@ pub(crate) fn answer(
             let (answers, bytes, failed, mut commits) = read_once(&kafka, &wanted, max_bytes);
             let now = Instant::now();
             if bytes >= min_bytes || failed || now >= deadline || commits.is_empty() {
-                return Ok(encode_fetch_response(version, &answers));
+                return Ok(encode_fetch_response(version, &answers, throttle_ms));
             }
             // Long poll: until any of the partitions commits more, or the deadline.
             let changed = select_all(commits.iter_mut().map(|c| c.changed().boxed()));

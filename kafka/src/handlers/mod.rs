@@ -49,7 +49,7 @@ pub(crate) fn str_bytes(value: &str) -> StrBytes {
     StrBytes::from_string(value.to_owned())
 }
 
-/// Answers one decoded request.
+/// Answers one decoded request; a Produce or Fetch answer carries `throttle_ms` (a quota's).
 pub(crate) async fn dispatch(
     kafka: &Arc<Kafka>,
     limits: &ConnectionLimits,
@@ -57,6 +57,7 @@ pub(crate) async fn dispatch(
     header: RequestHeader,
     api: Api,
     body: RequestBody,
+    throttle_ms: i32,
 ) -> Answer {
     metrics::counter!(crate::metrics::REQUESTS, "api" => api.name()).increment(1);
     let version = header.api_version;
@@ -70,9 +71,12 @@ pub(crate) async fn dispatch(
     let answer = match body {
         RequestBody::ApiVersions(_) => api_versions::answer(version),
         RequestBody::Metadata(request) => metadata::answer(k(), access, version, request),
-        RequestBody::Produce(request) => produce::answer(kafka, &access, version, request).await,
+        RequestBody::Produce(request) => {
+            produce::answer(kafka, &access, version, request, throttle_ms).await
+        }
         RequestBody::Fetch(request) => {
-            fetch::answer(k(), access, limits.fetch_wait_max, version, request)
+            let wait_max = limits.fetch_wait_max;
+            fetch::answer(k(), access, wait_max, version, request, throttle_ms)
         }
         RequestBody::ListOffsets(request) => list_offsets::answer(k(), access, version, request),
         RequestBody::FindCoordinator(request) => {

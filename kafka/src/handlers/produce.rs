@@ -47,6 +47,7 @@ pub(crate) async fn answer(
     access: &Access,
     version: i16,
     request: ProduceRequest,
+    throttle_ms: i32,
 ) -> Answer {
     let acks = request.acks;
     let ack_timeout = std::time::Duration::from_millis(request.timeout_ms.max(0) as u64);
@@ -123,7 +124,7 @@ pub(crate) async fn answer(
     }
     match acks {
         0 => Answer::Silent,
-        1 => Answer::Ready(encode(&response(topics, version), version)),
+        1 => Answer::Ready(encode(&response(topics, version, throttle_ms), version)),
         _ => Answer::Later(Box::pin(async move {
             // The request's timeout covers all its partitions, not each.
             let deadline = started + ack_timeout;
@@ -140,7 +141,7 @@ pub(crate) async fn answer(
                     }
                 }
             }
-            encode(&response(topics, version), version)
+            encode(&response(topics, version, throttle_ms), version)
         })),
     }
 }
@@ -153,7 +154,7 @@ fn appended_outcome(produced: Produced, first: tailstream_wire::RecordOffset) ->
     }
 }
 
-fn response(topics: Vec<TopicOutcome>, version: i16) -> ProduceResponse {
+fn response(topics: Vec<TopicOutcome>, version: i16, throttle_ms: i32) -> ProduceResponse {
     let responses = topics
         .into_iter()
         .map(|topic| {
@@ -184,5 +185,7 @@ fn response(topics: Vec<TopicOutcome>, version: i16) -> ProduceResponse {
                 .with_partition_responses(partition_responses)
         })
         .collect();
-    ProduceResponse::default().with_responses(responses)
+    ProduceResponse::default()
+        .with_responses(responses)
+        .with_throttle_time_ms(throttle_ms)
 }

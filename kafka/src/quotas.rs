@@ -1,0 +1,159 @@
+//! Byte-rate quotas per principal, as Kafka enforces them: each broker lets a principal
+//! produce `kafka.produce_bytes_per_second` and fetch `kafka.fetch_bytes_per_second` (one
+//! second of burst), and beyond that answers with `throttle_time_ms` and stops reading the
+//! connection for that long (KIP-219: the answer first, then the mute), so the client slows
+//! down and the broker holds nothing for it meanwhile.
+//!
+//! A principal is the authenticated user; without authentication, the client id the requests
+//! carry (what Kafka quotas unauthenticated clients by). The accounting is a pure state
+//! machine over explicit instants ([`Quotas::charge`]), bounded in the principals it keeps.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Principals with a balance kept at once; past it, those whose debt has drained are dropped
+/// (and, if that frees nothing, all: a flood of invented client ids costs no memory).
+const PRINCIPALS_MAX: usize = 10_000;
+/// The longest single throttle: a client is never muted longer than this at once.
+pub(crate) const THROTTLE_MAX: Duration = Duration::from_secs(30);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum QuotaKind {
+    Produce,
+    Fetch,
+}
+
+impl QuotaKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            QuotaKind::Produce => "produce",
+            QuotaKind::Fetch => "fetch",
+        }
+    }
+}
+
+/// Bytes owed beyond the rate, as of `at`.
+#[derive(Clone, Copy, Debug)]
+struct Balance {
+    debt_bytes: f64,
+    at: Instant,
+}
+
+#[derive(Debug)]
+pub(crate) struct Quotas {
+    produce_bytes_per_second: u64,
+    fetch_bytes_per_second: u64,
+    balances: Mutex<HashMap<(QuotaKind, String), Balance>>,
+}
+
+impl Quotas {
+    /// Rates in bytes per second; 0: not limited.
+    pub fn new(produce_bytes_per_second: u64, fetch_bytes_per_second: u64) -> Self {
+        Self {
+            produce_bytes_per_second,
+            fetch_bytes_per_second,
+            balances: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn rate(&self, kind: QuotaKind) -> u64 {
+        match kind {
+            QuotaKind::Produce => self.produce_bytes_per_second,
+            QuotaKind::Fetch => self.fetch_bytes_per_second,
+        }
+    }
+
+    /// Charges `principal` `bytes` of `kind` at `now`; the time it must now wait (zero while
+    /// within its rate and one second's burst).
+    pub fn charge(&self, kind: QuotaKind, principal: &str, bytes: u64, now: Instant) -> Duration {
+        let rate = self.rate(kind);
+        if rate == 0 {
+            return Duration::ZERO;
+        }
+        let rate = rate as f64;
+        let mut balances = self.balances.lock().unwrap_or_else(|p| p.into_inner());
+        if balances.len() >= PRINCIPALS_MAX && !balances.contains_key(&(kind, principal.into())) {
+            // Drop those whose debt has drained by now; if none has, every one.
+            balances.retain(|(kind, _), b| {
+                let drained =
+                    now.saturating_duration_since(b.at).as_secs_f64() * self.rate(*kind) as f64;
+                b.debt_bytes > drained
+            });
+            if balances.len() >= PRINCIPALS_MAX {
+                balances.clear();
+            }
+        }
+        let balance = balances
+            .entry((kind, principal.to_owned()))
+            .or_insert(Balance {
+                debt_bytes: 0.0,
+                at: now,
+            });
+        let drained = now.saturating_duration_since(balance.at).as_secs_f64() * rate;
+        balance.debt_bytes = (balance.debt_bytes - drained).max(0.0) + bytes as f64;
+        balance.at = now;
+        // One second of the rate is free burst; what is beyond it takes this long to drain.
+        let over = balance.debt_bytes - rate;
+        if over <= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(over / rate).min(THROTTLE_MAX)
+        }
+    }
+}
+
+/// A throttle as Kafka's `throttle_time_ms` field carries it.
+pub(crate) fn throttle_ms(throttle: Duration) -> i32 {
+    i32::try_from(throttle.as_millis()).unwrap_or(i32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn within_rate_and_burst_nothing_waits_beyond_it_the_excess_does() {
+        let quotas = Quotas::new(1000, 0);
+        let start = Instant::now();
+        // One second of burst is free.
+        assert_eq!(
+            quotas.charge(QuotaKind::Produce, "alice", 1000, start),
+            Duration::ZERO
+        );
+        // 500 bytes beyond it: half a second to drain.
+        let wait = quotas.charge(QuotaKind::Produce, "alice", 500, start);
+        assert_eq!(wait, Duration::from_millis(500));
+        // Once that time passed, at the rate, it owes nothing beyond its burst again.
+        let later = start + Duration::from_millis(500);
+        assert_eq!(
+            quotas.charge(QuotaKind::Produce, "alice", 0, later),
+            Duration::ZERO
+        );
+        // Another principal, and the unlimited kind, are untouched.
+        assert_eq!(
+            quotas.charge(QuotaKind::Produce, "bob", 1000, start),
+            Duration::ZERO
+        );
+        assert_eq!(
+            quotas.charge(QuotaKind::Fetch, "alice", 1 << 40, start),
+            Duration::ZERO
+        );
+    }
+
+    #[test]
+    fn a_throttle_is_bounded_and_so_are_the_principals_kept() {
+        let quotas = Quotas::new(1, 1);
+        let now = Instant::now();
+        assert_eq!(
+            quotas.charge(QuotaKind::Fetch, "greedy", u64::MAX / 2, now),
+            THROTTLE_MAX
+        );
+        for i in 0..(PRINCIPALS_MAX + 10) {
+            quotas.charge(QuotaKind::Produce, &format!("client-{i}"), 1, now);
+        }
+        assert!(quotas.balances.lock().unwrap().len() <= PRINCIPALS_MAX);
+        assert_eq!(throttle_ms(Duration::from_millis(1500)), 1500);
+    }
+}
