@@ -539,6 +539,9 @@ impl Config {
                 "security.admin_token: at least {ADMIN_TOKEN_CHARS_MIN} printable ASCII characters, no spaces"
             ));
         }
+        if (1..1000).contains(&kafka.session_recheck_ms) {
+            return invalid("kafka.session_recheck_ms must be 0 (never) or at least 1000".into());
+        }
         let tls = &self.tls;
         if tls.enabled && tls.ca_path.as_os_str().is_empty() {
             return invalid("tls.enabled needs tls.ca_path (the CA every process trusts)".into());

@@ -3,8 +3,8 @@
 //! - [`metadata`]: the pure state machine: brokers (server ids with generations), streams,
 //!   placement of streamlets, producer ids (unique and enciphered, epochs bumped), the
 //!   assignment version. No I/O.
-//! - [`persist`]: [`persist::MetadataStore`], where that state is saved: a JSON file in the
-//!   data directory, or etcd (one key per object, every write fenced by the leader key).
+//! - [`persist`]: [`persist::MetadataStore`], where that state is saved: a JSON snapshot and
+//!   a journal of changes in the data directory, or etcd (one key per object, every write fenced by the leader key).
 //! - [`election`]: leadership on etcd: campaign, lease keep-alive, step down and campaign
 //!   again; [`leader_lease`]: until when this coordinator surely still leads (nothing but a
 //!   ping is answered after).

@@ -61,7 +61,8 @@ enum Step {
     Refused(String),
 }
 
-/// Runs the phase on a new connection. `Ok` with the client's principal once it
+/// Runs the phase on a new connection, until `deadline` (`handshake_timeout` from its
+/// opening, the TLS handshake included). `Ok` with the client's principal once it
 /// authenticated; every answer is written and flushed by then.
 pub(crate) async fn authenticate(
     reader: &mut BufReader<StreamReader>,
@@ -69,6 +70,7 @@ pub(crate) async fn authenticate(
     kafka: &Arc<Kafka>,
     limits: &ConnectionLimits,
     standing: &Standing,
+    deadline: Instant,
 ) -> Result<Proven, Closed> {
     let Some(auth) = &kafka.authenticator else {
         return Ok(Proven {
@@ -140,7 +142,7 @@ pub(crate) async fn authenticate(
             }
         }
     };
-    match tokio::time::timeout(limits.handshake_timeout, phase).await {
+    match tokio::time::timeout_at(deadline, phase).await {
         Ok(done) => done,
         Err(_) => Err(Closed::Unauthenticated(format!(
             "no authentication within {} ms (listeners.handshake_timeout_ms)",

@@ -8,7 +8,10 @@
 //! answered, beyond which the reader stops; a request must arrive whole within
 //! `request_read_timeout` of its first byte, and a connection with nothing in flight is closed
 //! after `idle_timeout`. A request that does not parse closes its connection, and only it.
-//! On a listener that requires authentication, `authenticate` runs first, alone.
+//! On a listener that requires authentication, `authenticate` runs first, alone (the TLS
+//! handshake and it share `handshake_timeout`), and the session is rechecked every
+//! `session_recheck_ms` (`session_ends`). A Produce or Fetch over its principal's quota
+//! (`quotas`) carries throttle_time_ms, and the reader is muted that long after queueing it.
 
 use crate::authenticate::{Proven, authenticate};
 use crate::frames::{Phase, read_frame, write_answer};
@@ -47,7 +50,9 @@ pub(crate) async fn serve_connection(
     limits: ConnectionLimits,
     standing: Standing,
 ) -> Closed {
-    // SSL / SASL_SSL: the TLS handshake first, bounded like the authentication after it.
+    // SSL / SASL_SSL: the TLS handshake first; it and the authentication after it share one
+    // bound, `handshake_timeout` from the connection's opening.
+    let handshake_deadline = Instant::now() + limits.handshake_timeout;
     let stream =
         match tailstream_net::tls::accept(tls.as_ref(), tcp, limits.handshake_timeout).await {
             Ok(stream) => stream,
@@ -59,7 +64,15 @@ pub(crate) async fn serve_connection(
     let mut out = BufWriter::with_capacity(WRITE_BUFFER_BYTES, write_half);
     // Where the listener requires it, nothing but the exchange until the client proved who
     // it is (answered one at a time, before the pipeline below starts).
-    let proven = match authenticate(&mut reader, &mut out, &kafka, &limits, &standing).await {
+    let phase = authenticate(
+        &mut reader,
+        &mut out,
+        &kafka,
+        &limits,
+        &standing,
+        handshake_deadline,
+    );
+    let proven = match phase.await {
         Ok(proven) => proven,
         Err(closed) => return closed,
     };
@@ -81,9 +94,11 @@ pub(crate) async fn serve_connection(
             Ok(Err(closed)) => closed,
             _ => Closed::Io("the kafka writer ended".into()),
         },
-        // What was already dispatched is still answered: the writer runs on until its queue
-        // ends with the reader dropped here.
-        closed = session_ends => closed,
+        // The user is gone: nothing more is written to it, and the socket closes now.
+        closed = session_ends => {
+            writer.abort();
+            closed
+        }
     }
 }
 

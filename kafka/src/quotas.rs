@@ -1,8 +1,9 @@
 //! Byte-rate quotas per principal, as Kafka enforces them: each broker lets a principal
-//! produce `kafka.produce_bytes_per_second` and fetch `kafka.fetch_bytes_per_second` (one
-//! second of burst), and beyond that answers with `throttle_time_ms` and stops reading the
-//! connection for that long (KIP-219: the answer first, then the mute), so the client slows
-//! down and the broker holds nothing for it meanwhile.
+//! produce `kafka.quota_produce_bytes_per_second` and fetch `kafka.quota_fetch_bytes_per_second`
+//! (one second of burst), and beyond that answers with `throttle_time_ms` and stops reading the
+//! connection for that long once the answer is queued (KIP-219: the answer, then the mute; an
+//! answer that takes time to build, an acks=all produce or a long poll, spends part of the
+//! mute being built), so the client slows down and the broker holds nothing for it meanwhile.
 //!
 //! A principal is the authenticated user; without authentication, the client id the requests
 //! carry (what Kafka quotas unauthenticated clients by). The accounting is a pure state
@@ -13,11 +14,17 @@ use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// Principals with a balance kept at once; past it, those whose debt has drained are dropped
-/// (and, if that frees nothing, all: a flood of invented client ids costs no memory).
+/// Principals with a balance kept at once; past it, those whose debt has drained are dropped,
+/// and if that frees nothing, new principals share one overflow balance (a flood of invented
+/// client ids costs no memory, and frees nobody of their debt).
 const PRINCIPALS_MAX: usize = 10_000;
-/// The longest single throttle: a client is never muted longer than this at once.
-pub(crate) const THROTTLE_MAX: Duration = Duration::from_secs(30);
+/// The longest principal name kept (client ids may be 32 KiB): longer ones are cut.
+pub(crate) const PRINCIPAL_BYTES_MAX: usize = 255;
+/// The key new principals share once the map is full.
+const OVERFLOW: &str = "(overflow)";
+/// The longest single throttle: well inside clients' request timeouts (30 s by default), so
+/// requests a client pipelined before it saw the throttle do not time out while muted.
+pub(crate) const THROTTLE_MAX: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum QuotaKind {
@@ -73,35 +80,44 @@ impl Quotas {
             return Duration::ZERO;
         }
         let rate = rate as f64;
+        let mut key = (kind, cut(principal).to_owned());
         let mut balances = self.balances.lock().unwrap_or_else(|p| p.into_inner());
-        if balances.len() >= PRINCIPALS_MAX && !balances.contains_key(&(kind, principal.into())) {
-            // Drop those whose debt has drained by now; if none has, every one.
+        if balances.len() >= PRINCIPALS_MAX && !balances.contains_key(&key) {
+            // Drop those whose debt has drained by now; if none has, share the overflow.
             balances.retain(|(kind, _), b| {
-                let drained =
-                    now.saturating_duration_since(b.at).as_secs_f64() * self.rate(*kind) as f64;
-                b.debt_bytes > drained
+                let rate = self.rate(*kind) as f64;
+                b.debt_bytes > now.saturating_duration_since(b.at).as_secs_f64() * rate
             });
             if balances.len() >= PRINCIPALS_MAX {
-                balances.clear();
+                key.1 = OVERFLOW.to_owned();
             }
         }
-        let balance = balances
-            .entry((kind, principal.to_owned()))
-            .or_insert(Balance {
-                debt_bytes: 0.0,
-                at: now,
-            });
+        let balance = balances.entry(key).or_insert(Balance {
+            debt_bytes: 0.0,
+            at: now,
+        });
         let drained = now.saturating_duration_since(balance.at).as_secs_f64() * rate;
         balance.debt_bytes = (balance.debt_bytes - drained).max(0.0) + bytes as f64;
-        balance.at = now;
+        balance.at = balance.at.max(now);
         // One second of the rate is free burst; what is beyond it takes this long to drain.
         let over = balance.debt_bytes - rate;
         if over <= 0.0 {
             Duration::ZERO
         } else {
-            Duration::from_secs_f64(over / rate).min(THROTTLE_MAX)
+            Duration::try_from_secs_f64(over / rate)
+                .unwrap_or(THROTTLE_MAX)
+                .min(THROTTLE_MAX)
         }
     }
+}
+
+/// `principal` cut to [`PRINCIPAL_BYTES_MAX`] bytes (at a character boundary).
+fn cut(principal: &str) -> &str {
+    let mut end = principal.len().min(PRINCIPAL_BYTES_MAX);
+    while !principal.is_char_boundary(end) {
+        end -= 1;
+    }
+    &principal[..end]
 }
 
 /// A throttle as Kafka's `throttle_time_ms` field carries it.
@@ -151,9 +167,23 @@ mod tests {
             THROTTLE_MAX
         );
         for i in 0..(PRINCIPALS_MAX + 10) {
-            quotas.charge(QuotaKind::Produce, &format!("client-{i}"), 1, now);
+            let long = format!("client-{i:05}-{}", "x".repeat(32 << 10));
+            quotas.charge(QuotaKind::Produce, &long, 1, now);
         }
-        assert!(quotas.balances.lock().unwrap().len() <= PRINCIPALS_MAX);
+        let balances = quotas.balances.lock().unwrap();
+        assert!(balances.len() <= PRINCIPALS_MAX + 1);
+        assert!(
+            balances
+                .keys()
+                .all(|(_, key)| key.len() <= PRINCIPAL_BYTES_MAX)
+        );
+        drop(balances);
+        // Past the bound, newcomers share one balance: a debt is never forgotten.
+        assert!(
+            !quotas
+                .charge(QuotaKind::Produce, "newcomer", 10, now)
+                .is_zero()
+        );
         assert_eq!(throttle_ms(Duration::from_millis(1500)), 1500);
     }
 }
