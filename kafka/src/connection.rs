@@ -171,25 +171,27 @@ async fn read_requests(
         let answer = match decode_request(bytes) {
             Ok(Decoded::Request { header, api, body }) => {
                 let correlation_id = header.correlation_id;
-                let payer = quota_principal(principal, &header);
+                // Only a Produce or Fetch under a quota pays (no work for anything else).
                 let kind = match &*body {
                     RequestBody::Produce(_) => Some(QuotaKind::Produce),
                     RequestBody::Fetch(_) => Some(QuotaKind::Fetch),
                     _ => None,
-                };
-                // A produce is charged its size now; a fetch its answer's size once built
-                // (what it owes from earlier fetches throttles this one).
-                let charged = match kind {
-                    Some(QuotaKind::Produce) => request_bytes,
-                    _ => 0,
-                };
-                if let Some(kind) = kind {
-                    throttle = kafka.quotas.charge(kind, &payer, charged, Instant::now());
+                }
+                .filter(|kind| kafka.quotas.limits(*kind));
+                let payer = kind.map(|_| quota_principal(principal, &header));
+                if let (Some(kind), Some(payer)) = (kind, &payer) {
+                    // A produce is charged its size now; a fetch its answer's size once built
+                    // (what it owes from earlier fetches throttles this one).
+                    let charged = match kind {
+                        QuotaKind::Produce => request_bytes,
+                        QuotaKind::Fetch => 0,
+                    };
+                    throttle = kafka.quotas.charge(kind, payer, charged, Instant::now());
                 }
                 let throttle_ms = crate::quotas::throttle_ms(throttle);
                 let answer = dispatch(kafka, limits, principal, header, api, *body, throttle_ms);
                 let mut answer = answer.await;
-                if kind == Some(QuotaKind::Fetch) {
+                if let (Some(QuotaKind::Fetch), Some(payer)) = (kind, payer) {
                     answer = charge_fetched(kafka.clone(), payer, answer);
                 }
                 if let Some(kind) = kind.filter(|_| !throttle.is_zero()) {

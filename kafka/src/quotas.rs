@@ -65,6 +65,11 @@ impl Quotas {
         }
     }
 
+    /// Whether `kind` is limited at all (a rate of 0 is not).
+    pub fn limits(&self, kind: QuotaKind) -> bool {
+        self.rate(kind) > 0
+    }
+
     fn rate(&self, kind: QuotaKind) -> u64 {
         match kind {
             QuotaKind::Produce => self.produce_bytes_per_second,

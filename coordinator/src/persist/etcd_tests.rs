@@ -7,8 +7,6 @@ use crate::election::{self, LeaderAddress};
 use std::sync::Arc;
 use std::time::Duration;
 use tailstream_launcher::etcd::{EtcdCluster, etcd_installed};
-use tailstream_wire::ServerId;
-use tailstream_wire::messages::StreamConfig;
 
 pub(super) async fn local_etcd(dir: &std::path::Path) -> Option<EtcdCluster> {
     if !etcd_installed() {
@@ -74,28 +72,7 @@ pub(super) async fn load(store: &Arc<EtcdStore>) -> Result<Metadata, String> {
         .unwrap()
 }
 
-pub(super) fn config() -> StreamConfig {
-    StreamConfig {
-        logs_per_streamlet: 1,
-        replicas: 1,
-        segment_size_bytes: 1 << 20,
-        segments_per_group: 4,
-        retention_bytes: 0,
-        retention_ms: 0,
-        min_insync_replicas: 1,
-    }
-}
-
-pub(super) fn brokers(m: &mut Metadata, count: usize) -> Vec<ServerId> {
-    (0..count)
-        .map(|i| {
-            let addr = format!("b{i}:1");
-            m.register_broker(&addr, &addr, &addr, "")
-                .unwrap()
-                .server_id
-        })
-        .collect()
-}
+pub(super) use crate::persist::test_support::{brokers, config};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_saved_by_a_leader_load_back_in_a_new_store() {

@@ -3,30 +3,17 @@
 //! is never replayed; a create at 20,000 streams writes what it changes, not the file.
 
 use super::*;
+use crate::persist::test_support::{brokers, config};
 use tailstream_wire::ServerId;
-use tailstream_wire::messages::StreamConfig;
 
-fn config() -> StreamConfig {
-    StreamConfig {
-        logs_per_streamlet: 1,
-        replicas: 1,
-        segment_size_bytes: 1 << 20,
-        segments_per_group: 4,
-        retention_bytes: 0,
-        retention_ms: 0,
-        min_insync_replicas: 1,
-    }
-}
-
-fn brokers(m: &mut Metadata, count: usize) -> Vec<ServerId> {
-    (0..count)
-        .map(|i| {
-            let addr = format!("b{i}:1");
-            m.register_broker(&addr, &addr, &addr, "")
-                .unwrap()
-                .server_id
-        })
-        .collect()
+/// A store in a fresh directory, loaded (empty), and a state with `count` brokers registered
+/// (not saved yet).
+fn registered(count: usize) -> (tempfile::TempDir, MetadataFile, Metadata, Vec<ServerId>) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = MetadataFile::new(dir.path());
+    let mut state = file.load().unwrap();
+    let live = brokers(&mut state, count);
+    (dir, file, state, live)
 }
 
 /// `previous` with one more stream named `name`.
@@ -57,10 +44,7 @@ fn saved_metadata_loads_back_and_a_missing_file_is_empty() {
 
 #[test]
 fn changes_go_to_the_journal_and_a_new_process_replays_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = MetadataFile::new(dir.path());
-    let mut state = file.load().unwrap();
-    let live = brokers(&mut state, 3);
+    let (dir, file, mut state, live) = registered(3);
     file.save(&Metadata::default(), &state).unwrap();
     let snapshot = fs::read(file.path()).unwrap();
     for i in 0..20 {
@@ -93,10 +77,7 @@ fn changes_go_to_the_journal_and_a_new_process_replays_them() {
 
 #[test]
 fn a_torn_tail_is_cut_and_the_journal_carries_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = MetadataFile::new(dir.path());
-    let mut state = file.load().unwrap();
-    let live = brokers(&mut state, 2);
+    let (dir, file, state, live) = registered(2);
     file.save(&Metadata::default(), &state).unwrap();
     let one = with_stream(&state, "one", &live);
     file.save(&state, &one).unwrap();
@@ -123,10 +104,7 @@ fn a_torn_tail_is_cut_and_the_journal_carries_on() {
 
 #[test]
 fn a_journal_left_by_a_compaction_is_never_replayed() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = MetadataFile::new(dir.path());
-    let mut state = file.load().unwrap();
-    let live = brokers(&mut state, 2);
+    let (dir, file, state, live) = registered(2);
     file.save(&Metadata::default(), &state).unwrap();
     let with = with_stream(&state, "doomed", &live);
     file.save(&state, &with).unwrap();
@@ -146,10 +124,7 @@ fn a_journal_left_by_a_compaction_is_never_replayed() {
 #[test]
 fn at_twenty_thousand_streams_a_create_writes_its_own_objects_and_compaction_is_amortised() {
     // The same save at 10 streams, for comparison.
-    let small = tempfile::tempdir().unwrap();
-    let small_file = MetadataFile::new(small.path());
-    let mut few = small_file.load().unwrap();
-    let few_live = brokers(&mut few, 4);
+    let (_small, small_file, mut few, few_live) = registered(4);
     for i in 0..10 {
         few.create_stream(&format!("stream-{i:05}"), 2, config(), &few_live)
             .unwrap();
@@ -166,10 +141,7 @@ fn at_twenty_thousand_streams_a_create_writes_its_own_objects_and_compaction_is_
         started.elapsed() / 100
     );
 
-    let dir = tempfile::tempdir().unwrap();
-    let file = MetadataFile::new(dir.path());
-    let mut state = file.load().unwrap();
-    let live = brokers(&mut state, 4);
+    let (dir, file, mut state, live) = registered(4);
     for i in 0..20_000 {
         state
             .create_stream(&format!("stream-{i:05}"), 2, config(), &live)
@@ -223,10 +195,7 @@ fn at_twenty_thousand_streams_a_create_writes_its_own_objects_and_compaction_is_
 
 #[test]
 fn damage_a_crash_cannot_cause_is_refused_not_dropped() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = MetadataFile::new(dir.path());
-    let mut state = file.load().unwrap();
-    let live = brokers(&mut state, 2);
+    let (dir, file, state, live) = registered(2);
     file.save(&Metadata::default(), &state).unwrap();
     let one = with_stream(&state, "one", &live);
     file.save(&state, &one).unwrap();
@@ -262,10 +231,7 @@ fn damage_a_crash_cannot_cause_is_refused_not_dropped() {
 
 #[test]
 fn a_save_against_a_state_that_is_not_on_disk_writes_a_whole_snapshot() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = MetadataFile::new(dir.path());
-    let mut state = file.load().unwrap();
-    let live = brokers(&mut state, 2);
+    let (dir, file, state, live) = registered(2);
     file.save(&Metadata::default(), &state).unwrap();
     // Two changes from the same state, both saved (the first one's caller went away after its
     // save, so the second was made from the state before it): a diff of the second against

@@ -12,6 +12,8 @@ pub mod etcd;
 pub mod file;
 pub mod layout;
 pub mod mirror;
+#[cfg(test)]
+pub(crate) mod test_support;
 
 pub use etcd::EtcdStore;
 pub use file::MetadataFile;
