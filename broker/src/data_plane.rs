@@ -239,6 +239,11 @@ impl DataPlane {
         }
     }
 
+    /// The name of stream `stream`, as its assignment here gave it.
+    pub fn stream_name(&self, stream: StreamId) -> Option<Arc<str>> {
+        self.store.stream_name(stream)
+    }
+
     /// The streamlet, if this broker may serve `at` now.
     pub fn admit(&self, at: StreamletRef) -> Result<Arc<Streamlet>, DataError> {
         let streamlet = self.store.get(at.stream, at.streamlet)?;

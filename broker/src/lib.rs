@@ -9,7 +9,8 @@
 //!   lease; produce returns a commit waiter.
 //! - [`service`]: the native client RPC front end over the data plane. Produce is appended on
 //!   the connection's reader task (so pipelined batches keep their order); fetch may
-//!   long-poll.
+//!   long-poll. With client authentication, each request is checked against the rules
+//!   (`tailstream-identity`) as its connection's user.
 //! - [`peer_service`]: the peer RPC service, on a listener of its own served on the control
 //!   runtime (pings answered on time however busy the data path): the coordinator's
 //!   assignments and the replica RPCs other brokers call.

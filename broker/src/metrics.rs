@@ -18,6 +18,7 @@ pub const APPENDED_RECORDS: &str = "tailstream_appended_records_total";
 pub const APPENDED_BYTES: &str = "tailstream_appended_bytes_total";
 pub const DUPLICATE_BATCHES: &str = "tailstream_duplicate_batches_total";
 pub const INVALID_BATCHES: &str = "tailstream_invalid_batches_total";
+pub const REQUESTS_FORBIDDEN: &str = "tailstream_requests_forbidden_total";
 pub const PRODUCE_BACKPRESSURE: &str = "tailstream_produce_backpressure_total";
 pub const PRODUCE_LATENCY: &str = "tailstream_produce_latency_seconds";
 pub const FETCH_REQUESTS: &str = "tailstream_fetch_requests_total";
@@ -52,6 +53,11 @@ const COUNTERS: &[(&str, Unit, &str)] = &[
         INVALID_BATCHES,
         Unit::Count,
         "Batches refused by validation (magic, length, CRC-32C, count, every record), by `reason`.",
+    ),
+    (
+        REQUESTS_FORBIDDEN,
+        Unit::Count,
+        "Native client requests refused because no access control rule allows them.",
     ),
     (
         BACKUP_CLAIMS_REJECTED,

@@ -29,10 +29,15 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tailstream_config::{Config, ReplicationConfig};
+use tailstream_identity::{Authorizer, Credentials};
+use tailstream_net::Authentication;
 use tailstream_net::control::{ControlRuntime, adopt_listener};
+use tailstream_net::scram_server::ScramAuthenticator;
 use tailstream_net::server::{ServerLimits, run_until_shutdown, serve, shutdown_signalled};
 use tailstream_net::tls::Facing;
 use tailstream_net::{BodyBudget, ConnectionLimits, RpcClientConfig};
+use tailstream_stubs::CoordinatorClient;
+use tailstream_stubs::coordinator::client_rpc_config;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -154,7 +159,7 @@ pub async fn run_with(
         Duration::from_millis(replication.ack_timeout_ms),
         context.placements.clone(),
     ));
-    let service = Arc::new(BrokerService::new(plane.clone(), config.clone()));
+    let service = BrokerService::new(plane.clone(), config.clone());
     let recovery = Arc::new(Recovery {
         ctx: context.clone(),
         backups: context.backups.client(),
@@ -185,6 +190,7 @@ pub async fn run_with(
         // Members and anonymous clients never share a budget.
         body_budget: BodyBudget::new(budget, config.request_body_bytes_max),
         tls: tailstream_net::tls::listener(facing),
+        authentication: None,
     };
     let nic_limits = NicLimits {
         connections: ConnectionLimits {
@@ -200,11 +206,19 @@ pub async fn run_with(
         nic_limits,
         shutdown.clone(),
     ));
+    let mut client_limits = limits(config.connections_max, "clients", Facing::Clients);
+    let service = match client_identity(&options, &shutdown) {
+        Some((authentication, authorizer)) => {
+            client_limits.authentication = Some(authentication);
+            Arc::new(service.with_authorizer(authorizer))
+        }
+        None => Arc::new(service),
+    };
     let rpc = tokio::spawn(serve(
         rpc_listener,
         "rpc",
         service,
-        limits(config.connections_max, "clients", Facing::Clients),
+        client_limits,
         shutdown.clone(),
     ));
     let peer = {
@@ -292,6 +306,32 @@ pub async fn run_with(
 }
 
 /// The write path the config asks for, or a clear reason why it cannot be had.
+/// Where clients must authenticate (`security.client_authentication`): the client listener's
+/// SCRAM check, against users' credentials looked up from the coordinator, and the rules its
+/// requests are checked against (listed now, then refreshed until `shutdown`). Both use one
+/// connection of their own to the coordinator's peer listener, as the Kafka listener's do.
+fn client_identity(
+    options: &BrokerOptions,
+    shutdown: &watch::Receiver<bool>,
+) -> Option<(Authentication, Arc<Authorizer>)> {
+    let config = &options.config;
+    if !config.security.client_authentication {
+        return None;
+    }
+    let coordinator = CoordinatorClient::new(
+        &options.coordinator_peer_addr,
+        client_rpc_config(&config.client, config.producer.request_timeout_ms),
+    );
+    let authenticator = ScramAuthenticator::new(Credentials::new(coordinator.clone()));
+    let authorizer = Arc::new(Authorizer::new(coordinator, &config.security.super_users));
+    tokio::spawn(authorizer.clone().refresh(shutdown.clone()));
+    let authentication = Authentication {
+        authenticator: Arc::new(authenticator),
+        handshake_timeout: config.listeners.handshake_timeout(),
+    };
+    Some((authentication, authorizer))
+}
+
 fn resolve_write_path(replication: &ReplicationConfig) -> Result<WritePath, String> {
     let wanted = WritePath::from_config(replication.mode, replication.transport);
     if wanted != WritePath::Rdma {

@@ -6,6 +6,10 @@
 //! Produce runs entirely in `dispatch`, on the connection's reader task, so batches pipelined
 //! on one connection are appended in the order they were sent; its answer waits (later) for
 //! the commit. A fetch with nothing to return long-polls the log's commit point.
+//!
+//! Where clients authenticate (`security.client_authentication`), the listener admits only
+//! authenticated connections, and each request is checked against the access control rules:
+//! write on the stream to produce, read to fetch or locate.
 
 use crate::data_plane::{DataError, DataPlane, Fetched, StreamletRef};
 use crate::metrics as m;
@@ -14,17 +18,22 @@ use bytes::Bytes;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tailstream_config::BrokerConfig;
-use tailstream_net::{Reply, Request, Response, Service};
+use tailstream_identity::Authorizer;
+use tailstream_net::{Reply, Request, Response, Service, Session};
+use tailstream_wire::messages::AclOperation;
 use tailstream_wire::messages::{
     FetchRequest, FetchResponse, ListGroupsRequest, ListGroupsResponse, LocateOffsetRequest,
     LocateOffsetResponse, ProduceRequest, ProduceResponse,
 };
-use tailstream_wire::{Decode, Opcode, Status};
+use tailstream_wire::{Decode, Opcode, Status, StreamId};
 
 #[derive(Debug)]
 pub struct BrokerService {
     plane: Arc<DataPlane>,
     config: BrokerConfig,
+    /// Where clients authenticate (`security.client_authentication`): the rules each request
+    /// is checked against.
+    authorizer: Option<Arc<Authorizer>>,
 }
 
 fn refuse(error: DataError) -> Response {
@@ -40,15 +49,72 @@ fn malformed(what: &str, error: impl std::fmt::Display) -> Reply {
 
 impl BrokerService {
     pub fn new(plane: Arc<DataPlane>, config: BrokerConfig) -> Self {
-        Self { plane, config }
+        Self {
+            plane,
+            config,
+            authorizer: None,
+        }
     }
 
-    fn produce(&self, body: Bytes) -> Reply {
+    /// Checks every request against `authorizer`'s rules, as its connection's user.
+    pub fn with_authorizer(mut self, authorizer: Arc<Authorizer>) -> Self {
+        self.authorizer = Some(authorizer);
+        self
+    }
+
+    /// Refuses a request of `session` on `stream` unless its user may do `operation` on it.
+    /// Checked without waiting, on the connection's reader: produce order stays arrival order.
+    fn authorize(
+        &self,
+        session: &Session,
+        stream: StreamId,
+        operation: AclOperation,
+    ) -> Result<(), Response> {
+        let Some(authorizer) = &self.authorizer else {
+            return Ok(());
+        };
+        // The listener lets no request of an unauthenticated connection through; if one came,
+        // it is refused all the same.
+        let Some(user) = session.user() else {
+            return Err(Response::error(
+                Status::AuthenticationRequired,
+                "this listener requires authentication",
+            ));
+        };
+        let Some(access) = authorizer.access_now(user) else {
+            return Err(Response::error(
+                Status::Busy,
+                "this broker has not listed the access control rules yet: retry",
+            ));
+        };
+        let Some(name) = self.plane.stream_name(stream) else {
+            return Err(Response::error(
+                Status::NotOwner,
+                format!("stream {} is not served by this broker", stream.0),
+            ));
+        };
+        if access.topic(operation, &name) {
+            return Ok(());
+        }
+        metrics::counter!(m::REQUESTS_FORBIDDEN).increment(1);
+        Err(Response::error(
+            Status::Forbidden,
+            format!(
+                "not authorized: no access control rule allows {user:?} {} on stream {name:?} (tailstream acl add)",
+                operation.name()
+            ),
+        ))
+    }
+
+    fn produce(&self, body: Bytes, session: &Session) -> Reply {
         let started = Instant::now();
         let request = match ProduceRequest::decode_exact(body) {
             Ok(request) => request,
             Err(error) => return malformed("produce request", error),
         };
+        if let Err(refused) = self.authorize(session, request.stream, AclOperation::Write) {
+            return Reply::Ready(refused);
+        }
         let at = StreamletRef {
             stream: request.stream,
             streamlet: request.streamlet,
@@ -83,11 +149,14 @@ impl BrokerService {
         }))
     }
 
-    fn fetch(&self, body: Bytes) -> Reply {
+    fn fetch(&self, body: Bytes, session: &Session) -> Reply {
         let request = match FetchRequest::decode_exact(body) {
             Ok(request) => request,
             Err(error) => return malformed("fetch request", error),
         };
+        if let Err(refused) = self.authorize(session, request.stream, AclOperation::Read) {
+            return Reply::Ready(refused);
+        }
         metrics::counter!(m::FETCH_REQUESTS).increment(1);
         let at = StreamletRef {
             stream: request.stream,
@@ -140,11 +209,14 @@ impl BrokerService {
         }))
     }
 
-    fn list_groups(&self, body: Bytes) -> Reply {
+    fn list_groups(&self, body: Bytes, session: &Session) -> Reply {
         let request = match ListGroupsRequest::decode_exact(body) {
             Ok(request) => request,
             Err(error) => return malformed("list groups request", error),
         };
+        if let Err(refused) = self.authorize(session, request.stream, AclOperation::Read) {
+            return Reply::Ready(refused);
+        }
         let at = StreamletRef {
             stream: request.stream,
             streamlet: request.streamlet,
@@ -156,11 +228,14 @@ impl BrokerService {
         }
     }
 
-    fn locate_offset(&self, body: Bytes) -> Reply {
+    fn locate_offset(&self, body: Bytes, session: &Session) -> Reply {
         let request = match LocateOffsetRequest::decode_exact(body) {
             Ok(request) => request,
             Err(error) => return malformed("locate offset request", error),
         };
+        if let Err(refused) = self.authorize(session, request.stream, AclOperation::Read) {
+            return Reply::Ready(refused);
+        }
         let at = StreamletRef {
             stream: request.stream,
             streamlet: request.streamlet,
@@ -201,10 +276,10 @@ impl Service for BrokerService {
     fn dispatch(&self, request: Request) -> Reply {
         match request.opcode {
             Opcode::Ping => Reply::Ready(Response::empty()),
-            Opcode::Produce => self.produce(request.body),
-            Opcode::Fetch => self.fetch(request.body),
-            Opcode::ListGroups => self.list_groups(request.body),
-            Opcode::LocateOffset => self.locate_offset(request.body),
+            Opcode::Produce => self.produce(request.body, &request.session),
+            Opcode::Fetch => self.fetch(request.body, &request.session),
+            Opcode::ListGroups => self.list_groups(request.body, &request.session),
+            Opcode::LocateOffset => self.locate_offset(request.body, &request.session),
             other => Reply::Ready(Response::error(
                 Status::UnknownOpcode,
                 format!("{other:?} is not a broker operation on its client listener"),

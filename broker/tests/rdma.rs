@@ -77,6 +77,7 @@ async fn start_backup(
         request_read_timeout: Duration::from_secs(30),
         body_budget: BodyBudget::new("members", 16 << 20),
         tls: None,
+        authentication: None,
     };
     tokio::spawn(serve(
         listener,

@@ -50,6 +50,11 @@ struct Cli {
     /// member.key (what `dev --tls` makes). Overrides the config's `[tls]` section.
     #[arg(long, global = true, env = "TAILSTREAM_TLS_DIR")]
     tls_dir: Option<PathBuf>,
+    /// The user this command authenticates as, where the cluster requires it
+    /// (`security.client_authentication`); the password is read from $TAILSTREAM_PASSWORD
+    /// (never a flag: a process's arguments are visible to every user of the machine).
+    #[arg(long, global = true, env = "TAILSTREAM_USER")]
+    user: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -148,6 +153,23 @@ fn main() -> ExitCode {
     {
         eprintln!("tailstream: {error}");
         return ExitCode::from(2);
+    }
+    // Servers authenticate to each other by certificate; benchmarks and `dev` start clusters
+    // of their own. Every other command's connections authenticate as the user given.
+    if !servers
+        && !matches!(cli.command, Command::Bench(_))
+        && let Some(user) = cli.user.as_deref().filter(|u| !u.is_empty())
+    {
+        let password = std::env::var("TAILSTREAM_PASSWORD").unwrap_or_default();
+        if password.is_empty() {
+            eprintln!("tailstream: --user {user} needs its password in $TAILSTREAM_PASSWORD");
+            return ExitCode::from(2);
+        }
+        tailstream_net::login::set_outgoing(Some(tailstream_net::login::Login::new(
+            user,
+            &password,
+            tailstream_wire::messages::ScramMechanism::Sha256,
+        )));
     }
     init_tracing(if servers { "info" } else { "warn" });
     let mut builder = tokio::runtime::Builder::new_multi_thread();

@@ -50,6 +50,9 @@ pub use consumer::{ConsumedRecord, Consumer, ConsumerBuilder, LogPosition, Start
 pub use error::ClientError;
 pub use producer::{AckFuture, Producer, ProducerBuilder, RecordAck, RecordLocation};
 pub use tailstream_config::{ClientConfig, ConsumerConfig, ProducerConfig};
+/// Where the cluster requires authentication: `log_in_as(Some(Login::new(user, password,
+/// mechanism)))` makes every connection this process opens from then on authenticate.
+pub use tailstream_net::login::{Login, set_outgoing as log_in_as};
 pub use tailstream_stubs::{CoordinatorClient, StubError};
 pub use tailstream_wire::messages::{
     BrokerInfo, ConsumerGroupSummary, DescribeConsumerGroupsResponse, ListGroupsResponse,

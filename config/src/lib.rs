@@ -479,6 +479,11 @@ impl Config {
                 "security.admin_token: at least {ADMIN_TOKEN_CHARS_MIN} printable ASCII characters, no spaces"
             ));
         }
+        if self.security.client_authentication && token.is_empty() {
+            return invalid(
+                "security.client_authentication needs security.admin_token: the first users are created with it".into(),
+            );
+        }
         if (1..1000).contains(&kafka.session_recheck_ms) {
             return invalid("kafka.session_recheck_ms must be 0 (never) or at least 1000".into());
         }

@@ -50,6 +50,11 @@ pub struct SecurityConfig {
     /// Required by the admin HTTP endpoints and the console, and by the coordinator's user and
     /// access control operations on its client listener; empty: not required.
     pub admin_token: String,
+    /// Native clients must authenticate (SCRAM) on the brokers' and the coordinator's client
+    /// listeners, and are held to the access control rules.
+    pub client_authentication: bool,
+    /// Users the native listeners allow everything.
+    pub super_users: Vec<String>,
 }
 
 /// Shortest admin token accepted.
@@ -67,6 +72,8 @@ impl std::fmt::Debug for SecurityConfig {
                     "(set)"
                 },
             )
+            .field("client_authentication", &self.client_authentication)
+            .field("super_users", &self.super_users)
             .finish()
     }
 }

@@ -24,7 +24,8 @@
 //! - [`metrics`]: every exported metric's name.
 //! - [`migrate`]: a file-store cluster's state into etcd.
 //! - [`service`]: the RPC handlers, split by listener: clients (streams, brokers, producer
-//!   ids) and peers (register, heartbeat).
+//!   ids) and peers (register, heartbeat); users and rules (`service_users`), and who a
+//!   client of the client listener is and what it may do (`service_access`).
 //! - [`admin`]: the admin HTTP routes: JSON for operators and the console page itself.
 //! - [`standby`]: what a coordinator answers while another leads: `NotLeader`, naming the
 //!   leader from its warm copy of etcd ([`persist::mirror`]).

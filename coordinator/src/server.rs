@@ -23,7 +23,9 @@ use tailstream_admin::PrometheusHandle;
 use tailstream_config::COORDINATOR_FRAME_BODY_BYTES_MAX;
 use tailstream_config::Config;
 use tailstream_config::MetadataStoreKind;
+use tailstream_net::Authentication;
 use tailstream_net::control::{ControlRuntime, adopt_listener};
+use tailstream_net::scram_server::ScramAuthenticator;
 use tailstream_net::server::{ServerLimits, run_until_shutdown, serve};
 use tailstream_net::tls::Facing;
 use tailstream_net::{BodyBudget, ConnectionLimits, RpcClientConfig};
@@ -79,6 +81,7 @@ pub fn listener_limits(
         request_read_timeout: listeners.request_read_timeout(),
         body_budget: BodyBudget::new(budget, config.coordinator.request_body_bytes_max),
         tls: tailstream_net::tls::listener(facing),
+        authentication: None,
     }
 }
 
@@ -289,6 +292,8 @@ pub async fn lead(
             users_max: coordinator.users_max as usize,
             acls_max: coordinator.acls_max as usize,
             admin_token: crate::service::AdminToken::from_config(&config.security.admin_token),
+            client_authentication: config.security.client_authentication,
+            super_users: config.security.super_users.clone(),
         },
     );
     let group_gauges = Arc::new(std::sync::Mutex::new(String::new()));
@@ -299,11 +304,19 @@ pub async fn lead(
     ));
     let limits =
         |connections_max, budget, facing| listener_limits(config, connections_max, budget, facing);
+    let mut client_limits = limits(coordinator.connections_max, "clients", Facing::Clients);
+    if config.security.client_authentication {
+        let source = crate::service::MetadataCredentials(service.clone());
+        client_limits.authentication = Some(Authentication {
+            authenticator: Arc::new(ScramAuthenticator::new(source)),
+            handshake_timeout: config.listeners.handshake_timeout(),
+        });
+    }
     let rpc = tokio::spawn(serve(
         rpc_listener,
         "rpc",
         Arc::new(ClientFacing(service.clone())),
-        limits(coordinator.connections_max, "clients", Facing::Clients),
+        client_limits,
         shutdown.clone(),
     ));
     let peer = {

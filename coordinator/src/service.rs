@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+use tailstream_auth::acl::Access;
 use tailstream_net::{Reply, Request, Response, Service};
 use tailstream_wire::messages::{
     AllocateProducerIdRequest, AllocateProducerIdResponse, BrokerHeartbeatRequest,
@@ -86,12 +87,20 @@ pub struct ServiceSettings {
     pub acls_max: usize,
     /// What user and access control operations on the client listener require.
     pub admin_token: AdminToken,
+    /// Whether clients on the client listener must authenticate and are held to the rules
+    /// (`security.client_authentication`), and who is held to none (`security.super_users`).
+    pub client_authentication: bool,
+    pub super_users: Vec<String>,
 }
 
+#[path = "service_access.rs"]
+mod access;
 #[path = "service_offsets.rs"]
 mod offsets;
 #[path = "service_users.rs"]
 mod users;
+
+pub use access::MetadataCredentials;
 pub use users::AdminToken;
 
 fn decode<T: Decode>(body: Bytes) -> Result<T, Response> {
@@ -548,6 +557,13 @@ impl CoordinatorService {
             // one a state a newer leader may have changed.
             return Reply::Ready(not_leading(&self.core));
         }
+        let access = match facing {
+            Facing::Clients => self.client_access(&request),
+            Facing::Peers => Access::Everything,
+        };
+        if let Err(refused) = self.authorize_client(&access, &request) {
+            return Reply::Ready(refused);
+        }
         match (facing, request.opcode) {
             (_, Opcode::Ping) => Reply::Ready(Response::empty()),
             (Facing::Peers, Opcode::RegisterBroker) => self.register(request.body),
@@ -576,7 +592,10 @@ impl CoordinatorService {
             (Facing::Peers, Opcode::LookupCredentials) => {
                 ready(self.lookup_credentials(request.body))
             }
-            (_, Opcode::ListStreams) => Reply::Ready(Response::ok(&self.snapshot().1)),
+            (_, Opcode::ListStreams) => {
+                let streams = self.visible_streams(&access, self.snapshot().1);
+                Reply::Ready(Response::ok(&streams))
+            }
             (_, Opcode::ListBrokers) => Reply::Ready(Response::ok(&self.snapshot().0)),
             (_, Opcode::GroupJoin) => self.groups.join(request.body),
             (_, Opcode::GroupSync) => self.groups.sync(request.body),
@@ -628,6 +647,10 @@ pub struct PeerFacing(pub CoordinatorService);
 impl Service for ClientFacing {
     fn dispatch(&self, request: Request) -> Reply {
         self.0.dispatch_as(Facing::Clients, request)
+    }
+
+    fn open_before_authentication(&self, opcode: Opcode) -> bool {
+        access::carries_its_own_credential(opcode)
     }
 }
 

@@ -3,8 +3,8 @@
 //! is `authenticate`'s; this is apart so that the state every connection shares (`shared`)
 //! does not depend on the exchange, nor the exchange on it in return.
 
-use crate::credentials::Credentials;
 use std::sync::Arc;
+use tailstream_identity::Credentials;
 use tailstream_wire::messages::ScramMechanism;
 use tokio::sync::Semaphore;
 

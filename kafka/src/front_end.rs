@@ -3,9 +3,7 @@
 //! listener shares.
 
 use crate::authenticator::Authenticator;
-use crate::authorize::Authorizer;
 use crate::connection::serve_connection;
-use crate::credentials::Credentials;
 use crate::shared::{Advertised, ConnectionLimits as KafkaLimits, Kafka};
 use crate::topics::Topics;
 use std::net::SocketAddr;
@@ -13,6 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tailstream_broker::server::{FrontEnd, FrontEndContext};
 use tailstream_config::KafkaConfig;
+use tailstream_identity::Authorizer;
+use tailstream_identity::Credentials;
 use tailstream_net::{BodyBudget, ConnectionLimits, accept_loop_authenticating};
 use tailstream_stubs::CoordinatorClient;
 use tailstream_stubs::coordinator::client_rpc_config;

@@ -6,10 +6,10 @@
 //! - [`front_end`]: binds the listener and serves it through the shared accept loop;
 //!   `connection` reads, dispatches and answers one client's requests in order, after
 //!   `authenticate` (SASL PLAIN and SCRAM, where the listener requires it, with what
-//!   `authenticator` holds) against
-//!   `credentials` (looked up from the coordinator, kept briefly); `authorize` checks each
-//!   request against the coordinator's access control rules; `frames` reads a request and
-//!   writes an answer for both phases.
+//!   `authenticator` holds) against the broker's credentials (`tailstream-identity`, looked
+//!   up from the coordinator, kept briefly); each request is checked against the
+//!   coordinator's access control rules (`tailstream_identity::Authorizer`); `frames` reads a
+//!   request and writes an answer for both phases.
 //! - `handlers`: one module per API, over the broker's data plane and the coordinator.
 //! - `shared`: what they all use: the broker's state every connection shares, a
 //!   connection's limits.
@@ -19,10 +19,8 @@
 //!   Kafka's throttle_time_ms. `metrics`: metric names.
 mod authenticate;
 mod authenticator;
-mod authorize;
 mod budget;
 mod connection;
-mod credentials;
 mod errors;
 mod frames;
 pub mod front_end;

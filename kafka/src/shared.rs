@@ -3,13 +3,13 @@
 //! handlers all depend on it and not on each other in a circle.
 
 use crate::authenticator::Authenticator;
-use crate::authorize::Authorizer;
 use crate::topics::Topics;
 use std::sync::Arc;
 use std::time::Duration;
 use tailstream_broker::cluster::ClusterState;
 use tailstream_broker::data_plane::DataPlane;
 use tailstream_config::BrokerConfig;
+use tailstream_identity::Authorizer;
 use tailstream_net::BodyBudget;
 use tailstream_stubs::CoordinatorClient;
 

@@ -172,7 +172,11 @@ impl RpcClient {
                 ))
             })?
             .map_err(|e| failed(e.to_string()))?;
-        Ok(Self::over(stream, addr, config))
+        let client = Self::over(stream, addr, config);
+        if let Some(login) = crate::login::outgoing() {
+            crate::login::log_in(&client, &login).await?;
+        }
+        Ok(client)
     }
 
     /// A client over a connection the caller made (one that needs to tell a refused connect

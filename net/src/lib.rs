@@ -5,6 +5,10 @@
 //! - [`server`]: one reader and one writer task per connection, requests dispatched *in
 //!   arrival order* to a [`server::Service`], whose reply is either ready or a future; bounded
 //!   requests in flight, frame read deadline, idle close with `GoAway`.
+//! - [`session`]: who a connection is (the user it authenticated as), and the
+//!   [`session::Authenticator`] a listener that requires authentication checks it with;
+//!   [`scram_server`] is the SCRAM one, over any source of users' credentials; [`login`] is
+//!   the client's side (the user a process's connections authenticate as).
 //! - [`budget`]: the memory budget for request bodies being received.
 //! - [`control`]: a process's control runtime, a thread of its own for pings, heartbeats and
 //!   probes, whose timing must not suffer when the data path is busy.
@@ -27,9 +31,12 @@ pub mod clock;
 pub mod control;
 pub mod error;
 pub mod listener;
+pub mod login;
 pub mod metrics;
 pub mod pool;
+pub mod scram_server;
 pub mod server;
+pub mod session;
 pub mod source;
 pub mod stream;
 pub mod tls;
@@ -43,4 +50,5 @@ pub use error::RpcError;
 pub use listener::{Closed, ConnectionLimits, Standing, accept_loop, accept_loop_authenticating};
 pub use pool::RpcPool;
 pub use server::{Reply, Request, Response, ServerLimits, Service};
+pub use session::{Authentication, Authenticator, Session};
 pub use stream::{Stream, StreamReader, StreamWriter};

@@ -20,7 +20,8 @@
 //!   an idle close.
 
 use crate::budget::{BodyBudget, BodyPermit};
-use crate::listener::{Closed, ConnectionLimits, accept_loop};
+use crate::listener::{Closed, ConnectionLimits, Standing, accept_loop_authenticating};
+use crate::session::{Authentication, Session, Step};
 use crate::write::{OutFrame, Outgoing, write_answers};
 use bytes::{Bytes, BytesMut};
 use futures::future::{BoxFuture, FutureExt};
@@ -28,7 +29,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tailstream_wire::frame::{FrameDecoder, FrameHeader};
-use tailstream_wire::messages::ErrorBody;
+use tailstream_wire::messages::{AuthenticateOutcome, AuthenticateResponse, ErrorBody};
 use tailstream_wire::{Encode, Opcode, RequestId, Status};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
@@ -54,6 +55,8 @@ pub struct Request {
     pub request_id: RequestId,
     pub body: Bytes,
     pub peer: SocketAddr,
+    /// Who the connection is (the user it authenticated as, where the listener requires it).
+    pub session: Arc<Session>,
 }
 
 /// A response: a status and a body made of parts written back to back (so large payloads,
@@ -128,6 +131,13 @@ impl std::fmt::Debug for Reply {
 /// anything that waits goes into `Reply::Later`.
 pub trait Service: Send + Sync + 'static {
     fn dispatch(&self, request: Request) -> Reply;
+
+    /// Whether a connection that has not authenticated yet may send `opcode` (on a listener
+    /// that requires authentication): a request that carries a credential of its own, such as
+    /// the admin token. `Ping` and `Authenticate` always may.
+    fn open_before_authentication(&self, _opcode: Opcode) -> bool {
+        false
+    }
 }
 
 /// Everything a listener bounds. Cheap to clone (the budget is shared).
@@ -144,6 +154,9 @@ pub struct ServerLimits {
     /// TLS on this listener (a peer listener's acceptor requires a member's certificate);
     /// `None`: plain TCP. The handshake must end within `request_read_timeout`.
     pub tls: Option<crate::tls::ServerTls>,
+    /// Where clients must authenticate (`security.client_authentication`); `None`: anyone
+    /// may send anything, and `Authenticate` is answered `NotRequired`.
+    pub authentication: Option<Authentication>,
 }
 
 /// Waits for `shutdown`, then gives `tasks` (listeners winding down) a bounded time to end.
@@ -165,13 +178,18 @@ pub async fn serve<S: Service>(
     shutdown: watch::Receiver<bool>,
 ) {
     let connections = limits.connections;
+    let authenticating = limits.authentication.is_some();
     let limits = Arc::new(limits);
-    accept_loop(
+    accept_loop_authenticating(
         listener,
         name,
         connections,
         shutdown,
-        move |stream, peer| serve_connection(stream, peer, service.clone(), limits.clone()),
+        authenticating,
+        move |stream, peer, standing| {
+            let standing = authenticating.then_some(standing);
+            serve_connection(stream, peer, service.clone(), limits.clone(), standing)
+        },
     )
     .await;
 }
@@ -181,7 +199,13 @@ async fn serve_connection<S: Service>(
     peer: SocketAddr,
     service: Arc<S>,
     limits: Arc<ServerLimits>,
+    standing: Option<Standing>,
 ) -> Closed {
+    // The handshake deadline counts from the connection's opening, TLS included.
+    let authenticate_by = limits
+        .authentication
+        .as_ref()
+        .map(|required| Instant::now() + required.handshake_timeout);
     let stream = match crate::tls::accept(limits.tls.as_ref(), tcp, limits.request_read_timeout)
         .await
     {
@@ -208,6 +232,8 @@ async fn serve_connection<S: Service>(
         body: None,
         peer,
         limits: limits.clone(),
+        session: Arc::new(Session::new(standing)),
+        authenticate_by,
     };
     let closed = connection.run(&*service).await;
     drop(connection);
@@ -234,11 +260,31 @@ struct Connection {
     body: Option<BodyPermit>,
     peer: SocketAddr,
     limits: Arc<ServerLimits>,
+    session: Arc<Session>,
+    /// Where authentication is required: when the connection must have authenticated by.
+    authenticate_by: Option<Instant>,
 }
 
 impl Connection {
     fn busy(&self) -> bool {
         self.in_flight.available_permits() < self.in_flight_max
+    }
+
+    /// The handshake deadline, while the connection has not authenticated.
+    fn unproven_deadline(&self) -> Option<Instant> {
+        self.authenticate_by
+            .filter(|_| self.session.user().is_none())
+    }
+
+    fn unauthenticated(&self) -> Closed {
+        let timeout = self
+            .limits
+            .authentication
+            .as_ref()
+            .map_or(0, |required| required.handshake_timeout.as_millis());
+        Closed::Unauthenticated(format!(
+            "no authentication within {timeout} ms (listeners.handshake_timeout_ms)"
+        ))
     }
 
     async fn run<S: Service>(&mut self, service: &S) -> Closed {
@@ -268,7 +314,10 @@ impl Connection {
             if let Err(closed) = self.make_room(frame_deadline).await {
                 return closed;
             }
-            let deadline = frame_deadline.or(going_away).unwrap_or(idle_deadline);
+            let mut deadline = frame_deadline.or(going_away).unwrap_or(idle_deadline);
+            if let Some(unproven) = self.unproven_deadline() {
+                deadline = deadline.min(unproven);
+            }
             if deadline < armed {
                 armed = deadline;
                 timer.as_mut().reset(armed);
@@ -281,6 +330,12 @@ impl Connection {
                 Some(Ok(0)) => return Closed::ByPeer,
                 Some(Ok(_)) => idle_deadline = Instant::now() + limits.idle_timeout,
                 Some(Err(error)) => return Closed::Io(format!("read: {error}")),
+                None if self
+                    .unproven_deadline()
+                    .is_some_and(|by| Instant::now() >= by) =>
+                {
+                    return self.unauthenticated();
+                }
                 None if Instant::now() < deadline => {
                     // Fired for a deadline that has since moved later: wait for the new one.
                     armed = deadline;
@@ -314,6 +369,9 @@ impl Connection {
             if Instant::now() >= armed {
                 // The timer fired (or is due): arm it for whatever comes next.
                 armed = frame_deadline.or(going_away).unwrap_or(idle_deadline);
+                if let Some(unproven) = self.unproven_deadline() {
+                    armed = armed.min(unproven);
+                }
                 timer.as_mut().reset(armed);
             }
         }
@@ -360,11 +418,47 @@ impl Connection {
                 }
                 continue;
             };
+            if opcode == Opcode::Authenticate {
+                let (response, then_closed) = self.authenticate(frame.body).await?;
+                if self
+                    .out_tx
+                    .send(Outgoing::Frame(respond(header, response, permit)))
+                    .await
+                    .is_err()
+                {
+                    return Err(Closed::Io("writer gone".into()));
+                }
+                match then_closed {
+                    Some(closed) => return Err(closed),
+                    None => continue,
+                }
+            }
+            if self.authenticate_by.is_some()
+                && self.session.user().is_none()
+                && opcode != Opcode::Ping
+                && !service.open_before_authentication(opcode)
+            {
+                let response = Response::error(
+                    Status::AuthenticationRequired,
+                    "this listener requires authentication (security.client_authentication): \
+                     give a user (--user or $TAILSTREAM_USER) and $TAILSTREAM_PASSWORD",
+                );
+                if self
+                    .out_tx
+                    .send(Outgoing::Frame(respond(header, response, permit)))
+                    .await
+                    .is_err()
+                {
+                    return Err(Closed::Io("writer gone".into()));
+                }
+                continue;
+            }
             let request = Request {
                 opcode,
                 request_id: header.request_id,
                 body: frame.body,
                 peer: self.peer,
+                session: self.session.clone(),
             };
             match service.dispatch(request) {
                 Reply::Ready(response) => {
@@ -394,6 +488,38 @@ impl Connection {
                     }
                 }
             }
+        }
+    }
+
+    /// Runs one `Authenticate` step, on the reader (nothing else is read meanwhile, so what
+    /// the client pipelined behind its last step is checked as the user it proved). The
+    /// answer, and after a refusal why the connection closes once it is sent; `Err` closes it
+    /// without an answer.
+    async fn authenticate(&mut self, body: Bytes) -> Result<(Response, Option<Closed>), Closed> {
+        let Some(required) = &self.limits.authentication else {
+            let not_required = AuthenticateResponse {
+                outcome: AuthenticateOutcome::NotRequired,
+                message: Bytes::new(),
+            };
+            return Ok((Response::ok(&not_required), None));
+        };
+        let by = self.authenticate_by.unwrap_or_else(Instant::now);
+        let step = required.authenticator.step(&self.session, body);
+        let step = match tokio::time::timeout_at(by, step).await {
+            Ok(step) => step,
+            Err(_) => return Err(self.unauthenticated()),
+        };
+        match step {
+            Step::Continue(response) => Ok((response, None)),
+            Step::Proven(response, user) => {
+                // Proven before the client hears it: from then on it is never closed to make
+                // room (unless it already was chosen to be).
+                if !self.session.prove(&user) {
+                    return Err(Closed::Evicted);
+                }
+                Ok((response, None))
+            }
+            Step::Refused(response, why) => Ok((response, Some(Closed::Unauthenticated(why)))),
         }
     }
 

@@ -62,6 +62,7 @@ async fn start() -> Server {
         request_read_timeout: Duration::from_millis(800),
         body_budget: budget.clone(),
         tls: None,
+        authentication: None,
     };
     tokio::spawn(serve(listener, "test", Arc::new(Echo), limits, stopped));
     Server {

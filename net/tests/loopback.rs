@@ -61,6 +61,7 @@ async fn start(frame_body_bytes_max: u32) -> (String, watch::Sender<bool>) {
         request_read_timeout: Duration::from_secs(10),
         body_budget: BodyBudget::new("test", 1 << 20),
         tls: None,
+        authentication: None,
     };
     tokio::spawn(serve(
         listener,

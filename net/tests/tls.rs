@@ -60,6 +60,7 @@ async fn start(tls: ServerTls) -> (String, watch::Sender<bool>) {
         request_read_timeout: Duration::from_secs(2),
         body_budget: BodyBudget::new("test", 1 << 20),
         tls: Some(tls),
+        authentication: None,
     };
     tokio::spawn(serve(listener, "test", Arc::new(Echo), limits, stopped));
     (addr, stop)

@@ -6,7 +6,7 @@ use super::error::StorageError;
 use super::log::Appended;
 use super::memory::SegmentMemory;
 use super::streamlet::Streamlet;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 use tailstream_wire::batch::BatchInfo;
@@ -21,6 +21,9 @@ pub struct Store {
     producers_per_log_max: usize,
     replication_backlog_bytes_max: u64,
     streamlets: RwLock<HashMap<Key, Arc<Streamlet>>>,
+    /// The names of the streams assigned here (access control rules name streams), as the
+    /// assignments gave them; a stream id is never reused for another name.
+    names: RwLock<HashMap<StreamId, Arc<str>>>,
     /// Logs whose commit point moved (what heartbeats report, without a scan of every log).
     commit_feed: Arc<CommitFeed>,
 }
@@ -36,6 +39,7 @@ impl Store {
             producers_per_log_max,
             replication_backlog_bytes_max,
             streamlets: RwLock::new(HashMap::new()),
+            names: RwLock::new(HashMap::new()),
             commit_feed: Arc::default(),
         }
     }
@@ -54,6 +58,35 @@ impl Store {
             .get(&(stream, streamlet))
             .cloned()
             .ok_or(StorageError::NotOwner)
+    }
+
+    /// The name of stream `stream`, if one of its streamlets was assigned here.
+    pub fn stream_name(&self, stream: StreamId) -> Option<Arc<str>> {
+        let names = self.names.read().unwrap_or_else(|p| p.into_inner());
+        names.get(&stream).cloned()
+    }
+
+    /// Learns the names of the streams of `assignments`; with `held` (the streamlets held
+    /// after a whole assignment), forgets those of streams neither assigned nor held.
+    fn learn_names(
+        &self,
+        assignments: &[StreamletAssignment],
+        held: Option<&HashMap<Key, Arc<Streamlet>>>,
+    ) {
+        let mut names = self.names.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(held) = held {
+            let mut kept: HashSet<StreamId> = held.keys().map(|(stream, _)| *stream).collect();
+            kept.extend(assignments.iter().map(|a| a.stream));
+            names.retain(|stream, _| kept.contains(stream));
+        }
+        for assignment in assignments {
+            if names.get(&assignment.stream).map(|n| &**n) != Some(&assignment.stream_name) {
+                names.insert(
+                    assignment.stream,
+                    Arc::from(assignment.stream_name.as_str()),
+                );
+            }
+        }
     }
 
     /// Makes the owned set `assignments` (as of coordinator metadata `version`): creates the
@@ -84,12 +117,14 @@ impl Store {
             .into_values()
             .filter_map(|assignment| self.take_on(&mut streamlets, assignment))
             .collect();
+        self.learn_names(assignments, Some(&streamlets));
         (created, dropped)
     }
 
     /// Applies assignments that only add to what this store holds (`apply_assignments`
     /// without dropping anything). Returns the streamlets created.
     pub fn add_assignments(&self, assignments: &[StreamletAssignment]) -> Vec<Arc<Streamlet>> {
+        self.learn_names(assignments, None);
         let mut streamlets = self.streamlets.write().unwrap_or_else(|p| p.into_inner());
         assignments
             .iter()

@@ -95,6 +95,10 @@ opcodes! {
     /// Broker → coordinator: a user's SCRAM credentials (salted keys, never a password), to
     /// check a client's authentication against.
     LookupCredentials = 15,
+    /// Client → broker or coordinator client listener: one step of the connection's SCRAM
+    /// exchange (client-first, then client-final). On a listener that does not require
+    /// authentication it is answered `NotRequired`.
+    Authenticate = 16,
     /// Client → coordinator: add a user with its salted SCRAM credentials.
     CreateUser = 27,
     /// Client → coordinator: remove a user.

@@ -132,6 +132,16 @@ statuses! {
     /// The listener speaks TLS only, and the request came in plain text: connect with TLS
     /// (`--tls-dir`, `$TAILSTREAM_TLS_DIR`, or the `[tls]` section).
     TlsRequired = 73,
+    /// This listener requires authentication (`security.client_authentication`) and the
+    /// connection has not authenticated: give a user and password (`--user`,
+    /// `$TAILSTREAM_USER` and `$TAILSTREAM_PASSWORD`).
+    AuthenticationRequired = 74,
+    /// The user does not exist or the password is wrong (the two are not told apart), or the
+    /// exchange broke off: the connection closes.
+    AuthenticationFailed = 75,
+    /// The connection's user may not do this: no access control rule allows it
+    /// (`tailstream acl add`).
+    Forbidden = 76,
 
     /// The consumer group is rebalancing: rejoin it.
     RebalanceInProgress = 60,

@@ -21,6 +21,7 @@ mod kafka_clients;
 mod kafka_delivery;
 mod kafka_hostile;
 mod kafka_quotas;
+mod native_auth;
 mod operations;
 mod producer_identity;
 mod recovery;

@@ -129,7 +129,10 @@ impl TestCluster {
             config_file,
             tls_dir,
         };
-        test.wait_for_brokers(brokers as usize).await;
+        // Where clients must authenticate, the test waits as a user it creates first.
+        if !test.config.security.client_authentication {
+            test.wait_for_brokers(brokers as usize).await;
+        }
         test
     }
 

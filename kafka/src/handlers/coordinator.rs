@@ -9,7 +9,6 @@
 //! both treat as final at once (any other code has librdkafka retry until its timeout).
 
 use super::{Answer, encode, str_bytes};
-use crate::authorize::Access;
 use crate::errors::cluster_error_code;
 use crate::shared::Kafka;
 use kafka_protocol::ResponseError;
@@ -18,6 +17,7 @@ use kafka_protocol::messages::{
     InitProducerIdResponse, ProducerId,
 };
 use std::sync::Arc;
+use tailstream_identity::Access;
 use tailstream_wire::messages::AclOperation;
 use tailstream_wire::messages::ProducerSession;
 use tailstream_wire::{ProducerEpoch, ProducerId as TailstreamProducerId};

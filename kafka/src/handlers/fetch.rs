@@ -5,7 +5,6 @@
 //! names its partitions, and the answer's session id is 0.
 
 use super::Answer;
-use crate::authorize::Access;
 use crate::errors::{NONE, data_error_code};
 use crate::shared::Kafka;
 use crate::topics::TopicError;
@@ -16,6 +15,7 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::FetchRequest;
 use std::sync::Arc;
 use std::time::Duration;
+use tailstream_identity::Access;
 use tailstream_kafka_wire::{PartitionAnswer, TopicAnswer, encode_fetch_response};
 use tailstream_storage::CommitPoint;
 use tailstream_wire::RecordOffset;

@@ -4,7 +4,6 @@
 //! committed offsets, durably. Whatever broker a client asked, the answer is the same.
 
 use super::{Answer, encode, str_bytes};
-use crate::authorize::Access;
 use crate::shared::Kafka;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
@@ -22,6 +21,7 @@ use kafka_protocol::messages::{
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use tailstream_identity::Access;
 use tailstream_stubs::StubError;
 use tailstream_wire::Status;
 use tailstream_wire::messages as native;

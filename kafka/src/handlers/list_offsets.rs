@@ -4,7 +4,6 @@
 //! is older).
 
 use super::{Answer, encode};
-use crate::authorize::Access;
 use crate::errors::{NONE, data_error_code};
 use crate::shared::Kafka;
 use crate::topics::TopicError;
@@ -15,6 +14,7 @@ use kafka_protocol::messages::list_offsets_response::{
 };
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 use std::sync::Arc;
+use tailstream_identity::Access;
 use tailstream_wire::RecordOffset;
 use tailstream_wire::messages::AclOperation;
 

@@ -4,7 +4,6 @@
 //! leaders moved, and this is how clients learn where.
 
 use super::{Answer, encode, str_bytes};
-use crate::authorize::Access;
 use crate::shared::{Advertised, Kafka};
 use crate::topics::TopicError;
 use kafka_protocol::ResponseError;
@@ -14,6 +13,7 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use std::collections::HashMap;
 use std::sync::Arc;
+use tailstream_identity::Access;
 use tailstream_wire::LogId;
 use tailstream_wire::messages::{AclOperation, PlacementState, StreamMetadata, StreamletPlacement};
 

@@ -14,7 +14,6 @@ mod metadata;
 mod produce;
 pub(crate) mod sasl;
 
-use crate::authorize::Access;
 use crate::shared::ConnectionLimits;
 use crate::shared::Kafka;
 use bytes::{Bytes, BytesMut};
@@ -22,6 +21,7 @@ use futures::future::BoxFuture;
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use std::sync::Arc;
 use tailstream_auth::Principal;
+use tailstream_identity::Access;
 use tailstream_kafka_wire::{Api, RequestBody, RequestHeader};
 
 /// An encoded answer body (without its length and header), or why it could not be encoded

@@ -9,7 +9,6 @@
 //! with where it first landed and is not appended again.
 
 use super::{Answer, encode};
-use crate::authorize::Access;
 use crate::errors::{NONE, data_error_code};
 use crate::shared::Kafka;
 use crate::topics::{TopicError, partition};
@@ -19,6 +18,7 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use std::sync::Arc;
 use std::time::Instant;
 use tailstream_broker::data_plane::{CommitWaiter, Produced, StreamletRef};
+use tailstream_identity::Access;
 use tailstream_wire::messages::AclOperation;
 
 /// One partition's outcome before the answer: appended (maybe waiting for its replicas), or

@@ -56,6 +56,8 @@ fn decode_body(opcode: Option<Opcode>, is_response: bool, body: Bytes) {
         (Opcode::ListUsers, true) => decode!(ListUsersResponse),
         (Opcode::LookupCredentials, false) => decode!(LookupCredentialsRequest),
         (Opcode::LookupCredentials, true) => decode!(LookupCredentialsResponse),
+        (Opcode::Authenticate, false) => decode!(AuthenticateRequest),
+        (Opcode::Authenticate, true) => decode!(AuthenticateResponse),
         (Opcode::AddAcl | Opcode::RemoveAcl, false) => decode!(AclChangeRequest),
         (Opcode::AddAcl | Opcode::RemoveAcl, true) => decode!(Empty),
         (Opcode::ListAcls, false) => decode!(SecurityListRequest),

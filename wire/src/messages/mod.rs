@@ -145,6 +145,8 @@ mod tests {
         list_users: ListUsersResponse,
         lookup_credentials_request: LookupCredentialsRequest,
         lookup_credentials: LookupCredentialsResponse,
+        authenticate_request: AuthenticateRequest,
+        authenticate_response: AuthenticateResponse,
         acl_rule: AclRule,
         acl_change: AclChangeRequest,
         list_acls: ListAclsResponse,

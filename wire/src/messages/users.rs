@@ -119,3 +119,35 @@ wire_message! {
         pub known: bool,
     }
 }
+
+crate::wire_enum! {
+    /// Where a native SCRAM exchange is, as the server answered a step.
+    pub enum AuthenticateOutcome {
+        /// The server's first message: send the client-final message next.
+        Continue = 1,
+        /// Authenticated; the message is the server's final one, which the client verifies.
+        Done = 2,
+        /// This listener requires no authentication (a peer listener, or one with
+        /// `security.client_authentication` off): nothing was checked.
+        NotRequired = 3,
+    }
+}
+
+wire_message! {
+    /// One step of a connection's SCRAM exchange (RFC 5802): the client-first message, then
+    /// the client-final one. A wrong step, a wrong proof or an unknown user is answered
+    /// `AuthenticationFailed` and the connection closes.
+    pub struct AuthenticateRequest {
+        pub mechanism: ScramMechanism,
+        #[cfg_attr(test, proptest(strategy = "small_bytes()"))]
+        pub message: Bytes,
+    }
+}
+
+wire_message! {
+    pub struct AuthenticateResponse {
+        pub outcome: AuthenticateOutcome,
+        #[cfg_attr(test, proptest(strategy = "small_bytes()"))]
+        pub message: Bytes,
+    }
+}

@@ -17,7 +17,7 @@ use tailstream_stubs::CoordinatorClient;
 use tailstream_wire::messages::{ScramCredential, ScramMechanism};
 
 /// How long a lookup's answer is used without asking again.
-pub(crate) const FRESH_FOR: Duration = Duration::from_secs(10);
+pub const FRESH_FOR: Duration = Duration::from_secs(10);
 /// Past `FRESH_FOR`, a known user's credentials are still used while the coordinator cannot
 /// be asked, this long.
 const STALE_USABLE_FOR: Duration = Duration::from_secs(300);
@@ -30,7 +30,7 @@ const UNKNOWN_MAX: usize = 1_000;
 const LOOKUP_WAIT: Duration = Duration::from_secs(3);
 
 /// A user's credentials (decoys for an unknown name), or why they could not be looked up.
-pub(crate) type Lookup = Result<Arc<Vec<ScramCredential>>, String>;
+pub type Lookup = Result<Arc<Vec<ScramCredential>>, String>;
 
 /// When a name was looked up, and what was found.
 type Cached = (Instant, Arc<Vec<ScramCredential>>);
@@ -42,7 +42,7 @@ struct Cache {
 }
 
 #[derive(Debug)]
-pub(crate) struct Credentials {
+pub struct Credentials {
     coordinator: Arc<CoordinatorClient>,
     cache: Mutex<Cache>,
     /// Makes decoys for names no user can have (never sent to the coordinator).
@@ -125,5 +125,11 @@ impl Credentials {
             cache.unknown.insert(user.to_owned(), entry);
         }
         Ok(found)
+    }
+}
+
+impl tailstream_net::scram_server::CredentialSource for Credentials {
+    fn credentials<'a>(&'a self, user: &'a str) -> futures::future::BoxFuture<'a, Lookup> {
+        Box::pin(self.lookup(user))
     }
 }

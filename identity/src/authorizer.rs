@@ -1,0 +1,153 @@
+//! Access control on a broker's listeners (Kafka and native): what an authenticated user may do, by the
+//! coordinator's rules (`tailstream acl add`). Where authentication is off there are no users
+//! and nothing is checked; a super user (`kafka.super_users`, `security.super_users`) may do everything; anyone else
+//! may do only what a rule allows.
+//!
+//! The rules are listed from the coordinator at first use and then every `REFRESH_EVERY` in
+//! the background, so checking a request never waits on the coordinator; a broker that could
+//! not list them for `STALE_USABLE_FOR` allows nothing (it fails closed).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tailstream_auth::Principal;
+pub use tailstream_auth::acl::Access;
+use tailstream_auth::acl::rules_of;
+use tailstream_stubs::CoordinatorClient;
+use tailstream_wire::messages::AclRule;
+use tokio::sync::watch;
+
+/// How often the rules are listed again: a rule added or removed takes effect within it.
+pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
+/// How long rules are used while they cannot be listed again.
+const STALE_USABLE_FOR: Duration = Duration::from_secs(300);
+
+/// One listing of the rules, with each user's own rules picked out as they are needed.
+#[derive(Debug)]
+struct Snapshot {
+    listed: Instant,
+    rules: Vec<AclRule>,
+    by_user: Mutex<HashMap<String, Arc<[AclRule]>>>,
+}
+
+impl Snapshot {
+    fn for_user(&self, user: &str) -> Arc<[AclRule]> {
+        let mut by_user = self.by_user.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(rules) = by_user.get(user) {
+            return rules.clone();
+        }
+        let mine = rules_of(&self.rules, user);
+        // Bounded by the users who connected since the last listing.
+        by_user.insert(user.to_owned(), mine.clone());
+        mine
+    }
+}
+
+#[derive(Debug)]
+pub struct Authorizer {
+    coordinator: Arc<CoordinatorClient>,
+    super_users: HashSet<String>,
+    snapshot: Mutex<Option<Arc<Snapshot>>>,
+    /// One listing at a time when a request finds none yet.
+    first_listing: tokio::sync::Mutex<()>,
+    /// Whether listings have failed since the last that worked: then a request finding no
+    /// rules is refused at once (the background refresh keeps trying), never held up on the
+    /// coordinator.
+    failing: std::sync::atomic::AtomicBool,
+}
+
+impl Authorizer {
+    pub fn new(coordinator: Arc<CoordinatorClient>, super_users: &[String]) -> Authorizer {
+        Authorizer {
+            coordinator,
+            super_users: super_users.iter().cloned().collect(),
+            snapshot: Mutex::new(None),
+            first_listing: tokio::sync::Mutex::new(()),
+            failing: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    fn current(&self) -> Option<Arc<Snapshot>> {
+        self.snapshot
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .filter(|snapshot| snapshot.listed.elapsed() < STALE_USABLE_FOR)
+    }
+
+    /// What `user` may do by the rules listed last, without waiting: `None` while none were
+    /// listed yet (or the last listing is too old to use), so the caller can ask for a retry
+    /// rather than refuse. For a request that must be handled in arrival order (a produce).
+    pub fn access_now(&self, user: &str) -> Option<Access> {
+        if self.super_users.contains(user) {
+            return Some(Access::Everything);
+        }
+        self.current()
+            .map(|snapshot| Access::Rules(snapshot.for_user(user)))
+    }
+
+    /// What `principal`'s request may do. Waits on the coordinator only for this broker's
+    /// first listing, and not at all once a listing failed (until one works again).
+    pub async fn access(&self, principal: &Principal) -> Access {
+        let user = match principal {
+            Principal::Anonymous => return Access::Everything,
+            Principal::User(user) if self.super_users.contains(user) => {
+                return Access::Everything;
+            }
+            Principal::User(user) => user,
+        };
+        let failed_lately = || self.failing.load(std::sync::atomic::Ordering::Acquire);
+        let snapshot = match self.current() {
+            Some(snapshot) => Some(snapshot),
+            None if failed_lately() => None,
+            None => {
+                let _one = self.first_listing.lock().await;
+                match self.current() {
+                    Some(snapshot) => Some(snapshot),
+                    None if failed_lately() => None,
+                    None => self.list().await,
+                }
+            }
+        };
+        match snapshot {
+            Some(snapshot) => Access::Rules(snapshot.for_user(user)),
+            None => Access::Nothing,
+        }
+    }
+
+    /// Lists the rules now; the new snapshot, or `None` if the coordinator did not answer.
+    async fn list(&self) -> Option<Arc<Snapshot>> {
+        // On the peer listener: no admin token asked of the cluster's members.
+        match self.coordinator.list_acls("").await {
+            Ok(rules) => {
+                let snapshot = Arc::new(Snapshot {
+                    listed: Instant::now(),
+                    rules,
+                    by_user: Mutex::new(HashMap::new()),
+                });
+                *self.snapshot.lock().unwrap_or_else(|p| p.into_inner()) = Some(snapshot.clone());
+                self.failing
+                    .store(false, std::sync::atomic::Ordering::Release);
+                Some(snapshot)
+            }
+            Err(error) => {
+                tracing::warn!(%error, "listing access control rules failed");
+                self.failing
+                    .store(true, std::sync::atomic::Ordering::Release);
+                None
+            }
+        }
+    }
+
+    /// Lists the rules every `REFRESH_EVERY` until `shutdown`.
+    pub async fn refresh(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(REFRESH_EVERY);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = tailstream_net::server::shutdown_signalled(&mut shutdown) => return,
+            }
+            self.list().await;
+        }
+    }
+}

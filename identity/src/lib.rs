@@ -1,0 +1,14 @@
+//! tailstream-identity: who a broker's client is and what it may do, as the broker learns it
+//! from the coordinator. The Kafka listener and the broker's native listener share one of each
+//! per broker.
+//!
+//! - [`credentials`]: users' SCRAM credentials, looked up from the coordinator (its peer
+//!   listener) and kept for a short while; decoys for names that are no user's;
+//! - [`authorizer`]: the access control rules, listed from the coordinator and refreshed in
+//!   the background, turned into what one principal may do ([`Access`]).
+
+pub mod authorizer;
+pub mod credentials;
+
+pub use authorizer::{Access, Authorizer, REFRESH_EVERY};
+pub use credentials::{Credentials, FRESH_FOR, Lookup};

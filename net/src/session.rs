@@ -1,0 +1,103 @@
+//! Who a native connection is: its [`Session`], which every request on it carries, and the
+//! [`Authenticator`] a listener that requires authentication runs its `Authenticate` steps
+//! through.
+//!
+//! The server drives the exchange on the connection's reader, one step at a time and before
+//! reading anything else, so a request pipelined behind the client's last step is already
+//! checked as the user it proved. Until then the listener answers nothing but `Ping`,
+//! `Authenticate` and what the service lets in by itself (the coordinator's user and access
+//! control operations, which carry the admin token), and closes the connection once
+//! `handshake_timeout` passed from its opening.
+
+use crate::listener::Standing;
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use std::any::Any;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use crate::server::Response;
+
+/// One connection's identity, shared by every request on it.
+#[derive(Debug)]
+pub struct Session {
+    /// Set once, when the connection authenticated.
+    user: OnceLock<Arc<str>>,
+    /// The authenticator's state between two steps (its SCRAM exchange).
+    exchange: Mutex<Option<Box<dyn Any + Send>>>,
+    standing: Option<Standing>,
+}
+
+impl Session {
+    pub(crate) fn new(standing: Option<Standing>) -> Session {
+        Session {
+            user: OnceLock::new(),
+            exchange: Mutex::new(None),
+            standing,
+        }
+    }
+
+    /// A session that proved nothing, for a service called outside a connection (tests).
+    pub fn anonymous() -> Arc<Session> {
+        Arc::new(Session::new(None))
+    }
+
+    /// A session of `user`, for a service called outside a connection (tests).
+    pub fn of_user(user: &str) -> Arc<Session> {
+        let session = Session::new(None);
+        let _ = session.user.set(Arc::from(user));
+        Arc::new(session)
+    }
+
+    /// The user this connection authenticated as; `None` before, or on a listener that
+    /// requires no authentication.
+    pub fn user(&self) -> Option<&str> {
+        self.user.get().map(|user| &**user)
+    }
+
+    /// Records that the connection proved to be `user`. False if it was already closed to make
+    /// room for a newer connection (say nothing more to it) or had authenticated before.
+    pub(crate) fn prove(&self, user: &str) -> bool {
+        if let Some(standing) = &self.standing
+            && !standing.proven()
+        {
+            return false;
+        }
+        self.user.set(Arc::from(user)).is_ok()
+    }
+
+    /// Takes the authenticator's state of the exchange in progress, if it is a `T`.
+    pub fn take_exchange<T: Any + Send>(&self) -> Option<Box<T>> {
+        let mut exchange = self.exchange.lock().unwrap_or_else(|p| p.into_inner());
+        exchange.take()?.downcast().ok()
+    }
+
+    /// Keeps the authenticator's state until the next step.
+    pub fn keep_exchange<T: Any + Send>(&self, state: T) {
+        *self.exchange.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(state));
+    }
+}
+
+/// What one `Authenticate` step ends in.
+#[derive(Debug)]
+pub enum Step {
+    /// Answer, and wait for the client's next step.
+    Continue(Response),
+    /// The client proved to be this user: answer (the server's final message).
+    Proven(Response, String),
+    /// Answer (`AuthenticationFailed`), then close the connection, for this reason (logged).
+    Refused(Response, String),
+}
+
+/// Checks a native connection's `Authenticate` steps.
+pub trait Authenticator: Send + Sync + std::fmt::Debug + 'static {
+    fn step<'a>(&'a self, session: &'a Session, body: Bytes) -> BoxFuture<'a, Step>;
+}
+
+/// A listener's authentication requirement.
+#[derive(Clone, Debug)]
+pub struct Authentication {
+    pub authenticator: Arc<dyn Authenticator>,
+    /// A connection not authenticated this long after it opened is closed.
+    pub handshake_timeout: Duration,
+}
