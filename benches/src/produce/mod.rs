@@ -17,6 +17,7 @@
 //! user and system apart, and, for R > 0, the kernel's floor for the same bytes
 //! ([`crate::floor`]) and the brokers' CPU as a multiple of it.
 
+mod authenticated;
 mod closed;
 mod kafka_connection;
 mod kafka_producer;
@@ -109,6 +110,11 @@ pub struct ProduceBenchArgs {
     /// process's connections to them: what TLS costs (native protocol only; not with --join).
     #[arg(long)]
     pub tls: bool,
+    /// Client authentication on the cluster it starts: every connection authenticates with
+    /// SCRAM as a user that is no super user, and every produce is checked against the rule
+    /// that allows it: what that costs (native protocol only; not with --join).
+    #[arg(long)]
+    pub authenticate: bool,
 }
 
 /// The protocol the benchmark's producers speak.
@@ -199,6 +205,14 @@ pub async fn measure(
     } else {
         None
     };
+    if args.authenticate {
+        if join.is_some() || args.protocol != Protocol::Native {
+            return Err(
+                "--authenticate starts its own cluster and speaks the native protocol only".into(),
+            );
+        }
+        authenticated::require(&mut config);
+    }
     if args.producers == 0 {
         return Err("--producers must be positive".into());
     }
@@ -219,7 +233,14 @@ pub async fn measure(
         brokers_to_start(args),
     )
     .await?;
-    let result = run_producers(&config, &cluster.coordinator, cluster.local.as_ref(), args).await;
+    let result = match args.authenticate {
+        true => authenticated::log_in(&config, &cluster.coordinator).await,
+        false => Ok(()),
+    };
+    let result = match result {
+        Ok(()) => run_producers(&config, &cluster.coordinator, cluster.local.as_ref(), args).await,
+        Err(error) => Err(error),
+    };
     cluster.finish(result.is_err()).await;
     let mut report = result?;
     if report.replicas > 0 && !args.no_floor && report.measured_records > 0 {

@@ -16,6 +16,8 @@ pub struct ProduceBenchReport {
     pub protocol: super::Protocol,
     /// Whether every client and peer connection spoke TLS (the one-sided path stays plain).
     pub tls: bool,
+    /// Whether every connection authenticated and every produce was checked against a rule.
+    pub authenticated: bool,
     pub producers: u32,
     pub record_bytes: usize,
     pub batch_bytes: u32,
@@ -105,6 +107,7 @@ impl ProduceBenchReport {
         Self {
             protocol: args.protocol,
             tls: args.tls,
+            authenticated: args.authenticate,
             producers: args.producers,
             record_bytes: args.record_bytes,
             batch_bytes: args.batch_bytes,
@@ -191,13 +194,14 @@ impl ProduceBenchReport {
             .rate
             .map_or("closed loop".into(), |r| format!("open {r}/s"));
         format!(
-            "R={} {:>9} {:<6}{} {:>3} producers {:>2} logs {:>7} B batches {load}: {:>11.0} records/s \
+            "R={} {:>9} {:<6}{}{} {:>3} producers {:>2} logs {:>7} B batches {load}: {:>11.0} records/s \
              {:>7.1} MiB/s  latency p50 {:>6} p99 {:>6} p999 {:>6} max {:>7} us  cpu s/GiB: \
              brokers {} primary {} backup {} client {} floor {} (x{})  round trip p50 {} us",
             self.replicas,
             self.replication,
             self.protocol.name(),
             if self.tls { " tls" } else { "" },
+            if self.authenticated { " auth" } else { "" },
             self.producers,
             self.logs,
             self.batch_bytes,
