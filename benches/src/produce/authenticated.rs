@@ -1,6 +1,6 @@
 //! `bench produce --authenticate`: the cluster it starts requires client authentication, and
-//! this process's connections authenticate as a user that is no super user, allowed only by a
-//! rule (Write on the benchmark's streams), so every produce is checked against the rules as a
+//! this process's connections authenticate as a user that is no super user, allowed only by
+//! rules (Create and Write on the benchmark's streams), so every produce is checked against the rules as a
 //! real user's would be. What that costs next to a run without it.
 
 use std::time::Duration;
@@ -40,17 +40,20 @@ pub async fn log_in(config: &Config, coordinator: &str) -> Result<(), String> {
         .create_user(token, USER, credentials)
         .await
         .map_err(|e| format!("creating the benchmark's user: {e}"))?;
-    let rule = AclRule {
-        principal: format!("User:{USER}"),
-        resource: AclResource::Topic,
-        pattern: AclPattern::Prefixed,
-        name: "bench-".into(),
-        operation: AclOperation::Write,
-    };
-    admin
-        .change_acl(token, rule, true)
-        .await
-        .map_err(|e| format!("adding the benchmark's rule: {e}"))?;
+    // It creates its stream, then writes to it.
+    for operation in [AclOperation::Create, AclOperation::Write] {
+        let rule = AclRule {
+            principal: format!("User:{USER}"),
+            resource: AclResource::Topic,
+            pattern: AclPattern::Prefixed,
+            name: "bench-".into(),
+            operation,
+        };
+        admin
+            .change_acl(token, rule, true)
+            .await
+            .map_err(|e| format!("adding the benchmark's rules: {e}"))?;
+    }
     set_outgoing(Some(Login::new(USER, &password, ScramMechanism::Sha256)));
     // Brokers list the rules every 5 s; the first produce must find this one.
     tokio::time::sleep(tailstream_identity::REFRESH_EVERY + Duration::from_secs(1)).await;
