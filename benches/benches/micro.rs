@@ -4,7 +4,7 @@ use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
 use std::time::Instant;
-use tailstream_storage::{SegmentMemory, Streamlet};
+use tailstream_storage::{ProducerOwner, SegmentMemory, Streamlet};
 use tailstream_wire::batch::{read_batch_header, validate_batch};
 use tailstream_wire::entry::EntryType;
 use tailstream_wire::messages::StreamConfig;
@@ -51,7 +51,13 @@ fn append(c: &mut Criterion) {
                 sequence += 1;
                 let info = validate_batch(&bytes).expect("valid");
                 let appended = streamlet
-                    .append(LogId(0), &bytes, &info, Instant::now())
+                    .append(
+                        LogId(0),
+                        &bytes,
+                        &info,
+                        ProducerOwner::ANYONE,
+                        Instant::now(),
+                    )
                     .expect("appended");
                 if sequence.is_multiple_of(1024) {
                     streamlet.enforce_retention(Instant::now());

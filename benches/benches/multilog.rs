@@ -7,7 +7,7 @@ use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
-use tailstream_storage::{SegmentMemory, Streamlet};
+use tailstream_storage::{ProducerOwner, SegmentMemory, Streamlet};
 use tailstream_wire::batch::{ProducerSequence, validate_batch};
 use tailstream_wire::messages::StreamConfig;
 use tailstream_wire::records::RecordBatchBuilder;
@@ -62,7 +62,8 @@ fn run(threads: u64, logs: u32, one: &Bytes, iters: u64) -> Duration {
                         producer_epoch: ProducerEpoch(0),
                         base_sequence: BatchSequence(i as u32),
                     });
-                    let appended = streamlet.append(log, &one, &info, Instant::now());
+                    let appended =
+                        streamlet.append(log, &one, &info, ProducerOwner::ANYONE, Instant::now());
                     assert!(appended.is_ok_and(|a| !a.duplicate), "append failed");
                     if i % 256 == 255 {
                         streamlet.enforce_retention(Instant::now());

@@ -13,7 +13,9 @@ use crate::lease::Lease;
 use crate::metrics as m;
 use crate::replication::placements::ReplicaPlacements;
 use crate::storage::streamlet::Admission;
-use crate::storage::{AppendLocation, CommitPoint, ReadOutcome, StorageError, Store, Streamlet};
+use crate::storage::{
+    AppendLocation, CommitPoint, ProducerOwner, ReadOutcome, StorageError, Store, Streamlet,
+};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tailstream_wire::batch::{BatchError, BatchInfo, validate_batch};
@@ -269,13 +271,15 @@ impl DataPlane {
         Ok(streamlet)
     }
 
-    /// Validates and appends one record batch of a native producer, to the log its producer
-    /// id maps to. Native producers are always idempotent: a batch without a producer id is
+    /// Validates and appends one record batch of a native producer (sent by `owner`: a
+    /// producer id is refused to any user but the first to write under it), to the log its
+    /// producer id maps to. Native producers are always idempotent: a batch without a producer id is
     /// refused.
     pub fn produce(
         &self,
         at: StreamletRef,
         batch: &[u8],
+        owner: ProducerOwner,
         started: Instant,
     ) -> Result<Produced, DataError> {
         let info = validate(batch)?;
@@ -286,7 +290,7 @@ impl DataPlane {
         };
         let streamlet = self.admit(at)?;
         let log = streamlet.log_for(producer.producer_id).id();
-        self.append(&streamlet, log, batch, &info, started)
+        self.append(&streamlet, log, batch, &info, owner, started)
     }
 
     /// Validates and appends one record batch to `log`: a front end whose clients address
@@ -297,11 +301,12 @@ impl DataPlane {
         at: StreamletRef,
         log: LogId,
         batch: &[u8],
+        owner: ProducerOwner,
         started: Instant,
     ) -> Result<Produced, DataError> {
         let info = validate(batch)?;
         let streamlet = self.admit(at)?;
-        self.append(&streamlet, log, batch, &info, started)
+        self.append(&streamlet, log, batch, &info, owner, started)
     }
 
     fn append(
@@ -310,11 +315,12 @@ impl DataPlane {
         log: LogId,
         batch: &[u8],
         info: &BatchInfo,
+        owner: ProducerOwner,
         started: Instant,
     ) -> Result<Produced, DataError> {
         let appended = self
             .store
-            .append(streamlet, log, batch, info, started)
+            .append(streamlet, log, batch, info, owner, started)
             .inspect_err(|error| match error {
                 StorageError::Backpressure { .. } => {
                     metrics::counter!(m::PRODUCE_BACKPRESSURE).increment(1);

@@ -13,7 +13,7 @@
 
 use crate::data_plane::{DataError, DataPlane, Fetched, StreamletRef};
 use crate::metrics as m;
-use crate::storage::ReadOutcome;
+use crate::storage::{ProducerOwner, ReadOutcome};
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -120,7 +120,10 @@ impl BrokerService {
             streamlet: request.streamlet,
             epoch: request.epoch,
         };
-        let produced = match self.plane.produce(at, &request.batch, started) {
+        let owner = session
+            .user()
+            .map_or(ProducerOwner::ANYONE, ProducerOwner::user);
+        let produced = match self.plane.produce(at, &request.batch, owner, started) {
             Ok(produced) => produced,
             Err(error) => return Reply::Ready(refuse(error)),
         };

@@ -51,6 +51,9 @@ fn storage_error_code(error: &StorageError) -> i16 {
         // librdkafka and Java bump their epoch and resend when nothing is outstanding, and
         // fail the batch (never resend it) when it may be stored.
         StorageError::UnknownProducer { .. } => ResponseError::UnknownProducerId,
+        // Another user's producer id: an authorization failure, fatal to the producer (Kafka
+        // answers a producer without idempotent-write rights the same).
+        StorageError::ForeignProducer { .. } => ResponseError::ClusterAuthorizationFailed,
         StorageError::UnknownGroup(_)
         | StorageError::UnknownSegment(_)
         | StorageError::DigestTooLarge { .. }

@@ -47,6 +47,10 @@ pub enum StorageError {
         epoch: ProducerEpoch,
         sequence: BatchSequence,
     },
+    #[error(
+        "{producer} belongs to another user (the first to write under it in this log): not appended; get a producer id of your own"
+    )]
+    ForeignProducer { producer: ProducerId },
     #[error("{producer} at {got} is fenced: the log has seen its {current}")]
     ProducerFenced {
         producer: ProducerId,
@@ -104,6 +108,7 @@ impl StorageError {
             StorageError::SequenceClash { .. } => Status::SequenceClash,
             StorageError::ProducerFenced { .. } => Status::ProducerFenced,
             StorageError::UnknownProducer { .. } => Status::UnknownProducer,
+            StorageError::ForeignProducer { .. } => Status::Forbidden,
             StorageError::ReplicationBacklog { .. } => Status::Busy,
             StorageError::NotEnoughReplicas { .. } => Status::NotEnoughReplicas,
             StorageError::DigestTooLarge { .. }

@@ -26,6 +26,7 @@ pub mod streamlet;
 pub use error::StorageError;
 pub use log::{AppendLocation, Appended, CommitPoint, Log, ReadOutcome, SegmentView};
 pub use memory::SegmentMemory;
+pub use producers::ProducerOwner;
 pub use rebuild::{RebuildSummary, RecoveredSegment};
 pub use store::Store;
 pub use streamlet::Streamlet;

@@ -14,7 +14,7 @@
 use super::commit_feed::FeedLink;
 use super::error::StorageError;
 use super::group::Group;
-use super::producers::{ProducedBatch, ProducerTable, SequenceCheck};
+use super::producers::{ProducedBatch, ProducerOwner, ProducerTable, SequenceCheck};
 use super::segment::Segment;
 use super::streamlet::StreamletShared;
 use bytes::Bytes;
@@ -231,17 +231,18 @@ impl Log {
         self.lock().upcoming
     }
 
-    /// Appends one validated record batch.
+    /// Appends one validated record batch, sent by `owner`.
     pub fn append(
         &self,
         shared: &StreamletShared,
         batch: &[u8],
         info: &BatchInfo,
+        owner: ProducerOwner,
         now: Instant,
     ) -> Result<Appended, StorageError> {
         let mut state = self.lock_for_append();
         // A batch without idempotence is appended as it comes.
-        let produced = ProducedBatch::of(info);
+        let produced = ProducedBatch::of(info).map(|p| p.by(owner));
         let check = produced.map_or(SequenceCheck::Append, |p| state.producers.check(&p));
         match (check, produced) {
             (SequenceCheck::Append, _) | (_, None) => {}
@@ -277,6 +278,11 @@ impl Log {
                     producer: p.producer,
                     epoch: p.epoch,
                     sequence: p.base_sequence,
+                });
+            }
+            (SequenceCheck::Foreign, Some(p)) => {
+                return Err(StorageError::ForeignProducer {
+                    producer: p.producer,
                 });
             }
         }

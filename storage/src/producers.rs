@@ -19,13 +19,40 @@
 //! UNKNOWN_PRODUCER_ID), since it may be the retry of a batch stored before the producer was
 //! forgotten, which must not be appended twice, or follow a batch that was refused, which
 //! must not leave a gap. Its client then moves to a new epoch, which starts at 0.
+//!
+//! Where clients authenticate, a producer id belongs to the user whose batch first used it in
+//! the log (the coordinator hands out ids that cannot be guessed, but anyone who reads a stream
+//! sees them in its batches): a batch under it from any other user is refused before it is
+//! compared with anything, so it can neither be appended, nor answered as a duplicate of the
+//! owner's batch, nor break the owner's sequence. A table rebuilt from a log knows no owners
+//! (the log does not keep them): the next user to write under an id owns it again.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
+use std::sync::OnceLock;
 use tailstream_wire::batch::BatchInfo;
 use tailstream_wire::{BatchSequence, ProducerEpoch, ProducerId};
 
 /// How many of a producer's latest batches a log remembers (the protocol's idempotence window).
 pub const RECENT_BATCHES_MAX: usize = tailstream_wire::batch::IDEMPOTENCE_WINDOW_BATCHES;
+
+/// Who wrote a batch: an authenticated user (a keyed hash of its name, the key this process's
+/// own), or nobody in particular (authentication off).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ProducerOwner(u64);
+
+impl ProducerOwner {
+    /// Authentication is off: nothing binds a producer id.
+    pub const ANYONE: ProducerOwner = ProducerOwner(0);
+
+    /// The user `name`.
+    pub fn user(name: &str) -> ProducerOwner {
+        static KEY: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
+        let hash = KEY.get_or_init(Default::default).hash_one(name);
+        // 0 is ANYONE's: no user hashes to it.
+        ProducerOwner(hash.max(1))
+    }
+}
 
 /// What makes a batch this batch: where its producer put it and what it holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +63,8 @@ pub struct ProducedBatch {
     pub record_count: u32,
     /// The batch's CRC-32C, which covers its epoch, sequence and every record.
     pub checksum: u32,
+    /// Who sent it.
+    pub owner: ProducerOwner,
 }
 
 impl ProducedBatch {
@@ -47,7 +76,13 @@ impl ProducedBatch {
             base_sequence: p.base_sequence,
             record_count: info.record_count,
             checksum: info.checksum,
+            owner: ProducerOwner::ANYONE,
         })
+    }
+
+    /// This batch, sent by `owner`.
+    pub fn by(self, owner: ProducerOwner) -> ProducedBatch {
+        ProducedBatch { owner, ..self }
     }
 }
 
@@ -68,6 +103,8 @@ pub enum SequenceCheck<L> {
     Fenced { current: ProducerEpoch },
     /// No state for this producer, and the batch does not start a sequence.
     UnknownProducer,
+    /// The producer id belongs to another user.
+    Foreign,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -80,6 +117,8 @@ struct RecentBatch<L> {
 
 #[derive(Debug)]
 struct ProducerState<L> {
+    /// The user the id belongs to (`ANYONE` until an authenticated user writes under it).
+    owner: ProducerOwner,
     epoch: ProducerEpoch,
     next_sequence: BatchSequence,
     recent: VecDeque<RecentBatch<L>>,
@@ -110,6 +149,9 @@ impl<L: Copy> ProducerTable<L> {
                 SequenceCheck::UnknownProducer
             };
         };
+        if state.owner != ProducerOwner::ANYONE && batch.owner != state.owner {
+            return SequenceCheck::Foreign;
+        }
         if batch.epoch < state.epoch {
             return SequenceCheck::Fenced {
                 current: state.epoch,
@@ -161,6 +203,7 @@ impl<L: Copy> ProducerTable<L> {
             .producers
             .entry(batch.producer)
             .or_insert_with(|| ProducerState {
+                owner: ProducerOwner::ANYONE,
                 epoch: batch.epoch,
                 next_sequence: batch.base_sequence,
                 recent: VecDeque::with_capacity(4),
@@ -171,6 +214,9 @@ impl<L: Copy> ProducerTable<L> {
             // are fenced), so they are not kept for comparison.
             state.epoch = batch.epoch;
             state.recent.clear();
+        }
+        if state.owner == ProducerOwner::ANYONE {
+            state.owner = batch.owner;
         }
         state.next_sequence = batch.base_sequence.advance(batch.record_count);
         state.last_seen_tick = self.tick;
@@ -217,7 +263,44 @@ mod tests {
             record_count: records,
             // Stands for the bytes: the same batch resent has the same checksum.
             checksum: (producer as u32) ^ (u32::from(epoch as u16) << 8) ^ (sequence << 12),
+            owner: ProducerOwner::ANYONE,
         }
+    }
+
+    #[test]
+    fn a_producer_id_belongs_to_the_first_user_who_writes_under_it() {
+        let alice = ProducerOwner::user("alice");
+        let mallory = ProducerOwner::user("mallory");
+        assert_ne!(alice, mallory);
+        assert_ne!(alice, ProducerOwner::ANYONE);
+        let mut table = ProducerTable::<u32>::new(16);
+        table.appended(&batch(3, 0, 0, 2).by(alice), 10);
+        // Another user: refused before anything is compared: not her next batch, not a
+        // duplicate of hers (which would acknowledge bytes she never sent), not a new epoch.
+        for other in [batch(3, 0, 2, 1), batch(3, 0, 0, 2), batch(3, 1, 0, 1)] {
+            assert_eq!(table.check(&other.by(mallory)), SequenceCheck::Foreign);
+            assert_eq!(table.check(&other), SequenceCheck::Foreign, "nor anyone");
+        }
+        assert_eq!(
+            table.check(&batch(3, 0, 2, 1).by(alice)),
+            SequenceCheck::Append
+        );
+        assert_eq!(
+            table.check(&batch(3, 0, 0, 2).by(alice)),
+            SequenceCheck::Duplicate(10)
+        );
+        // An id first used without authentication (or rebuilt from a log, which keeps no
+        // owners) goes to the first user who writes under it.
+        table.appended(&batch(4, 0, 0, 1), 20);
+        assert_eq!(
+            table.check(&batch(4, 0, 1, 1).by(mallory)),
+            SequenceCheck::Append
+        );
+        table.appended(&batch(4, 0, 1, 1).by(mallory), 21);
+        assert_eq!(
+            table.check(&batch(4, 0, 2, 1).by(alice)),
+            SequenceCheck::Foreign
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@ use super::commit_feed::{CommitFeed, LogKey};
 use super::error::StorageError;
 use super::log::Appended;
 use super::memory::SegmentMemory;
+use super::producers::ProducerOwner;
 use super::streamlet::Streamlet;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
@@ -242,11 +243,12 @@ impl Store {
         log: LogId,
         batch: &[u8],
         info: &BatchInfo,
+        owner: ProducerOwner,
         now: Instant,
     ) -> Result<Appended, StorageError> {
-        match streamlet.append(log, batch, info, now) {
+        match streamlet.append(log, batch, info, owner, now) {
             Err(StorageError::Backpressure { .. }) if self.enforce_retention(now) > 0 => {
-                streamlet.append(log, batch, info, now)
+                streamlet.append(log, batch, info, owner, now)
             }
             outcome => outcome,
         }

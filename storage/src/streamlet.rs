@@ -11,6 +11,7 @@ use super::commit_feed::{CommitFeed, FeedLink};
 use super::error::StorageError;
 use super::log::{Appended, Log};
 use super::memory::{MemoryLease, SegmentMemory};
+use super::producers::ProducerOwner;
 use super::rebuild::{RebuildSummary, RecoveredSegment};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -257,9 +258,12 @@ impl Streamlet {
         log: LogId,
         batch: &[u8],
         info: &BatchInfo,
+        owner: ProducerOwner,
         now: Instant,
     ) -> Result<Appended, StorageError> {
-        let appended = self.log(log)?.append(&self.shared, batch, info, now)?;
+        let appended = self
+            .log(log)?
+            .append(&self.shared, batch, info, owner, now)?;
         // Size-based retention as soon as a log grows by a segment (the periodic pass is for
         // age): the streamlet stays within `retention_bytes` plus one segment per log, and a
         // freed segment's buffer is reused by the next one instead of fresh memory.

@@ -56,7 +56,13 @@ fn batch_at(producer: u64, epoch: i16, sequence: u32, values: &[&str]) -> Bytes 
 fn append(s: &Streamlet, bytes: &Bytes) -> Result<Appended, StorageError> {
     let info = validate_batch(bytes).unwrap();
     let producer = info.producer.unwrap().producer_id;
-    s.append(s.log_for(producer).id(), bytes, &info, Instant::now())
+    s.append(
+        s.log_for(producer).id(),
+        bytes,
+        &info,
+        ProducerOwner::ANYONE,
+        Instant::now(),
+    )
 }
 
 /// Reads a whole log the way a consumer does; returns (offset, value) of every record.
@@ -260,7 +266,7 @@ fn a_rebuilt_log_keeps_producer_epochs_and_batch_identities() {
     .unwrap();
     let again = |b: &Bytes| {
         let info = validate_batch(b).unwrap();
-        rebuilt.append(LogId(0), b, &info, Instant::now())
+        rebuilt.append(LogId(0), b, &info, ProducerOwner::ANYONE, Instant::now())
     };
     let last = format!("value-039-{}", "x".repeat(100));
     assert!(
@@ -395,7 +401,14 @@ fn the_largest_timestamp_is_found_at_its_first_record_across_segments() {
         }
         let bytes = builder.finish_without_producer();
         let info = validate_batch(&bytes).unwrap();
-        s.append(LogId(0), &bytes, &info, Instant::now()).unwrap();
+        s.append(
+            LogId(0),
+            &bytes,
+            &info,
+            ProducerOwner::ANYONE,
+            Instant::now(),
+        )
+        .unwrap();
     }
     assert!(
         log.groups().groups[0].segments.len() > 1,
@@ -415,12 +428,55 @@ fn a_batch_without_a_producer_is_appended_each_time_it_comes() {
     let bytes = builder.finish_without_producer();
     let info = validate_batch(&bytes).unwrap();
     assert_eq!(info.producer, None);
-    let first = s.append(LogId(1), &bytes, &info, Instant::now()).unwrap();
-    let again = s.append(LogId(1), &bytes, &info, Instant::now()).unwrap();
+    let first = s
+        .append(
+            LogId(1),
+            &bytes,
+            &info,
+            ProducerOwner::ANYONE,
+            Instant::now(),
+        )
+        .unwrap();
+    let again = s
+        .append(
+            LogId(1),
+            &bytes,
+            &info,
+            ProducerOwner::ANYONE,
+            Instant::now(),
+        )
+        .unwrap();
     assert!(!first.duplicate && !again.duplicate);
     assert_eq!(again.location.base_offset, RecordOffset(1));
     assert_eq!(read_log(s.log(LogId(1)).unwrap()).len(), 2);
     assert!(read_log(s.log(LogId(0)).unwrap()).is_empty());
+}
+
+#[test]
+fn another_user_s_batch_under_a_producer_id_is_refused_not_acknowledged() {
+    let s = streamlet(config(2, 4096, 4), 1 << 30);
+    let as_user = |bytes: &Bytes, user: &str| {
+        let info = validate_batch(bytes).unwrap();
+        let log = s.log_for(info.producer.unwrap().producer_id).id();
+        s.append(log, bytes, &info, ProducerOwner::user(user), Instant::now())
+    };
+    let first = batch(9, 0, &["alice's"]);
+    as_user(&first, "alice").unwrap();
+    // Mallory resends alice's batch (read from the stream) and her next one: neither is
+    // answered as a duplicate nor appended.
+    for stolen in [first.clone(), batch(9, 1, &["mallory's"])] {
+        let refused = as_user(&stolen, "mallory").unwrap_err();
+        assert!(
+            matches!(refused, StorageError::ForeignProducer { .. }),
+            "{refused}"
+        );
+        assert_eq!(refused.status(), tailstream_wire::Status::Forbidden);
+    }
+    assert!(as_user(&first, "alice").unwrap().duplicate);
+    as_user(&batch(9, 1, &["alice's next"]), "alice").unwrap();
+    let log = s.log_for(ProducerId(9));
+    let values: Vec<String> = read_log(log).into_iter().map(|(_, v)| v).collect();
+    assert_eq!(values, ["alice's", "alice's next"]);
 }
 
 #[test]

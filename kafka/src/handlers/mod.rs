@@ -23,6 +23,7 @@ use std::sync::Arc;
 use tailstream_auth::Principal;
 use tailstream_identity::Access;
 use tailstream_kafka_wire::{Api, RequestBody, RequestHeader};
+use tailstream_storage::ProducerOwner;
 
 /// An encoded answer body (without its length and header), or why it could not be encoded
 /// (a bug: the connection is closed).
@@ -72,7 +73,12 @@ pub(crate) async fn dispatch(
         RequestBody::ApiVersions(_) => api_versions::answer(version),
         RequestBody::Metadata(request) => metadata::answer(k(), access, version, request),
         RequestBody::Produce(request) => {
-            produce::answer(kafka, &access, version, request, throttle_ms).await
+            // A producer id is bound to the user who first writes under it.
+            let owner = match principal {
+                Principal::User(user) => ProducerOwner::user(user),
+                Principal::Anonymous => ProducerOwner::ANYONE,
+            };
+            produce::answer(kafka, &access, version, request, owner, throttle_ms).await
         }
         RequestBody::Fetch(request) => {
             let wait_max = limits.fetch_wait_max;

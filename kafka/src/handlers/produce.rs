@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use tailstream_broker::data_plane::{CommitWaiter, Produced, StreamletRef};
 use tailstream_identity::Access;
+use tailstream_storage::ProducerOwner;
 use tailstream_wire::messages::AclOperation;
 
 /// One partition's outcome before the answer: appended (maybe waiting for its replicas), or
@@ -47,6 +48,7 @@ pub(crate) async fn answer(
     access: &Access,
     version: i16,
     request: ProduceRequest,
+    owner: ProducerOwner,
     throttle_ms: i32,
 ) -> Answer {
     let acks = request.acks;
@@ -96,7 +98,7 @@ pub(crate) async fn answer(
                                 };
                                 let produced = kafka
                                     .plane
-                                    .produce_to_log(at, target.log, &batch, started)?;
+                                    .produce_to_log(at, target.log, &batch, owner, started)?;
                                 let (first, _) = streamlet.log(target.log)?.bounds();
                                 Ok((produced, first))
                             });
