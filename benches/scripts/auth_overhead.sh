@@ -6,17 +6,20 @@
 # against the rule that allows it), alternating, ROUNDS rounds. Prints each run, then the
 # authenticated / open ratios of the medians: records/s, latency and CPU per GiB of the broker
 # and the client. Loopback only; every run is bounded.
-# Usage: benches/scripts/auth_overhead.sh [path/to/tailstream] [rounds] [records]
+# Usage: benches/scripts/auth_overhead.sh [path/to/tailstream] [rounds] [records] [more bench args]
+# (e.g. "--batch-bytes 4096": smaller batches, more requests per record, so a per-request
+# cost weighs more)
 set -euo pipefail
 T=${1:-target/release/tailstream}
 ROUNDS=${2:-3}
 RECORDS=${3:-10000000}
+MORE=${4:-}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for round in $(seq "$ROUNDS"); do
   for auth in "" "--authenticate"; do
     line=$(timeout 400 "$T" bench produce --records "$RECORDS" --warmup-s 1 --producers 2 \
-      --replicas 0 --brokers 1 --json $auth)
+      --replicas 0 --brokers 1 --json $auth $MORE)
     echo "$line" >> "$out"
     echo "round $round ${auth:-open}: $(echo "$line" | python3 -c 'import json,sys; r=json.load(sys.stdin); print("%.0f records/s, p50 %s us, broker %s s/GiB, client %s s/GiB" % (r["records_per_sec"], r["p50_us"], r["cpu_seconds_per_gib"], r["client_cpu_seconds_per_gib"]))')"
   done

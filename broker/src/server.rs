@@ -89,6 +89,9 @@ pub async fn run_with(
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), String> {
     tailstream_net::tls::require_member(options.config.tls.enabled)?;
+    if let Some(warning) = options.config.authentication_bypass() {
+        tracing::warn!("{warning}");
+    }
     let config = &options.config.broker;
     let metrics = tailstream_admin::install_metrics()?;
     m::describe(config.segment_memory_bytes_max);

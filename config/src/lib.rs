@@ -359,6 +359,21 @@ impl Config {
     }
 
     /// Checks the relations between values that the types cannot express.
+    /// How this configuration's client authentication can be got around, if it can: with TLS
+    /// off, a peer listener takes anyone who reaches it for a member (who may create and delete
+    /// streams, and look up users' credentials), so the peer ports must be reachable by the
+    /// cluster's members alone.
+    pub fn authentication_bypass(&self) -> Option<&'static str> {
+        let authenticating =
+            self.security.client_authentication || !self.kafka.sasl_mechanisms.is_empty();
+        (authenticating && !self.tls.enabled).then_some(
+            "client authentication is on but TLS is off: anyone who reaches a peer listener \
+             (coordinator.peer_addr, broker.peer_addr) is taken for a member and is not held to \
+             it; turn TLS on ([tls], or dev --tls), or keep the peer ports reachable by the \
+             cluster's members alone",
+        )
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         validate_stream_config(&self.stream_defaults).map_err(ConfigError::Invalid)?;
         let invalid = |what: String| Err(ConfigError::Invalid(what));

@@ -92,6 +92,9 @@ const GROUP_LAG_EVERY: Duration = Duration::from_secs(1);
 /// campaigns and leads while elected (see [`crate::election`]), standing by otherwise.
 pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), String> {
     tailstream_net::tls::require_member(config.tls.enabled)?;
+    if let Some(warning) = config.authentication_bypass() {
+        tracing::warn!("{warning}");
+    }
     let metrics = tailstream_admin::install_metrics()?;
     crate::metrics::describe();
     match config.coordinator.store {

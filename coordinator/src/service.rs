@@ -579,15 +579,14 @@ impl CoordinatorService {
                 later(async move { Response::ok(&service.describe_leadership().await) })
             }
             (_, Opcode::ListRecoveries) => Reply::Ready(Response::ok(&self.list_recoveries())),
-            (_, Opcode::CreateUser) => self.create_user(request.body, facing == Facing::Clients),
-            (_, Opcode::DeleteUser) => self.delete_user(request.body, facing == Facing::Clients),
-            (_, Opcode::ListUsers) => {
-                ready(self.list_users(request.body, facing == Facing::Clients))
-            }
-            (_, Opcode::AddAcl) => self.change_acl(request.body, true, facing == Facing::Clients),
-            (_, Opcode::RemoveAcl) => {
-                self.change_acl(request.body, false, facing == Facing::Clients)
-            }
+            // Users and rules change only through the client listener, with the admin token:
+            // no member needs to, so a peer port (open to anyone who reaches it without TLS)
+            // grants nothing. Brokers list the rules on it.
+            (Facing::Clients, Opcode::CreateUser) => self.create_user(request.body, true),
+            (Facing::Clients, Opcode::DeleteUser) => self.delete_user(request.body, true),
+            (Facing::Clients, Opcode::ListUsers) => ready(self.list_users(request.body, true)),
+            (Facing::Clients, Opcode::AddAcl) => self.change_acl(request.body, true, true),
+            (Facing::Clients, Opcode::RemoveAcl) => self.change_acl(request.body, false, true),
             (_, Opcode::ListAcls) => ready(self.list_acls(request.body, facing == Facing::Clients)),
             (Facing::Peers, Opcode::LookupCredentials) => {
                 ready(self.lookup_credentials(request.body))
@@ -602,10 +601,27 @@ impl CoordinatorService {
             (_, Opcode::GroupHeartbeat) => Reply::Ready(self.groups.heartbeat(request.body)),
             (_, Opcode::GroupLeave) => Reply::Ready(self.groups.leave(request.body)),
             (_, Opcode::OffsetCommit) => self.commit_offsets(request.body),
-            (_, Opcode::OffsetFetch) => Reply::Ready(self.groups.fetch(request.body)),
+            (_, Opcode::OffsetFetch) => {
+                let offsets = self.groups.fetch(request.body);
+                Reply::Ready(self.visible_offsets(&access, offsets))
+            }
             (_, Opcode::DescribeConsumerGroups) => {
                 Reply::Ready(Response::ok(&self.describe_consumer_groups()))
             }
+            (
+                Facing::Peers,
+                Opcode::CreateUser
+                | Opcode::DeleteUser
+                | Opcode::ListUsers
+                | Opcode::AddAcl
+                | Opcode::RemoveAcl,
+            ) => Reply::Ready(Response::error(
+                Status::UnknownOpcode,
+                format!(
+                    "{:?} is served on the coordinator's client listener (coordinator.rpc_addr), with the admin token",
+                    request.opcode
+                ),
+            )),
             (
                 Facing::Clients,
                 Opcode::RegisterBroker

@@ -6,7 +6,8 @@
 //! need that operation on the stream (create may be on the cluster instead), a producer id
 //! needs idempotent write, a group's calls need read on the group (and a commit read on each
 //! stream it commits), the cluster's recoveries and consumer groups need describe on the
-//! cluster. Listing streams lists only those the user may describe. Brokers, on the peer
+//! cluster. Listing streams, and a group's committed offsets, show only the streams the user
+//! may describe. Brokers, on the peer
 //! listener, are members: nothing is checked of them here. User and rule operations carry the
 //! admin token, and are checked by it (`service_users`).
 
@@ -20,9 +21,10 @@ use tailstream_net::{Request, Response};
 use tailstream_wire::messages::{
     AclOperation, AclResource, CreateStreamRequest, DeleteStreamRequest, DescribeStreamRequest,
     GroupHeartbeatRequest, GroupJoinRequest, GroupLeaveRequest, GroupSyncRequest,
-    ListStreamsResponse, OffsetCommitRequest, OffsetFetchRequest, ScramCredential, ScramMechanism,
+    ListStreamsResponse, OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse,
+    ScramCredential, ScramMechanism,
 };
-use tailstream_wire::{Opcode, Status};
+use tailstream_wire::{Decode, Opcode, Status};
 
 /// Users' credentials as this coordinator's metadata holds them; decoys (from the cluster's
 /// secret, as brokers are given) for a name that is no user's.
@@ -75,6 +77,13 @@ impl CoordinatorService {
     /// for a super user; what the rules give its user otherwise.
     pub(super) fn client_access(&self, request: &Request) -> Access {
         if !self.settings.client_authentication {
+            return Access::Everything;
+        }
+        // What every authenticated client may do, checked against nothing: no rules copied.
+        if matches!(
+            request.opcode,
+            Opcode::Ping | Opcode::ListBrokers | Opcode::DescribeLeadership
+        ) {
             return Access::Everything;
         }
         let Some(user) = request.session.user() else {
@@ -140,6 +149,27 @@ impl CoordinatorService {
             // Every stream is checked as it is listed; brokers and the leadership are what any
             // authenticated client needs to find its way.
             _ => Ok(()),
+        }
+    }
+
+    /// A group's committed offsets (`answer`) cut to the streams `access` may describe: the
+    /// group's read right does not show streams the user may not see.
+    pub(super) fn visible_offsets(&self, access: &Access, answer: Response) -> Response {
+        if matches!(access, Access::Everything) || !answer.status.is_ok() {
+            return answer;
+        }
+        let Some(body) = answer.parts.first().cloned() else {
+            return answer;
+        };
+        match OffsetFetchResponse::decode_exact(body) {
+            Ok(mut offsets) => {
+                offsets
+                    .offsets
+                    .retain(|o| access.topic(AclOperation::Describe, &o.topic));
+                Response::ok(&offsets)
+            }
+            // Our own answer, encoded a moment ago: not expected; shown to nobody.
+            Err(error) => Response::error(Status::Internal, format!("offsets: {error}")),
         }
     }
 

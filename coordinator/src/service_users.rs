@@ -1,7 +1,8 @@
-//! The coordinator's security operations: users (create, delete, list, on either listener,
-//! and the credential lookup brokers check a client's authentication against, on the peer
-//! listener only: a client gets no key material) and access control rules (add, remove, list).
-//! On the client listener each needs the cluster's admin token when one is configured.
+//! The coordinator's security operations: users (create, delete, list, on the client listener
+//! only; and the credential lookup brokers check a client's authentication against, on the
+//! peer listener only: a client gets no key material) and access control rules (add, remove
+//! on the client listener; list on both, brokers enforce them). On the client listener each
+//! needs the cluster's admin token when one is configured; no member changes them.
 
 use super::{CoordinatorService, decode, later};
 use crate::metadata::{Metadata, MetadataError};

@@ -76,14 +76,23 @@ impl Authorizer {
     }
 
     /// What `user` may do by the rules listed last, without waiting: `None` while none were
-    /// listed yet (or the last listing is too old to use), so the caller can ask for a retry
-    /// rather than refuse. For a request that must be handled in arrival order (a produce).
+    /// listed yet, so the caller can ask for a retry rather than refuse (nothing, once the
+    /// last listing is too old to use). For a request that must be handled in arrival order (a produce).
     pub fn access_now(&self, user: &str) -> Option<Access> {
         if self.super_users.contains(user) {
             return Some(Access::Everything);
         }
-        self.current()
-            .map(|snapshot| Access::Rules(snapshot.for_user(user)))
+        let snapshot = self
+            .snapshot
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()?;
+        // Rules too old to trust allow nothing, as for `access` (fails closed).
+        Some(if snapshot.listed.elapsed() < STALE_USABLE_FOR {
+            Access::Rules(snapshot.for_user(user))
+        } else {
+            Access::Nothing
+        })
     }
 
     /// What `principal`'s request may do. Waits on the coordinator only for this broker's

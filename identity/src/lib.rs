@@ -1,6 +1,6 @@
 //! tailstream-identity: who a broker's client is and what it may do, as the broker learns it
-//! from the coordinator. The Kafka listener and the broker's native listener share one of each
-//! per broker.
+//! from the coordinator. The Kafka listener and the broker's native listener each hold one of
+//! each (their super users differ: `kafka.super_users`, `security.super_users`).
 //!
 //! - [`credentials`]: users' SCRAM credentials, looked up from the coordinator (its peer
 //!   listener) and kept for a short while; decoys for names that are no user's;

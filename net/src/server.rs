@@ -43,6 +43,9 @@ pub use crate::listener::shutdown_signalled;
 /// enough for the producer's default 64 KiB batches, so the common produce frame costs no
 /// allocation; a larger frame gets one of its own, from the budget.
 const READ_CHUNK_BYTES: usize = 128 * 1024;
+/// The largest request body a connection may send before it authenticated (where the listener
+/// requires it): SCRAM's messages and the admin token's user operations are far smaller.
+const UNPROVEN_BODY_BYTES_MAX: u32 = 16 * 1024;
 /// After a `GoAway`, how long requests that crossed it still get answered.
 const GO_AWAY_GRACE: Duration = Duration::from_secs(1);
 /// How long a closing connection waits for its queued answers to be written.
@@ -201,11 +204,38 @@ async fn serve_connection<S: Service>(
     limits: Arc<ServerLimits>,
     standing: Option<Standing>,
 ) -> Closed {
-    // The handshake deadline counts from the connection's opening, TLS included.
-    let authenticate_by = limits
-        .authentication
-        .as_ref()
-        .map(|required| Instant::now() + required.handshake_timeout);
+    let session = Arc::new(Session::new(standing));
+    let Some(required) = limits.authentication.clone() else {
+        return serve_session(tcp, peer, service, limits, session).await;
+    };
+    // The handshake deadline counts from the connection's opening, TLS included, and holds
+    // whatever the connection is doing then (even waiting on a client that reads nothing).
+    let by = Instant::now() + required.handshake_timeout;
+    let served = serve_session(tcp, peer, service, limits, session.clone());
+    tokio::select! {
+        closed = served => closed,
+        () = unproven_at(by, &session) => Closed::Unauthenticated(format!(
+            "no authentication within {} ms (listeners.handshake_timeout_ms)",
+            required.handshake_timeout.as_millis()
+        )),
+    }
+}
+
+/// Returns at `by` if `session` has not authenticated by then; never otherwise.
+async fn unproven_at(by: Instant, session: &Session) {
+    tokio::time::sleep_until(by).await;
+    if session.user().is_some() {
+        std::future::pending::<()>().await;
+    }
+}
+
+async fn serve_session<S: Service>(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    service: Arc<S>,
+    limits: Arc<ServerLimits>,
+    session: Arc<Session>,
+) -> Closed {
     let stream = match crate::tls::accept(limits.tls.as_ref(), tcp, limits.request_read_timeout)
         .await
     {
@@ -232,8 +262,7 @@ async fn serve_connection<S: Service>(
         body: None,
         peer,
         limits: limits.clone(),
-        session: Arc::new(Session::new(standing)),
-        authenticate_by,
+        session,
     };
     let closed = connection.run(&*service).await;
     drop(connection);
@@ -261,8 +290,6 @@ struct Connection {
     peer: SocketAddr,
     limits: Arc<ServerLimits>,
     session: Arc<Session>,
-    /// Where authentication is required: when the connection must have authenticated by.
-    authenticate_by: Option<Instant>,
 }
 
 impl Connection {
@@ -270,21 +297,9 @@ impl Connection {
         self.in_flight.available_permits() < self.in_flight_max
     }
 
-    /// The handshake deadline, while the connection has not authenticated.
-    fn unproven_deadline(&self) -> Option<Instant> {
-        self.authenticate_by
-            .filter(|_| self.session.user().is_none())
-    }
-
-    fn unauthenticated(&self) -> Closed {
-        let timeout = self
-            .limits
-            .authentication
-            .as_ref()
-            .map_or(0, |required| required.handshake_timeout.as_millis());
-        Closed::Unauthenticated(format!(
-            "no authentication within {timeout} ms (listeners.handshake_timeout_ms)"
-        ))
+    /// Whether the listener requires authentication and this connection has not yet.
+    fn unproven(&self) -> bool {
+        self.limits.authentication.is_some() && self.session.user().is_none()
     }
 
     async fn run<S: Service>(&mut self, service: &S) -> Closed {
@@ -314,10 +329,7 @@ impl Connection {
             if let Err(closed) = self.make_room(frame_deadline).await {
                 return closed;
             }
-            let mut deadline = frame_deadline.or(going_away).unwrap_or(idle_deadline);
-            if let Some(unproven) = self.unproven_deadline() {
-                deadline = deadline.min(unproven);
-            }
+            let deadline = frame_deadline.or(going_away).unwrap_or(idle_deadline);
             if deadline < armed {
                 armed = deadline;
                 timer.as_mut().reset(armed);
@@ -330,12 +342,6 @@ impl Connection {
                 Some(Ok(0)) => return Closed::ByPeer,
                 Some(Ok(_)) => idle_deadline = Instant::now() + limits.idle_timeout,
                 Some(Err(error)) => return Closed::Io(format!("read: {error}")),
-                None if self
-                    .unproven_deadline()
-                    .is_some_and(|by| Instant::now() >= by) =>
-                {
-                    return self.unauthenticated();
-                }
                 None if Instant::now() < deadline => {
                     // Fired for a deadline that has since moved later: wait for the new one.
                     armed = deadline;
@@ -369,9 +375,6 @@ impl Connection {
             if Instant::now() >= armed {
                 // The timer fired (or is due): arm it for whatever comes next.
                 armed = frame_deadline.or(going_away).unwrap_or(idle_deadline);
-                if let Some(unproven) = self.unproven_deadline() {
-                    armed = armed.min(unproven);
-                }
                 timer.as_mut().reset(armed);
             }
         }
@@ -433,8 +436,7 @@ impl Connection {
                     None => continue,
                 }
             }
-            if self.authenticate_by.is_some()
-                && self.session.user().is_none()
+            if self.unproven()
                 && opcode != Opcode::Ping
                 && !service.open_before_authentication(opcode)
             {
@@ -503,13 +505,8 @@ impl Connection {
             };
             return Ok((Response::ok(&not_required), None));
         };
-        let by = self.authenticate_by.unwrap_or_else(Instant::now);
-        let step = required.authenticator.step(&self.session, body);
-        let step = match tokio::time::timeout_at(by, step).await {
-            Ok(step) => step,
-            Err(_) => return Err(self.unauthenticated()),
-        };
-        match step {
+        // Bounded by the handshake deadline, which ends the whole connection.
+        match required.authenticator.step(&self.session, body).await {
             Step::Continue(response) => Ok((response, None)),
             Step::Proven(response, user) => {
                 // Proven before the client hears it: from then on it is never closed to make
@@ -529,6 +526,17 @@ impl Connection {
     async fn make_room(&mut self, frame_deadline: Option<Instant>) -> Result<(), Closed> {
         // `decode` just ran on this buffer, so a header here was already verified.
         let header = self.decoder.peek(&self.buf).ok().flatten();
+        // Before authenticating, a connection gets no budgeted memory: only small frames (an
+        // exchange's steps, a token-carrying user operation) are read at all.
+        if let Some(header) = &header
+            && self.unproven()
+            && header.body_len > UNPROVEN_BODY_BYTES_MAX
+        {
+            return Err(Closed::Unauthenticated(format!(
+                "a {}-byte request before authenticating (at most {UNPROVEN_BODY_BYTES_MAX})",
+                header.body_len
+            )));
+        }
         let Some(header) = header.filter(|h| h.frame_bytes() > self.buf.capacity()) else {
             if self.buf.capacity() - self.buf.len() < READ_CHUNK_BYTES / 4 {
                 self.buf.reserve(READ_CHUNK_BYTES);

@@ -17,9 +17,10 @@ use tailstream_net::{
     Authentication, BodyBudget, ConnectionLimits, Reply, Request, Response, RpcClient,
     RpcClientConfig, Service,
 };
+use tailstream_wire::frame::FrameHeader;
 use tailstream_wire::messages::{ScramCredential, ScramMechanism};
-use tailstream_wire::{Opcode, Status};
-use tokio::io::AsyncReadExt;
+use tailstream_wire::{Opcode, RequestId, Status};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -57,6 +58,10 @@ impl Service for WhoAmI {
 }
 
 async fn start(required: bool) -> (String, watch::Sender<bool>) {
+    start_with(required, Duration::from_millis(800)).await
+}
+
+async fn start_with(required: bool, handshake_timeout: Duration) -> (String, watch::Sender<bool>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let (stop, stopped) = watch::channel(false);
@@ -66,7 +71,7 @@ async fn start(required: bool) -> (String, watch::Sender<bool>) {
         .collect();
     let authentication = required.then(|| Authentication {
         authenticator: Arc::new(ScramAuthenticator::new(OneUser(Arc::new(credentials)))),
-        handshake_timeout: Duration::from_millis(800),
+        handshake_timeout,
     });
     let limits = ServerLimits {
         connections: ConnectionLimits {
@@ -173,4 +178,25 @@ async fn a_listener_that_requires_nothing_says_so() {
     .unwrap();
     let answer = client.call_parts(Opcode::Produce, vec![]).await.unwrap();
     assert_eq!(answer, "(nobody)", "nothing was proven");
+}
+
+#[tokio::test]
+async fn a_large_request_before_authenticating_is_closed_on_its_header() {
+    // A handshake timeout far off: the close comes from the header alone.
+    let (addr, _stop) = start_with(true, Duration::from_secs(30)).await;
+    let body = vec![0u8; 512 << 10];
+    let header = FrameHeader::request(Opcode::ListUsers, RequestId(1)).encode_for_body(&[&body]);
+    let mut stream = TcpStream::connect(&addr).await.unwrap();
+    let sent = Instant::now();
+    stream.write_all(&header).await.unwrap();
+    let mut buffer = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buffer))
+        .await
+        .expect("closed within 10 s");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    assert!(
+        sent.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        sent.elapsed()
+    );
 }

@@ -99,7 +99,9 @@ pub async fn run(
         None => config.tls.clone(),
     };
     // This process talks to its cluster too (it waits for the brokers to register).
-    crate::install_tls(&own_tls, false)?;
+    // With the member's certificate (`dev --tls` made it), `dev` may ask the coordinator's
+    // peer listener, which it does where clients must authenticate (it has no user).
+    crate::install_tls(&own_tls, own_tls.identity().is_some())?;
     let etcd = on_etcd.then(|| EtcdSpec {
         endpoints,
         prefix: config.coordinator.etcd_prefix.clone(),
@@ -118,7 +120,12 @@ pub async fn run(
     };
     let mut cluster = LocalCluster::start(spec).await?;
     let coordinator = cluster.coordinator_addrs();
-    let registered = wait_for_brokers(&config, &coordinator, brokers).await?;
+    let asked = if config.security.client_authentication {
+        cluster.coordinator_peer_addrs()
+    } else {
+        coordinator.clone()
+    };
+    let registered = wait_for_brokers(&config, &asked, brokers).await?;
     println!(
         "tailstream dev: coordinator {coordinator} (brokers register at {})",
         cluster.coordinator_peer_addrs()
@@ -245,7 +252,6 @@ pub async fn run(
     outcome
 }
 
-/// Waits until the coordinator sees `brokers` live brokers.
 /// Waits until `brokers` brokers are registered and alive; returns the coordinator's list.
 async fn wait_for_brokers(
     config: &Config,

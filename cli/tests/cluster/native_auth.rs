@@ -209,6 +209,25 @@ async fn native_clients_authenticate_and_do_only_what_rules_allow() {
         let (ok, _, err) = as_user(&test, ROOT, &["stream", "delete", "payroll"], b"").await;
         assert!(ok, "{err}");
 
+        // The coordinator's peer listener (members only; without TLS anyone who reaches it)
+        // changes no user or rule, even with the admin token.
+        let peer = test.cluster.coordinator.peer_addr.to_string();
+        let member = tailstream_stubs::CoordinatorClient::new(
+            &peer,
+            tailstream_net::RpcClientConfig::default(),
+        );
+        let credentials = tailstream_auth::scram::new_credential(
+            tailstream_wire::messages::ScramMechanism::Sha256,
+            "x",
+            4096,
+        )
+        .unwrap();
+        let refused = member
+            .create_user(ADMIN_TOKEN, "mallory", vec![credentials])
+            .await
+            .unwrap_err();
+        assert!(refused.to_string().contains("client listener"), "{refused}");
+
         // A connection that never authenticates is closed after the handshake timeout (1.5 s),
         // on a broker's listener as on the coordinator's.
         let broker = test.cluster.broker(0).unwrap().rpc_addr;
