@@ -331,6 +331,7 @@ fn client_identity(
     let authentication = Authentication {
         authenticator: Arc::new(authenticator),
         handshake_timeout: config.listeners.handshake_timeout(),
+        recheck_every: config.security.session_recheck(),
     };
     Some((authentication, authorizer))
 }

@@ -499,6 +499,11 @@ impl Config {
                 "security.client_authentication needs security.admin_token: the first users are created with it".into(),
             );
         }
+        if (1..1000).contains(&self.security.session_recheck_ms) {
+            return invalid(
+                "security.session_recheck_ms must be 0 (never) or at least 1000".into(),
+            );
+        }
         if (1..1000).contains(&kafka.session_recheck_ms) {
             return invalid("kafka.session_recheck_ms must be 0 (never) or at least 1000".into());
         }

@@ -55,6 +55,17 @@ pub struct SecurityConfig {
     pub client_authentication: bool,
     /// Users the native listeners allow everything.
     pub super_users: Vec<String>,
+    /// How often an authenticated native connection checks that its user still holds the
+    /// credential it proved (closed once deleted or its password changed); 0: never.
+    pub session_recheck_ms: u64,
+}
+
+impl SecurityConfig {
+    /// `session_recheck_ms` as a period; `None` when off.
+    pub fn session_recheck(&self) -> Option<std::time::Duration> {
+        (self.session_recheck_ms > 0)
+            .then(|| std::time::Duration::from_millis(self.session_recheck_ms))
+    }
 }
 
 /// Shortest admin token accepted.
@@ -74,6 +85,7 @@ impl std::fmt::Debug for SecurityConfig {
             )
             .field("client_authentication", &self.client_authentication)
             .field("super_users", &self.super_users)
+            .field("session_recheck_ms", &self.session_recheck_ms)
             .finish()
     }
 }

@@ -313,6 +313,7 @@ pub async fn lead(
         client_limits.authentication = Some(Authentication {
             authenticator: Arc::new(ScramAuthenticator::new(source)),
             handshake_timeout: config.listeners.handshake_timeout(),
+            recheck_every: config.security.session_recheck(),
         });
     }
     let rpc = tokio::spawn(serve(

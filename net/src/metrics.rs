@@ -7,6 +7,7 @@ pub const CONNECTIONS_CLOSED: &str = "tailstream_connections_closed_total";
 pub const CONNECTIONS_EVICTED: &str = "tailstream_connections_evicted_total";
 pub const REQUEST_BODY_BYTES: &str = "tailstream_request_body_bytes";
 pub const REQUEST_BODY_WAITS: &str = "tailstream_request_body_waits_total";
+pub const SESSIONS_REVOKED: &str = "tailstream_sessions_revoked_total";
 
 /// Registers help texts for the listener metrics.
 pub fn describe() {
@@ -34,5 +35,9 @@ pub fn describe() {
     metrics::describe_counter!(
         REQUEST_BODY_WAITS,
         "Frames that waited for the body budget, per budget"
+    );
+    metrics::describe_counter!(
+        SESSIONS_REVOKED,
+        "Authenticated native connections closed because their user was deleted or its password changed"
     );
 }

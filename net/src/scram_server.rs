@@ -9,7 +9,7 @@
 //! closes. SCRAM's derivation is the client's: the server computes a few HMACs per exchange.
 
 use crate::server::Response;
-use crate::session::{Authenticator, Session, Step};
+use crate::session::{Authenticator, Proven, Session, Step};
 use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt};
 use std::sync::Arc;
@@ -33,6 +33,8 @@ pub trait CredentialSource: Send + Sync + std::fmt::Debug + 'static {
 struct Sent {
     exchange: Box<ServerExchange>,
     user: String,
+    /// The credential's StoredKey: what the session is later checked to still hold.
+    stored_key: Bytes,
 }
 
 /// SCRAM-SHA-256 and SCRAM-SHA-512 over `source`.
@@ -64,9 +66,13 @@ impl<C: CredentialSource> ScramAuthenticator<C> {
                 return refused("the mechanism changed within an exchange".into());
             }
             return match sent.exchange.finish(&request.message) {
-                Ok(server_final) => {
-                    Step::Proven(answer(AuthenticateOutcome::Done, server_final), sent.user)
-                }
+                Ok(server_final) => Step::Proven(
+                    answer(AuthenticateOutcome::Done, server_final),
+                    Proven {
+                        user: sent.user,
+                        proof: sent.stored_key,
+                    },
+                ),
                 Err(error) => refused(format!("{:?}: {error}", sent.user)),
             };
         }
@@ -91,11 +97,13 @@ impl<C: CredentialSource> ScramAuthenticator<C> {
             .find(|c| c.mechanism == request.mechanism)
             .cloned()
             .unwrap_or_else(|| decoy_credential(request.mechanism, &first.user, &self.decoy_key));
+        let stored_key = credential.stored_key.clone();
         let (exchange, server_first) =
             ServerExchange::start(request.mechanism, &first, Some(credential), &self.decoy_key);
         session.keep_exchange(Sent {
             exchange: Box::new(exchange),
             user: first.user,
+            stored_key,
         });
         Step::Continue(answer(AuthenticateOutcome::Continue, server_first))
     }
@@ -104,6 +112,15 @@ impl<C: CredentialSource> ScramAuthenticator<C> {
 impl<C: CredentialSource> Authenticator for ScramAuthenticator<C> {
     fn step<'a>(&'a self, session: &'a Session, body: Bytes) -> BoxFuture<'a, Step> {
         self.check(session, body).boxed()
+    }
+
+    fn still_holds<'a>(&'a self, user: &'a str, proof: &'a [u8]) -> BoxFuture<'a, Option<bool>> {
+        async move {
+            let credentials = self.source.credentials(user).await.ok()?;
+            // A deleted user's lookup gives decoys (or nothing): no StoredKey matches.
+            Some(credentials.iter().any(|c| c.stored_key.as_ref() == proof))
+        }
+        .boxed()
     }
 }
 

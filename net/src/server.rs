@@ -218,6 +218,29 @@ async fn serve_connection<S: Service>(
             "no authentication within {} ms (listeners.handshake_timeout_ms)",
             required.handshake_timeout.as_millis()
         )),
+        user = revoked(&required, &session) => {
+            metrics::counter!(crate::metrics::SESSIONS_REVOKED).increment(1);
+            Closed::Unauthenticated(format!(
+                "{user:?} no longer holds the credential it authenticated with (deleted, or its password changed)"
+            ))
+        }
+    }
+}
+
+/// Returns (the user) once `session`'s user no longer holds the credential it proved, checked
+/// every `recheck_every`; never, if that is off or the user holds it.
+async fn revoked(required: &Authentication, session: &Session) -> String {
+    let Some(every) = required.recheck_every else {
+        return std::future::pending().await;
+    };
+    loop {
+        tokio::time::sleep(every).await;
+        let Some((user, proof)) = session.proven() else {
+            continue;
+        };
+        if required.authenticator.still_holds(user, proof).await == Some(false) {
+            return user.to_owned();
+        }
     }
 }
 
@@ -508,10 +531,10 @@ impl Connection {
         // Bounded by the handshake deadline, which ends the whole connection.
         match required.authenticator.step(&self.session, body).await {
             Step::Continue(response) => Ok((response, None)),
-            Step::Proven(response, user) => {
+            Step::Proven(response, proven) => {
                 // Proven before the client hears it: from then on it is never closed to make
                 // room (unless it already was chosen to be).
-                if !self.session.prove(&user) {
+                if !self.session.prove(proven) {
                     return Err(Closed::Evicted);
                 }
                 Ok((response, None))

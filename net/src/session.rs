@@ -7,7 +7,9 @@
 //! checked as the user it proved. Until then the listener answers nothing but `Ping`,
 //! `Authenticate` and what the service lets in by itself (the coordinator's user and access
 //! control operations, which carry the admin token), and closes the connection once
-//! `handshake_timeout` passed from its opening.
+//! `handshake_timeout` passed from its opening. Once authenticated, a connection is checked
+//! every `recheck_every` against the user's current credentials, and closed once its user is
+//! gone or its password changed.
 
 use crate::listener::Standing;
 use bytes::Bytes;
@@ -23,6 +25,8 @@ use crate::server::Response;
 pub struct Session {
     /// Set once, when the connection authenticated.
     user: OnceLock<Arc<str>>,
+    /// What the user proved with (SCRAM's StoredKey), to check later that it still holds.
+    proof: OnceLock<Bytes>,
     /// The authenticator's state between two steps (its SCRAM exchange).
     exchange: Mutex<Option<Box<dyn Any + Send>>>,
     standing: Option<Standing>,
@@ -32,6 +36,7 @@ impl Session {
     pub(crate) fn new(standing: Option<Standing>) -> Session {
         Session {
             user: OnceLock::new(),
+            proof: OnceLock::new(),
             exchange: Mutex::new(None),
             standing,
         }
@@ -57,13 +62,19 @@ impl Session {
 
     /// Records that the connection proved to be `user`. False if it was already closed to make
     /// room for a newer connection (say nothing more to it) or had authenticated before.
-    pub(crate) fn prove(&self, user: &str) -> bool {
+    pub(crate) fn prove(&self, proven: Proven) -> bool {
         if let Some(standing) = &self.standing
             && !standing.proven()
         {
             return false;
         }
-        self.user.set(Arc::from(user)).is_ok()
+        let _ = self.proof.set(proven.proof);
+        self.user.set(Arc::from(proven.user)).is_ok()
+    }
+
+    /// The user and what it proved with, once authenticated.
+    pub(crate) fn proven(&self) -> Option<(&str, &Bytes)> {
+        Some((self.user()?, self.proof.get()?))
     }
 
     /// Takes the authenticator's state of the exchange in progress, if it is a `T`.
@@ -84,14 +95,26 @@ pub enum Step {
     /// Answer, and wait for the client's next step.
     Continue(Response),
     /// The client proved to be this user: answer (the server's final message).
-    Proven(Response, String),
+    Proven(Response, Proven),
     /// Answer (`AuthenticationFailed`), then close the connection, for this reason (logged).
     Refused(Response, String),
+}
+
+/// Who a connection proved to be, and with what (SCRAM's StoredKey of the credential).
+#[derive(Debug)]
+pub struct Proven {
+    pub user: String,
+    pub proof: Bytes,
 }
 
 /// Checks a native connection's `Authenticate` steps.
 pub trait Authenticator: Send + Sync + std::fmt::Debug + 'static {
     fn step<'a>(&'a self, session: &'a Session, body: Bytes) -> BoxFuture<'a, Step>;
+
+    /// Whether `user` still holds the credential it proved with (`proof`): `Some(false)` once
+    /// the user is gone or its password changed; `None` when that cannot be told now (the
+    /// session carries on).
+    fn still_holds<'a>(&'a self, user: &'a str, proof: &'a [u8]) -> BoxFuture<'a, Option<bool>>;
 }
 
 /// A listener's authentication requirement.
@@ -100,4 +123,7 @@ pub struct Authentication {
     pub authenticator: Arc<dyn Authenticator>,
     /// A connection not authenticated this long after it opened is closed.
     pub handshake_timeout: Duration,
+    /// How often an authenticated connection checks that its user still holds its credential
+    /// (`security.session_recheck_ms`); `None`: never.
+    pub recheck_every: Option<Duration>,
 }

@@ -7,7 +7,7 @@
 
 use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tailstream_auth::scram::new_credential;
 use tailstream_net::login::{Login, log_in};
@@ -24,9 +24,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-/// One user, "alice" with password "wonderland", both mechanisms.
+/// One user, "alice" with password "wonderland", both mechanisms, until `delete`d.
 #[derive(Debug)]
-struct OneUser(Arc<Vec<ScramCredential>>);
+struct OneUser(Arc<Mutex<Arc<Vec<ScramCredential>>>>);
+
+impl OneUser {
+    fn delete(&self) {
+        *self.0.lock().unwrap() = Arc::new(Vec::new());
+    }
+}
 
 impl CredentialSource for OneUser {
     fn credentials<'a>(
@@ -34,7 +40,7 @@ impl CredentialSource for OneUser {
         user: &'a str,
     ) -> BoxFuture<'a, Result<Arc<Vec<ScramCredential>>, String>> {
         let found = if user == "alice" {
-            self.0.clone()
+            self.0.lock().unwrap().clone()
         } else {
             Arc::new(Vec::new())
         };
@@ -62,6 +68,15 @@ async fn start(required: bool) -> (String, watch::Sender<bool>) {
 }
 
 async fn start_with(required: bool, handshake_timeout: Duration) -> (String, watch::Sender<bool>) {
+    let (addr, stop, _) = start_full(required, handshake_timeout, None).await;
+    (addr, stop)
+}
+
+async fn start_full(
+    required: bool,
+    handshake_timeout: Duration,
+    recheck_every: Option<Duration>,
+) -> (String, watch::Sender<bool>, OneUser) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let (stop, stopped) = watch::channel(false);
@@ -69,9 +84,11 @@ async fn start_with(required: bool, handshake_timeout: Duration) -> (String, wat
         .iter()
         .map(|&m| new_credential(m, "wonderland", 4096).unwrap())
         .collect();
+    let shared = Arc::new(Mutex::new(Arc::new(credentials)));
     let authentication = required.then(|| Authentication {
-        authenticator: Arc::new(ScramAuthenticator::new(OneUser(Arc::new(credentials)))),
+        authenticator: Arc::new(ScramAuthenticator::new(OneUser(shared.clone()))),
         handshake_timeout,
+        recheck_every,
     });
     let limits = ServerLimits {
         connections: ConnectionLimits {
@@ -87,7 +104,7 @@ async fn start_with(required: bool, handshake_timeout: Duration) -> (String, wat
         authentication,
     };
     tokio::spawn(serve(listener, "test", Arc::new(WhoAmI), limits, stopped));
-    (addr, stop)
+    (addr, stop, OneUser(shared))
 }
 
 async fn connect(addr: &str) -> RpcClient {
@@ -199,4 +216,29 @@ async fn a_large_request_before_authenticating_is_closed_on_its_header() {
         "{:?}",
         sent.elapsed()
     );
+}
+
+#[tokio::test]
+async fn a_session_ends_once_its_user_is_deleted() {
+    let recheck = Duration::from_millis(200);
+    let (addr, _stop, users) = start_full(true, Duration::from_secs(5), Some(recheck)).await;
+    let client = connect(&addr).await;
+    log_in(
+        &client,
+        &login("alice", "wonderland", ScramMechanism::Sha256),
+    )
+    .await
+    .unwrap();
+    // Rechecked several times while the user exists: the session goes on.
+    tokio::time::sleep(recheck * 4).await;
+    assert_eq!(
+        client.call_parts(Opcode::Produce, vec![]).await.unwrap(),
+        "alice"
+    );
+    users.delete();
+    let deleted = Instant::now();
+    while client.call_parts(Opcode::Produce, vec![]).await.is_ok() {
+        assert!(deleted.elapsed() < Duration::from_secs(5), "still served");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
