@@ -28,6 +28,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tailstream_config::Config;
 
+/// With the `jemalloc` feature, jemalloc with background threads that give pages a burst left
+/// unused back to the system. Off by default: `benches/scripts/allocator_ab.sh` measured it
+/// slower than the system allocator on the produce path, and no better after a burst.
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "tailstream",

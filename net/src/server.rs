@@ -20,8 +20,8 @@
 //!   an idle close.
 
 use crate::budget::{BodyBudget, BodyPermit};
-use crate::listener::{Closed, ConnectionLimits, Standing, accept_loop_authenticating};
-use crate::session::{Authentication, Session, Step};
+use crate::listener::{Closed, ConnectionLimits, accept_loop_authenticating};
+use crate::session::{Authentication, Session};
 use crate::write::{OutFrame, Outgoing, write_answers};
 use bytes::{Bytes, BytesMut};
 use futures::future::{BoxFuture, FutureExt};
@@ -29,7 +29,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tailstream_wire::frame::{FrameDecoder, FrameHeader};
-use tailstream_wire::messages::{AuthenticateOutcome, AuthenticateResponse, ErrorBody};
+use tailstream_wire::messages::ErrorBody;
 use tailstream_wire::{Encode, Opcode, RequestId, Status};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
@@ -37,6 +37,8 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::Instant;
 
 pub use crate::listener::shutdown_signalled;
+
+mod authentication;
 
 /// Bytes the reader keeps free for the next socket read; a frame up to this size is read into
 /// this standing buffer (reused from frame to frame) without touching the body budget. Large
@@ -191,65 +193,16 @@ pub async fn serve<S: Service>(
         authenticating,
         move |stream, peer, standing| {
             let standing = authenticating.then_some(standing);
-            serve_connection(stream, peer, service.clone(), limits.clone(), standing)
+            authentication::serve_connection(
+                stream,
+                peer,
+                service.clone(),
+                limits.clone(),
+                standing,
+            )
         },
     )
     .await;
-}
-
-async fn serve_connection<S: Service>(
-    tcp: TcpStream,
-    peer: SocketAddr,
-    service: Arc<S>,
-    limits: Arc<ServerLimits>,
-    standing: Option<Standing>,
-) -> Closed {
-    let session = Arc::new(Session::new(standing));
-    let Some(required) = limits.authentication.clone() else {
-        return serve_session(tcp, peer, service, limits, session).await;
-    };
-    // The handshake deadline counts from the connection's opening, TLS included, and holds
-    // whatever the connection is doing then (even waiting on a client that reads nothing).
-    let by = Instant::now() + required.handshake_timeout;
-    let served = serve_session(tcp, peer, service, limits, session.clone());
-    tokio::select! {
-        closed = served => closed,
-        () = unproven_at(by, &session) => Closed::Unauthenticated(format!(
-            "no authentication within {} ms (listeners.handshake_timeout_ms)",
-            required.handshake_timeout.as_millis()
-        )),
-        user = revoked(&required, &session) => {
-            metrics::counter!(crate::metrics::SESSIONS_REVOKED).increment(1);
-            Closed::Unauthenticated(format!(
-                "{user:?} no longer holds the credential it authenticated with (deleted, or its password changed)"
-            ))
-        }
-    }
-}
-
-/// Returns (the user) once `session`'s user no longer holds the credential it proved, checked
-/// every `recheck_every`; never, if that is off or the user holds it.
-async fn revoked(required: &Authentication, session: &Session) -> String {
-    let Some(every) = required.recheck_every else {
-        return std::future::pending().await;
-    };
-    loop {
-        tokio::time::sleep(every).await;
-        let Some((user, proof)) = session.proven() else {
-            continue;
-        };
-        if required.authenticator.still_holds(user, proof).await == Some(false) {
-            return user.to_owned();
-        }
-    }
-}
-
-/// Returns at `by` if `session` has not authenticated by then; never otherwise.
-async fn unproven_at(by: Instant, session: &Session) {
-    tokio::time::sleep_until(by).await;
-    if session.user().is_some() {
-        std::future::pending::<()>().await;
-    }
 }
 
 async fn serve_session<S: Service>(
@@ -318,11 +271,6 @@ struct Connection {
 impl Connection {
     fn busy(&self) -> bool {
         self.in_flight.available_permits() < self.in_flight_max
-    }
-
-    /// Whether the listener requires authentication and this connection has not yet.
-    fn unproven(&self) -> bool {
-        self.limits.authentication.is_some() && self.session.user().is_none()
     }
 
     async fn run<S: Service>(&mut self, service: &S) -> Closed {
@@ -459,15 +407,7 @@ impl Connection {
                     None => continue,
                 }
             }
-            if self.unproven()
-                && opcode != Opcode::Ping
-                && !service.open_before_authentication(opcode)
-            {
-                let response = Response::error(
-                    Status::AuthenticationRequired,
-                    "this listener requires authentication (security.client_authentication): \
-                     give a user (--user or $TAILSTREAM_USER) and $TAILSTREAM_PASSWORD",
-                );
+            if let Some(response) = self.refused_before_authentication(opcode, service) {
                 if self
                     .out_tx
                     .send(Outgoing::Frame(respond(header, response, permit)))
@@ -513,33 +453,6 @@ impl Connection {
                     }
                 }
             }
-        }
-    }
-
-    /// Runs one `Authenticate` step, on the reader (nothing else is read meanwhile, so what
-    /// the client pipelined behind its last step is checked as the user it proved). The
-    /// answer, and after a refusal why the connection closes once it is sent; `Err` closes it
-    /// without an answer.
-    async fn authenticate(&mut self, body: Bytes) -> Result<(Response, Option<Closed>), Closed> {
-        let Some(required) = &self.limits.authentication else {
-            let not_required = AuthenticateResponse {
-                outcome: AuthenticateOutcome::NotRequired,
-                message: Bytes::new(),
-            };
-            return Ok((Response::ok(&not_required), None));
-        };
-        // Bounded by the handshake deadline, which ends the whole connection.
-        match required.authenticator.step(&self.session, body).await {
-            Step::Continue(response) => Ok((response, None)),
-            Step::Proven(response, proven) => {
-                // Proven before the client hears it: from then on it is never closed to make
-                // room (unless it already was chosen to be).
-                if !self.session.prove(proven) {
-                    return Err(Closed::Evicted);
-                }
-                Ok((response, None))
-            }
-            Step::Refused(response, why) => Ok((response, Some(Closed::Unauthenticated(why)))),
         }
     }
 
