@@ -308,7 +308,6 @@ pub async fn run_with(
     Ok(())
 }
 
-/// The write path the config asks for, or a clear reason why it cannot be had.
 /// Where clients must authenticate (`security.client_authentication`): the client listener's
 /// SCRAM check, against users' credentials looked up from the coordinator, and the rules its
 /// requests are checked against (listed now, then refreshed until `shutdown`). Both use one
@@ -336,6 +335,7 @@ fn client_identity(
     Some((authentication, authorizer))
 }
 
+/// The write path the config asks for, or a clear reason why it cannot be had.
 fn resolve_write_path(replication: &ReplicationConfig) -> Result<WritePath, String> {
     let wanted = WritePath::from_config(replication.mode, replication.transport);
     if wanted != WritePath::Rdma {

@@ -7,9 +7,10 @@
 //! on one connection are appended in the order they were sent; its answer waits (later) for
 //! the commit. A fetch with nothing to return long-polls the log's commit point.
 //!
-//! Where clients authenticate (`security.client_authentication`), the listener admits only
-//! authenticated connections, and each request is checked against the access control rules:
-//! write on the stream to produce, read to fetch or locate.
+//! Where clients authenticate (`security.client_authentication`), the listener serves a
+//! connection nothing but Ping and `Authenticate` until it proved a user, and each request is
+//! then checked against the access control rules: write on the stream to produce, read to
+//! fetch or locate.
 
 use crate::data_plane::{DataError, DataPlane, Fetched, StreamletRef};
 use crate::metrics as m;

@@ -358,7 +358,6 @@ impl Config {
         }
     }
 
-    /// Checks the relations between values that the types cannot express.
     /// How this configuration's client authentication can be got around, if it can: with TLS
     /// off, a peer listener takes anyone who reaches it for a member (who may create and delete
     /// streams, and look up users' credentials), so the peer ports must be reachable by the
@@ -374,6 +373,7 @@ impl Config {
         )
     }
 
+    /// Checks the relations between values that the types cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
         validate_stream_config(&self.stream_defaults).map_err(ConfigError::Invalid)?;
         let invalid = |what: String| Err(ConfigError::Invalid(what));

@@ -15,14 +15,13 @@ use super::{CoordinatorService, decode};
 use futures::future::{BoxFuture, FutureExt};
 use std::sync::Arc;
 use tailstream_auth::acl::{Access, CLUSTER, rules_of};
-use tailstream_auth::scram::decoy_credential;
 use tailstream_net::scram_server::CredentialSource;
 use tailstream_net::{Request, Response};
 use tailstream_wire::messages::{
     AclOperation, AclResource, CreateStreamRequest, DeleteStreamRequest, DescribeStreamRequest,
     GroupHeartbeatRequest, GroupJoinRequest, GroupLeaveRequest, GroupSyncRequest,
     ListStreamsResponse, OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse,
-    ScramCredential, ScramMechanism,
+    ScramCredential,
 };
 use tailstream_wire::{Decode, Opcode, Status};
 
@@ -36,18 +35,7 @@ impl CredentialSource for MetadataCredentials {
         &'a self,
         user: &'a str,
     ) -> BoxFuture<'a, Result<Arc<Vec<ScramCredential>>, String>> {
-        let state = self.0.core.lock();
-        let credentials = match state.metadata.user_credentials(user) {
-            Ok(credentials) => credentials,
-            Err(_) => {
-                let secret = state.metadata.decoy_secret.unwrap_or(self.0.decoy_secret.0);
-                ScramMechanism::ALL
-                    .iter()
-                    .map(|&m| decoy_credential(m, user, &secret))
-                    .collect()
-            }
-        };
-        drop(state);
+        let (credentials, _known) = self.0.credentials_or_decoys(user);
         futures::future::ready(Ok(Arc::new(credentials))).boxed()
     }
 }

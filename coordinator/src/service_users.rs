@@ -9,11 +9,11 @@ use crate::metadata::{Metadata, MetadataError};
 use bytes::Bytes;
 use tailstream_auth::scram::decoy_credential;
 use tailstream_net::{Reply, Response};
-use tailstream_wire::messages::ScramMechanism;
 use tailstream_wire::messages::{
     AclChangeRequest, CreateUserRequest, DeleteUserRequest, ListAclsResponse, ListUsersResponse,
     LookupCredentialsRequest, LookupCredentialsResponse, SecurityListRequest,
 };
+use tailstream_wire::messages::{ScramCredential, ScramMechanism};
 use tailstream_wire::{Decode, Status};
 
 /// A secret of this process: never printed.
@@ -128,26 +128,30 @@ impl CoordinatorService {
 
     pub(super) fn lookup_credentials(&self, body: Bytes) -> Result<Response, Response> {
         let request: LookupCredentialsRequest = decode(body)?;
+        let (credentials, known) = self.credentials_or_decoys(&request.name);
+        Ok(Response::ok(&LookupCredentialsResponse {
+            credentials,
+            known,
+        }))
+    }
+
+    /// `name`'s credentials and `true`; for a name that is no user's, decoys and `false`: the
+    /// same from every broker and this coordinator's own client listener, derived from the
+    /// cluster's secret (saved when the first coordinator led; this process's only for
+    /// metadata that somehow has none) and the name.
+    pub(super) fn credentials_or_decoys(&self, name: &str) -> (Vec<ScramCredential>, bool) {
         let state = self.core.lock();
-        let response = match state.metadata.user_credentials(&request.name) {
-            Ok(credentials) => LookupCredentialsResponse {
-                credentials,
-                known: true,
-            },
+        match state.metadata.user_credentials(name) {
+            Ok(credentials) => (credentials, true),
             Err(_) => {
-                // The cluster's secret (saved when the first coordinator led; this process's
-                // only for metadata that somehow has none).
                 let secret = state.metadata.decoy_secret.unwrap_or(self.decoy_secret.0);
-                LookupCredentialsResponse {
-                    credentials: ScramMechanism::ALL
-                        .iter()
-                        .map(|&m| decoy_credential(m, &request.name, &secret))
-                        .collect(),
-                    known: false,
-                }
+                let decoys = ScramMechanism::ALL
+                    .iter()
+                    .map(|&m| decoy_credential(m, name, &secret))
+                    .collect();
+                (decoys, false)
             }
-        };
-        Ok(Response::ok(&response))
+        }
     }
 }
 

@@ -4,8 +4,9 @@
 //! may do only what a rule allows.
 //!
 //! The rules are listed from the coordinator at first use and then every `REFRESH_EVERY` in
-//! the background, so checking a request never waits on the coordinator; a broker that could
-//! not list them for `STALE_USABLE_FOR` allows nothing (it fails closed).
+//! the background, so a check waits on the coordinator only for the first listing (`access`),
+//! or not at all (`access_now`, which asks for a retry until then); a broker that could not
+//! list them for `STALE_USABLE_FOR` allows nothing (it fails closed).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};

@@ -40,14 +40,13 @@ pub use crate::listener::shutdown_signalled;
 
 mod authentication;
 
+use authentication::{UNPROVEN_BODY_BYTES_MAX, too_large_before_authenticating};
+
 /// Bytes the reader keeps free for the next socket read; a frame up to this size is read into
 /// this standing buffer (reused from frame to frame) without touching the body budget. Large
 /// enough for the producer's default 64 KiB batches, so the common produce frame costs no
 /// allocation; a larger frame gets one of its own, from the budget.
 const READ_CHUNK_BYTES: usize = 128 * 1024;
-/// The largest request body a connection may send before it authenticated (where the listener
-/// requires it): SCRAM's messages and the admin token's user operations are far smaller.
-const UNPROVEN_BODY_BYTES_MAX: u32 = 16 * 1024;
 /// After a `GoAway`, how long requests that crossed it still get answered.
 const GO_AWAY_GRACE: Duration = Duration::from_secs(1);
 /// How long a closing connection waits for its queued answers to be written.
@@ -227,7 +226,10 @@ async fn serve_session<S: Service>(
     let in_flight_max = limits.requests_in_flight_per_connection_max.max(1);
     // One slot more than requests in flight: room for a GoAway.
     let (out_tx, out_rx) = mpsc::channel::<Outgoing>(in_flight_max + 1);
-    let writer = tokio::spawn(write_answers(writer, out_rx));
+    // Ended with the connection however it ends: drained below when the reader returns, and
+    // aborted if this future is dropped first (a handshake deadline, a revoked session,
+    // eviction, shutdown), so a writer stuck on a client that reads nothing never outlives it.
+    let mut writer = AbortOnDrop(tokio::spawn(write_answers(writer, out_rx)));
     let mut connection = Connection {
         reader,
         out_tx,
@@ -242,15 +244,19 @@ async fn serve_session<S: Service>(
     };
     let closed = connection.run(&*service).await;
     drop(connection);
-    // Lets already-queued answers go out; the writer ends when every sender is gone.
-    let mut writer = writer;
-    if tokio::time::timeout(DRAIN_TIMEOUT, &mut writer)
-        .await
-        .is_err()
-    {
-        writer.abort();
-    }
+    // Lets already-queued answers go out; the writer ends when every sender is gone (or is
+    // aborted past the drain timeout, as the guard is dropped).
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, &mut writer.0).await;
     closed
+}
+
+/// A task aborted when this is dropped (aborting a finished task does nothing).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// One connection's reader side.
@@ -371,6 +377,9 @@ impl Connection {
             };
             // The body is now the frame's: its bytes leave the budget once it is dispatched.
             let _body = self.body.take();
+            if self.unproven() && frame.header.body_len > UNPROVEN_BODY_BYTES_MAX {
+                return Err(too_large_before_authenticating(frame.header.body_len));
+            }
             dispatched += 1;
             let header = frame.header;
             if header.is_response {
@@ -386,36 +395,22 @@ impl Connection {
                     Status::UnknownOpcode,
                     format!("unknown opcode {}", header.opcode_raw),
                 );
-                let out = respond(header, response, permit);
-                if self.out_tx.send(Outgoing::Frame(out)).await.is_err() {
-                    return Err(Closed::Io("writer gone".into()));
-                }
+                self.queue(Outgoing::Frame(respond(header, response, permit)))
+                    .await?;
                 continue;
             };
             if opcode == Opcode::Authenticate {
                 let (response, then_closed) = self.authenticate(frame.body).await?;
-                if self
-                    .out_tx
-                    .send(Outgoing::Frame(respond(header, response, permit)))
-                    .await
-                    .is_err()
-                {
-                    return Err(Closed::Io("writer gone".into()));
-                }
+                self.queue(Outgoing::Frame(respond(header, response, permit)))
+                    .await?;
                 match then_closed {
                     Some(closed) => return Err(closed),
                     None => continue,
                 }
             }
             if let Some(response) = self.refused_before_authentication(opcode, service) {
-                if self
-                    .out_tx
-                    .send(Outgoing::Frame(respond(header, response, permit)))
-                    .await
-                    .is_err()
-                {
-                    return Err(Closed::Io("writer gone".into()));
-                }
+                self.queue(Outgoing::Frame(respond(header, response, permit)))
+                    .await?;
                 continue;
             }
             let request = Request {
@@ -427,14 +422,8 @@ impl Connection {
             };
             match service.dispatch(request) {
                 Reply::Ready(response) => {
-                    if self
-                        .out_tx
-                        .send(Outgoing::Frame(respond(header, response, permit)))
-                        .await
-                        .is_err()
-                    {
-                        return Err(Closed::Io("writer gone".into()));
-                    }
+                    self.queue(Outgoing::Frame(respond(header, response, permit)))
+                        .await?;
                 }
                 Reply::Later(future) => {
                     let out_tx = self.out_tx.clone();
@@ -448,12 +437,18 @@ impl Connection {
                     // The writer drives it: the answer's wake-up is the writer's own.
                     let answer =
                         Box::pin(future.map(move |response| respond(header, response, permit)));
-                    if self.out_tx.send(Outgoing::Later(answer)).await.is_err() {
-                        return Err(Closed::Io("writer gone".into()));
-                    }
+                    self.queue(Outgoing::Later(answer)).await?;
                 }
             }
         }
+    }
+
+    /// Hands `out` to the writer (waiting while its queue is full).
+    async fn queue(&self, out: Outgoing) -> Result<(), Closed> {
+        self.out_tx
+            .send(out)
+            .await
+            .map_err(|_| Closed::Io("writer gone".into()))
     }
 
     /// Makes room in `buf` for what comes next. A frame larger than the standing buffer gets
@@ -468,10 +463,7 @@ impl Connection {
             && self.unproven()
             && header.body_len > UNPROVEN_BODY_BYTES_MAX
         {
-            return Err(Closed::Unauthenticated(format!(
-                "a {}-byte request before authenticating (at most {UNPROVEN_BODY_BYTES_MAX})",
-                header.body_len
-            )));
+            return Err(too_large_before_authenticating(header.body_len));
         }
         let Some(header) = header.filter(|h| h.frame_bytes() > self.buf.capacity()) else {
             if self.buf.capacity() - self.buf.len() < READ_CHUNK_BYTES / 4 {

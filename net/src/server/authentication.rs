@@ -15,6 +15,17 @@ use tailstream_wire::{Opcode, Status};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+/// The largest request body a connection may send before it authenticated (where the listener
+/// requires it): SCRAM's messages and the admin token's user operations are far smaller.
+pub(super) const UNPROVEN_BODY_BYTES_MAX: u32 = 16 * 1024;
+
+/// Why a connection is closed that sent a larger one.
+pub(super) fn too_large_before_authenticating(body_len: u32) -> Closed {
+    Closed::Unauthenticated(format!(
+        "a {body_len}-byte request before authenticating (at most {UNPROVEN_BODY_BYTES_MAX})"
+    ))
+}
+
 pub(super) async fn serve_connection<S: Service>(
     tcp: TcpStream,
     peer: SocketAddr,
