@@ -172,11 +172,7 @@ impl RpcClient {
                 ))
             })?
             .map_err(|e| failed(e.to_string()))?;
-        let client = Self::over(stream, addr, config);
-        if let Some(login) = crate::login::outgoing() {
-            crate::login::log_in(&client, &login).await?;
-        }
-        Ok(client)
+        Ok(Self::over(stream, addr, config))
     }
 
     /// A client over a connection the caller made (one that needs to tell a refused connect

@@ -8,7 +8,7 @@
 //! - [`session`]: who a connection is (the user it authenticated as), and the
 //!   [`session::Authenticator`] a listener that requires authentication checks it with;
 //!   [`scram_server`] is the SCRAM one, over any source of users' credentials; [`login`] is
-//!   the client's side (the user a process's connections authenticate as).
+//!   the client's side (the user a process's pooled connections authenticate as).
 //! - [`budget`]: the memory budget for request bodies being received.
 //! - [`control`]: a process's control runtime, a thread of its own for pings, heartbeats and
 //!   probes, whose timing must not suffer when the data path is busy.
@@ -34,6 +34,7 @@ pub mod listener;
 pub mod login;
 pub mod metrics;
 pub mod pool;
+mod response;
 pub mod scram_server;
 pub mod server;
 pub mod session;

@@ -2,9 +2,9 @@
 //! outgoing connections authenticate with (the CLI's `--user` and `$TAILSTREAM_PASSWORD`), and
 //! the exchange each new connection runs before its first request.
 //!
-//! Like the TLS connector, one per process: every connection a client process opens speaks as
-//! the same user. Servers never set one: members reach each other's peer listeners, which
-//! authenticate them by their certificates. A listener that requires no authentication
+//! Like the TLS connector, one per process: every connection a client process's pools open
+//! (`RpcPool::get`, which runs the exchange) speaks as the same user. Servers never set one:
+//! members reach each other's peer listeners, which authenticate them by their certificates. A listener that requires no authentication
 //! answers `NotRequired`, and the connection goes on as before.
 
 use crate::client::RpcClient;

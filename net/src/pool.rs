@@ -1,4 +1,5 @@
-//! One live connection per server address, made on first use and remade once it has died.
+//! One live connection per server address, made on first use (authenticated as the process's
+//! user, where it has one) and remade once it has died.
 
 use crate::client::{RpcClient, RpcClientConfig};
 use crate::error::RpcError;
@@ -34,6 +35,11 @@ impl RpcPool {
             return Ok(client);
         }
         let fresh = RpcClient::connect(addr, self.config).await?;
+        // Where the process has a user (the CLI's --user), every pooled connection proves it
+        // before its first call.
+        if let Some(login) = crate::login::outgoing() {
+            crate::login::log_in(&fresh, &login).await?;
+        }
         let Ok(mut clients) = self.clients.lock() else {
             return Ok(fresh);
         };

@@ -8,7 +8,7 @@
 //! another mechanism in the second step, a second exchange) is refused and the connection
 //! closes. SCRAM's derivation is the client's: the server computes a few HMACs per exchange.
 
-use crate::server::Response;
+use crate::response::Response;
 use crate::session::{Authenticator, Proven, Session, Step};
 use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt};

@@ -29,8 +29,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tailstream_wire::frame::{FrameDecoder, FrameHeader};
-use tailstream_wire::messages::ErrorBody;
-use tailstream_wire::{Encode, Opcode, RequestId, Status};
+use tailstream_wire::{Opcode, RequestId, Status};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc, watch};
@@ -39,6 +38,8 @@ use tokio::time::Instant;
 pub use crate::listener::shutdown_signalled;
 
 mod authentication;
+
+pub use crate::response::Response;
 
 use authentication::{UNPROVEN_BODY_BYTES_MAX, too_large_before_authenticating};
 
@@ -61,51 +62,6 @@ pub struct Request {
     pub peer: SocketAddr,
     /// Who the connection is (the user it authenticated as, where the listener requires it).
     pub session: Arc<Session>,
-}
-
-/// A response: a status and a body made of parts written back to back (so large payloads,
-/// such as fetched entries, are sent without being copied into one buffer).
-#[derive(Debug)]
-pub struct Response {
-    pub status: Status,
-    pub parts: Vec<Bytes>,
-}
-
-impl Response {
-    pub fn ok(body: &impl Encode) -> Self {
-        Self {
-            status: Status::Ok,
-            parts: vec![body.to_bytes()],
-        }
-    }
-
-    pub fn ok_parts(parts: Vec<Bytes>) -> Self {
-        Self {
-            status: Status::Ok,
-            parts,
-        }
-    }
-
-    pub fn empty() -> Self {
-        Self {
-            status: Status::Ok,
-            parts: Vec::new(),
-        }
-    }
-
-    /// An error status with a message for humans.
-    pub fn error(status: Status, message: impl Into<String>) -> Self {
-        debug_assert!(!status.is_ok(), "an error response needs an error status");
-        Self {
-            status,
-            parts: vec![
-                ErrorBody {
-                    message: message.into(),
-                }
-                .to_bytes(),
-            ],
-        }
-    }
 }
 
 /// What a service gives back for a request.

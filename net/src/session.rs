@@ -18,7 +18,7 @@ use std::any::Any;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use crate::server::Response;
+use crate::response::Response;
 
 /// One connection's identity, shared by every request on it.
 #[derive(Debug)]

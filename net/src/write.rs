@@ -1,7 +1,7 @@
 //! The writer task both sides share: frames queued by many tasks go out on one socket,
 //! coalesced in a buffer and flushed when the queue runs dry.
 
-use crate::server::Response;
+use crate::response::Response;
 use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt};
 use futures::stream::{FuturesUnordered, StreamExt};

@@ -5,7 +5,7 @@
 
 use super::{Connection, ServerLimits, Service, serve_session};
 use crate::listener::{Closed, Standing};
-use crate::server::Response;
+use crate::response::Response;
 use crate::session::{Authentication, Session, Step};
 use bytes::Bytes;
 use std::net::SocketAddr;
