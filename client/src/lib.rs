@@ -51,13 +51,14 @@ pub use error::ClientError;
 pub use producer::{AckFuture, Producer, ProducerBuilder, RecordAck, RecordLocation};
 pub use tailstream_config::{ClientConfig, ConsumerConfig, ProducerConfig};
 /// Where the cluster requires authentication: `log_in_as(Some(Login::new(user, password,
-/// mechanism)))` makes every connection this process opens from then on authenticate.
+/// ScramMechanism::Sha256)))` makes every connection this process's clients open from then on
+/// authenticate as that user.
 pub use tailstream_net::login::{Login, set_outgoing as log_in_as};
 pub use tailstream_stubs::{CoordinatorClient, StubError};
 pub use tailstream_wire::messages::{
     BrokerInfo, ConsumerGroupSummary, DescribeConsumerGroupsResponse, ListGroupsResponse,
     LogGroups, LogReplicaSet, PartitionLagInfo, PlacementState, ProducerSession, RecoverySummary,
-    SegmentReplicas, StreamConfig, StreamMetadata, StreamletPlacement,
+    ScramMechanism, SegmentReplicas, StreamConfig, StreamMetadata, StreamletPlacement,
 };
 pub use tailstream_wire::{
     GroupId, LogId, ProducerEpoch, ProducerId, RecordOffset, SegmentId, SegmentPosition, Status,
