@@ -84,6 +84,22 @@ async fn until_allowed(
     }
 }
 
+/// Root adds a rule: alice may do `operation` on stream `stream`.
+async fn grant_alice(test: &TestCluster, operation: &str, stream: &str) {
+    let args = [
+        "acl",
+        "add",
+        "--principal",
+        "User:alice",
+        "--operation",
+        operation,
+        "--topic",
+        stream,
+    ];
+    let (ok, _, err) = as_user(test, ROOT, &args, b"").await;
+    assert!(ok, "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn native_clients_authenticate_and_do_only_what_rules_allow() {
     tokio::time::timeout(TEST_TIMEOUT, async {
@@ -144,23 +160,7 @@ async fn native_clients_authenticate_and_do_only_what_rules_allow() {
         assert!(!out.contains("clicks") && !out.contains("payroll"), "{out}");
 
         // Write on clicks: she produces to it (the broker checks each batch), not to payroll.
-        let (ok, _, err) = as_user(
-            &test,
-            ROOT,
-            &[
-                "acl",
-                "add",
-                "--principal",
-                "User:alice",
-                "--operation",
-                "write",
-                "--topic",
-                "clicks",
-            ],
-            b"",
-        )
-        .await;
-        assert!(ok, "{err}");
+        grant_alice(&test, "write", "clicks").await;
         until_allowed(&test, ALICE, &["produce", "clicks"], b"one\ntwo\nthree\n").await;
         let (ok, _, err) = as_user(&test, ALICE, &["produce", "payroll"], b"x\n").await;
         assert!(!ok && err.contains("not authorized"), "{err}");
@@ -182,23 +182,7 @@ async fn native_clients_authenticate_and_do_only_what_rules_allow() {
         ];
         let (ok, _, err) = as_user(&test, ALICE, &consume, b"").await;
         assert!(!ok && err.contains("not authorized"), "{err}");
-        let (ok, _, err) = as_user(
-            &test,
-            ROOT,
-            &[
-                "acl",
-                "add",
-                "--principal",
-                "User:alice",
-                "--operation",
-                "read",
-                "--topic",
-                "clicks",
-            ],
-            b"",
-        )
-        .await;
-        assert!(ok, "{err}");
+        grant_alice(&test, "read", "clicks").await;
         let read = until_allowed(&test, ALICE, &consume, b"").await;
         let mut read: Vec<&str> = read.lines().collect();
         read.sort();
