@@ -6,10 +6,13 @@
 //!   password never reaches the cluster), the server's exchange (with a decoy for unknown
 //!   users), and a client's;
 //! - [`plain`]: SASL PLAIN's message, checked against the same SCRAM credential;
+//! - [`producer_binding`]: producer ids that carry their owner's mark, so a broker refuses a
+//!   batch under another user's id without asking anyone;
 //! - [`users`]: user names, principals, and comparing a configured token.
 
 pub mod acl;
 pub mod plain;
+pub mod producer_binding;
 pub mod scram;
 pub mod users;
 

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tailstream_config::BrokerConfig;
-use tailstream_identity::Authorizer;
+use tailstream_identity::{Authorizer, ProducerIdCheck};
 use tailstream_net::{Reply, Request, Response, Service, Session};
 use tailstream_wire::messages::AclOperation;
 use tailstream_wire::messages::{
@@ -107,13 +107,42 @@ impl BrokerService {
         ))
     }
 
+    /// Refuses a batch under a producer id not issued to the session's user (an anonymous
+    /// session, where authentication is off, owns none and is not checked).
+    fn authorize_producer(&self, session: &Session, batch: &[u8]) -> Result<(), Response> {
+        let Some(authorizer) = &self.authorizer else {
+            return Ok(());
+        };
+        match authorizer.check_producer(session.user(), batch) {
+            ProducerIdCheck::Allowed => Ok(()),
+            ProducerIdCheck::KeyUnknown => Err(Response::error(
+                Status::Busy,
+                "this broker has not learnt the producer id binding key yet: retry",
+            )),
+            ProducerIdCheck::Refused(id) => {
+                metrics::counter!(m::REQUESTS_FORBIDDEN).increment(1);
+                Err(Response::error(
+                    Status::Forbidden,
+                    format!(
+                        "not authorized: producer id {} was not issued to {:?} (a producer takes its own from the coordinator)",
+                        id.0,
+                        session.user().unwrap_or_default()
+                    ),
+                ))
+            }
+        }
+    }
+
     fn produce(&self, body: Bytes, session: &Session) -> Reply {
         let started = Instant::now();
         let request = match ProduceRequest::decode_exact(body) {
             Ok(request) => request,
             Err(error) => return malformed("produce request", error),
         };
-        if let Err(refused) = self.authorize(session, request.stream, AclOperation::Write) {
+        if let Err(refused) = self
+            .authorize(session, request.stream, AclOperation::Write)
+            .and_then(|()| self.authorize_producer(session, &request.batch))
+        {
             return Reply::Ready(refused);
         }
         let at = StreamletRef {

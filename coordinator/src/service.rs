@@ -27,8 +27,8 @@ use tailstream_wire::messages::{
     BrokerHeartbeatResponse, ConsumerGroupSummary, CreateStreamRequest, DeleteStreamRequest,
     DescribeConsumerGroupsResponse, DescribeLeadershipResponse, DescribeStreamRequest,
     ListBrokersResponse, ListRecoveriesResponse, ListStreamsResponse, PartitionLagInfo,
-    RecoverySummary, RegisterBrokerRequest, RegisterBrokerResponse, ReportLogBoundsRequest,
-    ReportLogBoundsResponse, ReportSuspectRequest, not_leader_message,
+    ProducerIdBindingKeyResponse, RecoverySummary, RegisterBrokerRequest, RegisterBrokerResponse,
+    ReportLogBoundsRequest, ReportLogBoundsResponse, ReportSuspectRequest, not_leader_message,
 };
 use tailstream_wire::{Decode, Opcode, ProducerEpoch, ServerId, Status};
 
@@ -340,32 +340,53 @@ impl CoordinatorService {
     }
 
     /// A producer session: the next epoch of `previous` when it names an id this
-    /// coordinator issued (Kafka's InitProducerId with a producer id), else a fresh id.
-    fn allocate_producer_id(&self, body: Bytes) -> Reply {
+    /// coordinator issued to the same owner (Kafka's InitProducerId with a producer id), else
+    /// a fresh id. The owner is the connection's user on the client listener, the user a
+    /// broker names for its Kafka client on the peer listener.
+    fn allocate_producer_id(&self, facing: Facing, request: &Request) -> Reply {
         // An empty body (older clients) asks for a fresh id.
-        let request = if body.is_empty() {
-            AllocateProducerIdRequest { previous: None }
+        let asked = if request.body.is_empty() {
+            AllocateProducerIdRequest {
+                previous: None,
+                owner: None,
+            }
         } else {
-            match decode::<AllocateProducerIdRequest>(body) {
-                Ok(request) => request,
+            match decode::<AllocateProducerIdRequest>(request.body.clone()) {
+                Ok(asked) => asked,
                 Err(response) => return Reply::Ready(response),
             }
+        };
+        let owner: Option<Arc<str>> = match facing {
+            Facing::Clients => request.session.user().map(Arc::from),
+            Facing::Peers => asked.owner.as_deref().map(Arc::from),
+        };
+        let not_yet = || {
+            Response::error(
+                Status::Busy,
+                "the cluster's secret is not saved yet (no coordinator has led): retry",
+            )
         };
         // Most ids come from the block already persisted: no disk write.
         let taken = {
             let state = self.core.lock();
-            let (ceiling, key) = (
-                state.metadata.producer_id_ceiling,
-                state.metadata.producer_id_key(),
-            );
-            let bumped = request.previous.and_then(|p| {
-                producer_ids::bumped((p.producer_id, p.producer_epoch), ceiling, key)
+            let ceiling = state.metadata.producer_id_ceiling;
+            let Some(keys) = state.metadata.producer_id_keys() else {
+                return Reply::Ready(not_yet());
+            };
+            let bumped = asked.previous.and_then(|p| {
+                producer_ids::bumped(
+                    (p.producer_id, p.producer_epoch),
+                    ceiling,
+                    &keys,
+                    owner.as_deref(),
+                )
             });
             match bumped {
                 Some(session) => Ok(session),
                 None => {
                     let mut ids = self.producer_ids.lock().unwrap_or_else(|p| p.into_inner());
-                    ids.take(ceiling, key).map(|id| (id, ProducerEpoch(0)))
+                    ids.take(ceiling, &keys, owner.as_deref())
+                        .map(|id| (id, ProducerEpoch(0)))
                 }
             }
         };
@@ -394,15 +415,15 @@ impl CoordinatorService {
                 return error.response();
             }
             let state = service.core.lock();
+            let ceiling = state.metadata.producer_id_ceiling;
+            let Some(keys) = state.metadata.producer_id_keys() else {
+                return not_yet();
+            };
             let mut ids = service
                 .producer_ids
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            let (ceiling, key) = (
-                state.metadata.producer_id_ceiling,
-                state.metadata.producer_id_key(),
-            );
-            match ids.take(ceiling, key) {
+            match ids.take(ceiling, &keys, owner.as_deref()) {
                 Ok(producer_id) => Response::ok(&AllocateProducerIdResponse {
                     producer_id,
                     producer_epoch: ProducerEpoch(0),
@@ -410,6 +431,19 @@ impl CoordinatorService {
                 Err(_) => Response::error(Status::Busy, "producer ids are being reserved; retry"),
             }
         })
+    }
+
+    /// The producer id binding key, for a broker (peer listener only).
+    fn producer_id_binding_key(&self) -> Response {
+        match self.core.lock().metadata.producer_binding_key() {
+            Some(key) => Response::ok(&ProducerIdBindingKeyResponse {
+                key: Bytes::copy_from_slice(key.as_bytes()),
+            }),
+            None => Response::error(
+                Status::Busy,
+                "the cluster's secret is not saved yet (no coordinator has led): retry",
+            ),
+        }
     }
 
     fn create_stream(&self, body: Bytes) -> Reply {
@@ -570,7 +604,10 @@ impl CoordinatorService {
             (Facing::Peers, Opcode::BrokerHeartbeat) => ready(self.heartbeat(request.body)),
             (Facing::Peers, Opcode::ReportSuspect) => ready(self.report_suspect(request.body)),
             (Facing::Peers, Opcode::ReportLogBounds) => self.report_log_bounds(request.body),
-            (_, Opcode::AllocateProducerId) => self.allocate_producer_id(request.body),
+            (_, Opcode::AllocateProducerId) => self.allocate_producer_id(facing, &request),
+            (Facing::Peers, Opcode::ProducerIdBindingKey) => {
+                Reply::Ready(self.producer_id_binding_key())
+            }
             (_, Opcode::CreateStream) => self.create_stream(request.body),
             (_, Opcode::DescribeStream) => ready(self.describe_stream(request.body)),
             (_, Opcode::DeleteStream) => self.delete_stream(request.body),
@@ -627,7 +664,8 @@ impl CoordinatorService {
                 Opcode::RegisterBroker
                 | Opcode::BrokerHeartbeat
                 | Opcode::ReportLogBounds
-                | Opcode::LookupCredentials,
+                | Opcode::LookupCredentials
+                | Opcode::ProducerIdBindingKey,
             ) => Reply::Ready(Response::error(
                 Status::UnknownOpcode,
                 format!(

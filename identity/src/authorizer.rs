@@ -8,6 +8,7 @@
 //! or not at all (`access_now`, which asks for a retry until then); a broker that could not
 //! list them for `STALE_USABLE_FOR` allows nothing (it fails closed).
 
+use crate::producer_ids::{ProducerIdCheck, ProducerIdOwners};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -55,6 +56,8 @@ pub struct Authorizer {
     /// rules is refused at once (the background refresh keeps trying), never held up on the
     /// coordinator.
     failing: std::sync::atomic::AtomicBool,
+    /// Producer ids' owners, by the binding key learnt with the first listing that could.
+    producer_ids: ProducerIdOwners,
 }
 
 impl Authorizer {
@@ -65,6 +68,7 @@ impl Authorizer {
             snapshot: Mutex::new(None),
             first_listing: tokio::sync::Mutex::new(()),
             failing: std::sync::atomic::AtomicBool::new(false),
+            producer_ids: ProducerIdOwners::default(),
         }
     }
 
@@ -125,8 +129,28 @@ impl Authorizer {
         }
     }
 
-    /// Lists the rules now; the new snapshot, or `None` if the coordinator did not answer.
+    /// Whether `user` may write `batch` under the producer id it names (`ProducerIdOwners`).
+    /// Without waiting: `KeyUnknown` until a listing has learnt the binding key.
+    pub fn check_producer(&self, user: Option<&str>, batch: &[u8]) -> ProducerIdCheck {
+        self.producer_ids.check(user, batch)
+    }
+
+    /// Learns the producer id binding key, if not known yet (it never changes).
+    async fn learn_binding_key(&self) {
+        if self.producer_ids.known() {
+            return;
+        }
+        match self.coordinator.producer_id_binding_key().await {
+            Ok(key) if self.producer_ids.learn(&key) => {}
+            Ok(key) => tracing::warn!(bytes = key.len(), "the coordinator sent no binding key"),
+            Err(error) => tracing::warn!(%error, "learning the producer id binding key failed"),
+        }
+    }
+
+    /// Lists the rules now (and learns the binding key, the first time); the new snapshot,
+    /// or `None` if the coordinator did not answer.
     async fn list(&self) -> Option<Arc<Snapshot>> {
+        self.learn_binding_key().await;
         // On the peer listener: no admin token asked of the cluster's members.
         match self.coordinator.list_acls("").await {
             Ok(rules) => {

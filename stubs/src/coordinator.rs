@@ -18,8 +18,8 @@ use tailstream_wire::messages::{
     GroupSyncRequest, GroupSyncResponse, ListAclsResponse, ListBrokersResponse,
     ListRecoveriesResponse, ListStreamsResponse, ListUsersResponse, LookupCredentialsRequest,
     LookupCredentialsResponse, OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse,
-    ProducerSession, RecoverySummary, ScramCredential, SecurityListRequest, StreamConfig,
-    StreamMetadata, UserSummary,
+    ProducerIdBindingKeyResponse, ProducerSession, RecoverySummary, ScramCredential,
+    SecurityListRequest, StreamConfig, StreamMetadata, UserSummary,
 };
 use tailstream_wire::{Decode, Encode, Opcode, Status};
 
@@ -231,6 +231,14 @@ impl CoordinatorClient {
         self.call(Opcode::LookupCredentials, &request).await
     }
 
+    /// The cluster's producer id binding key (brokers only: answered on the coordinator's peer
+    /// listener).
+    pub async fn producer_id_binding_key(&self) -> Result<Vec<u8>, StubError> {
+        let response: ProducerIdBindingKeyResponse =
+            self.call(Opcode::ProducerIdBindingKey, &Empty {}).await?;
+        Ok(response.key.to_vec())
+    }
+
     /// Adds (`add`) or removes an access control rule.
     pub async fn change_acl(
         &self,
@@ -351,17 +359,20 @@ impl CoordinatorClient {
 
     /// A producer id no other producer of the cluster has (at epoch 0).
     pub async fn allocate_producer_id(&self) -> Result<tailstream_wire::ProducerId, StubError> {
-        Ok(self.init_producer(None).await?.producer_id)
+        Ok(self.init_producer(None, None).await?.producer_id)
     }
 
-    /// A producer session: with `previous` (a session the coordinator issued), the same id at
-    /// the next epoch, which fences every batch of the older ones; else (or when that id's
-    /// epochs are used up) a fresh id at epoch 0.
+    /// A producer session: with `previous` (a session the coordinator issued to the same
+    /// user), the same id at the next epoch, which fences every batch of the older ones; else
+    /// (or when that id's epochs are used up) a fresh id at epoch 0. The id is bound to this
+    /// connection's user; a broker asking for its Kafka client names that client's user as
+    /// `owner` (honoured on the coordinator's peer listener only).
     pub async fn init_producer(
         &self,
         previous: Option<ProducerSession>,
+        owner: Option<String>,
     ) -> Result<ProducerSession, StubError> {
-        let request = AllocateProducerIdRequest { previous };
+        let request = AllocateProducerIdRequest { previous, owner };
         let response: AllocateProducerIdResponse =
             self.call(Opcode::AllocateProducerId, &request).await?;
         Ok(ProducerSession {

@@ -218,6 +218,16 @@ pub fn read_batch_header(bytes: &[u8]) -> Result<BatchInfo, BatchError> {
     })
 }
 
+/// The producer id a batch's header names, read *without* checking its CRC: for a check that
+/// may pass a batch on to one that does (`read_batch_header`), never to act on alone. `None`
+/// when the batch is too short or names no producer (id -1 or another negative value).
+pub fn peek_producer_id(bytes: &[u8]) -> Option<ProducerId> {
+    if bytes.len() < BATCH_HEADER_BYTES {
+        return None;
+    }
+    u64::try_from(be_i64(bytes, 43)).ok().map(ProducerId)
+}
+
 /// Writes the base offset into a batch (outside the CRC, so nothing else changes).
 pub fn stamp_base_offset(bytes: &mut [u8], offset: RecordOffset) {
     bytes[0..8].copy_from_slice(&(offset.0 as i64).to_be_bytes());

@@ -99,6 +99,9 @@ opcodes! {
     /// exchange (client-first, then client-final). On a listener that does not require
     /// authentication it is answered `NotRequired`.
     Authenticate = 16,
+    /// Broker → coordinator peer listener: the cluster's producer id binding key, so the
+    /// broker can refuse a batch under another user's producer id by itself.
+    ProducerIdBindingKey = 17,
     /// Client → coordinator: add a user with its salted SCRAM credentials.
     CreateUser = 27,
     /// Client → coordinator: remove a user.

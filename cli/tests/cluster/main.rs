@@ -23,6 +23,7 @@ mod kafka_hostile;
 mod kafka_quotas;
 mod native_auth;
 mod operations;
+mod producer_binding;
 mod producer_identity;
 mod recovery;
 mod replication;

@@ -16,7 +16,7 @@ use tokio::io::AsyncReadExt;
 
 const ADMIN_TOKEN: &str = "native-auth-admin-token-0123";
 
-const OVERRIDES: &str = "[security]\nadmin_token = \"native-auth-admin-token-0123\"\n\
+pub(crate) const OVERRIDES: &str = "[security]\nadmin_token = \"native-auth-admin-token-0123\"\n\
                          client_authentication = true\nsuper_users = [\"root\"]\n\
                          [listeners]\nhandshake_timeout_ms = 1500\n";
 
@@ -25,7 +25,7 @@ const RULES_APPLIED_WITHIN: Duration = Duration::from_secs(30);
 
 /// `tailstream ARGS` as `user` (with `password`; `None`: no user at all), with the admin
 /// token; (success, stdout, stderr).
-async fn as_user(
+pub(crate) async fn as_user(
     test: &TestCluster,
     user: Option<(&str, &str)>,
     args: &[&str],
@@ -60,7 +60,7 @@ async fn as_user(
     )
 }
 
-const ROOT: Option<(&str, &str)> = Some(("root", "root-password"));
+pub(crate) const ROOT: Option<(&str, &str)> = Some(("root", "root-password"));
 const ALICE: Option<(&str, &str)> = Some(("alice", "alice-password"));
 
 /// Retries `args` as `user` until it succeeds (rules reach brokers within 5 s).

@@ -34,6 +34,7 @@ pub use users::UserRecord;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use tailstream_auth::producer_binding::BindingKey;
 use tailstream_wire::messages::{PlacementState, StreamConfig, StreamletAssignment};
 use tailstream_wire::{CoordinatorTerm, OwnershipEpoch, ServerId, Status, StreamId, StreamletId};
 use thiserror::Error;
@@ -214,8 +215,8 @@ pub struct Metadata {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub acls: Vec<acls::StoredAcl>,
     /// The cluster's secret for unknown users' decoy credentials (so every broker, at every
-    /// restart and under every leader, answers an unknown name the same): chosen at random and
-    /// saved by the first coordinator to lead.
+    /// restart and under every leader, answers an unknown name the same) and for the producer
+    /// id binding key: chosen at random and saved by the first coordinator to lead.
     #[serde(default)]
     pub decoy_secret: Option<[u8; 32]>,
 }
@@ -300,9 +301,18 @@ impl Metadata {
             .min(producer_ids::COUNTER_MAX);
     }
 
-    /// The producer id key; 0 before the first reservation (when no id can be taken anyway:
-    /// the ceiling is 0).
-    pub fn producer_id_key(&self) -> u64 {
-        self.producer_id_key.unwrap_or(0)
+    /// The keys producer ids are made with: the cipher key (0 before the first reservation,
+    /// when no id can be taken anyway: the ceiling is 0), and the binding key, derived from
+    /// the cluster's secret (`None` before a coordinator first led and saved it).
+    pub fn producer_id_keys(&self) -> Option<producer_ids::IdKeys> {
+        Some(producer_ids::IdKeys {
+            cipher: self.producer_id_key.unwrap_or(0),
+            binding: self.producer_binding_key()?,
+        })
+    }
+
+    /// The key brokers check producer ids' owners with (`tailstream_auth::producer_binding`).
+    pub fn producer_binding_key(&self) -> Option<BindingKey> {
+        self.decoy_secret.as_ref().map(BindingKey::derive)
     }
 }

@@ -232,35 +232,46 @@ fn a_lost_streamlet_is_nobody_s_and_keeps_its_crash_unretired() {
 
 #[test]
 fn producer_ids_are_never_reused_across_restarts() {
-    let mut m = Metadata::default();
+    let mut m = Metadata {
+        decoy_secret: Some([5; 32]),
+        ..Metadata::default()
+    };
     let mut ids = ProducerIds::default();
-    let next = ids
-        .take(m.producer_id_ceiling, m.producer_id_key())
-        .unwrap_err();
+    let keys = m.producer_id_keys().unwrap();
+    let next = ids.take(m.producer_id_ceiling, &keys, None).unwrap_err();
     m.raise_producer_id_ceiling(next, 0xfeed);
-    let key = m.producer_id_key();
-    assert_eq!(key, 0xfeed);
-    let first = ids.take(m.producer_id_ceiling, key).unwrap();
-    let second = ids.take(m.producer_id_ceiling, key).unwrap();
+    let keys = m.producer_id_keys().unwrap();
+    assert_eq!(keys.cipher, 0xfeed);
+    let first = ids
+        .take(m.producer_id_ceiling, &keys, Some("alice"))
+        .unwrap();
+    let second = ids
+        .take(m.producer_id_ceiling, &keys, Some("alice"))
+        .unwrap();
     assert_ne!(second, first);
-    // A restart loses everything not persisted: the ceiling and the key are what count.
+    // A restart loses everything not persisted: the ceiling and the keys are what count.
     let json = serde_json::to_string(&m).unwrap();
     let mut restarted: Metadata = serde_json::from_str(&json).unwrap();
     let mut ids = ProducerIds::default();
+    let keys = restarted.producer_id_keys().unwrap();
     let next = ids
-        .take(restarted.producer_id_ceiling, restarted.producer_id_key())
+        .take(restarted.producer_id_ceiling, &keys, None)
         .unwrap_err();
     restarted.raise_producer_id_ceiling(next, 0xbad);
-    assert_eq!(restarted.producer_id_key(), 0xfeed, "the key is kept");
+    let keys = restarted.producer_id_keys().unwrap();
+    assert_eq!(keys.cipher, 0xfeed, "the key is kept");
     let third = ids
-        .take(restarted.producer_id_ceiling, restarted.producer_id_key())
+        .take(restarted.producer_id_ceiling, &keys, Some("alice"))
         .unwrap();
     assert!(third != first && third != second);
-    assert!(producer_ids::issued(
-        first,
-        restarted.producer_id_ceiling,
-        restarted.producer_id_key()
-    ));
+    let ceiling = restarted.producer_id_ceiling;
+    assert!(producer_ids::issued(first, ceiling, &keys, Some("alice")));
+    assert!(!producer_ids::issued(first, ceiling, &keys, Some("bob")));
+    assert_eq!(
+        Metadata::default().producer_id_keys().map(|k| k.cipher),
+        None,
+        "no ids before the cluster's secret exists"
+    );
 }
 
 #[test]

@@ -17,6 +17,7 @@ use kafka_protocol::messages::{
     InitProducerIdResponse, ProducerId,
 };
 use std::sync::Arc;
+use tailstream_auth::Principal;
 use tailstream_identity::Access;
 use tailstream_wire::messages::AclOperation;
 use tailstream_wire::messages::ProducerSession;
@@ -75,10 +76,17 @@ fn previous_session(request: &InitProducerIdRequest) -> Option<ProducerSession> 
 pub(crate) fn init_producer_id(
     kafka: Arc<Kafka>,
     access: &Access,
+    principal: &Principal,
     version: i16,
     request: InitProducerIdRequest,
 ) -> Answer {
     let may = access.may_write_idempotently();
+    // The id is bound to the client's user: the coordinator marks it so, and gives a new
+    // epoch of `previous` only if it is that user's.
+    let owner = match principal {
+        Principal::User(user) => Some(user.clone()),
+        Principal::Anonymous => None,
+    };
     Answer::Later(Box::pin(async move {
         let refused = |code: i16| {
             InitProducerIdResponse::default()
@@ -94,7 +102,7 @@ pub(crate) fn init_producer_id(
         } else {
             match kafka
                 .coordinator
-                .init_producer(previous_session(&request))
+                .init_producer(previous_session(&request), owner)
                 .await
             {
                 Ok(session) => InitProducerIdResponse::default()

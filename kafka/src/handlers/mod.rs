@@ -23,7 +23,6 @@ use std::sync::Arc;
 use tailstream_auth::Principal;
 use tailstream_identity::Access;
 use tailstream_kafka_wire::{Api, RequestBody, RequestHeader};
-use tailstream_storage::ProducerOwner;
 
 /// An encoded answer body (without its length and header), or why it could not be encoded
 /// (a bug: the connection is closed).
@@ -73,12 +72,7 @@ pub(crate) async fn dispatch(
         RequestBody::ApiVersions(_) => api_versions::answer(version),
         RequestBody::Metadata(request) => metadata::answer(k(), access, version, request),
         RequestBody::Produce(request) => {
-            // A producer id is bound to the user who first writes under it.
-            let owner = match principal {
-                Principal::User(user) => ProducerOwner::user(user),
-                Principal::Anonymous => ProducerOwner::ANYONE,
-            };
-            produce::answer(kafka, &access, version, request, owner, throttle_ms).await
+            produce::answer(kafka, &access, version, request, principal, throttle_ms).await
         }
         RequestBody::Fetch(request) => {
             let wait_max = limits.fetch_wait_max;
@@ -89,7 +83,7 @@ pub(crate) async fn dispatch(
             coordinator::find(kafka, &access, version, request)
         }
         RequestBody::InitProducerId(request) => {
-            coordinator::init_producer_id(k(), &access, version, request)
+            coordinator::init_producer_id(k(), &access, principal, version, request)
         }
         RequestBody::JoinGroup(request) => {
             groups::join(k(), &access, version, header.client_id, request)

@@ -54,6 +54,7 @@ pub fn messages(data: &[u8]) {
         BrokerHeartbeatResponse,
         AllocateProducerIdRequest,
         AllocateProducerIdResponse,
+        ProducerIdBindingKeyResponse,
         CreateStreamRequest,
         DescribeStreamRequest,
         ListStreamsResponse,

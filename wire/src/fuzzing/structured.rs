@@ -31,13 +31,14 @@ fn decode_body(opcode: Option<Opcode>, is_response: bool, body: Bytes) {
         return;
     };
     match (opcode, is_response) {
-        (Opcode::Ping | Opcode::GoAway, _) => {}
+        (Opcode::Ping | Opcode::GoAway, _) | (Opcode::ProducerIdBindingKey, false) => {}
         (Opcode::RegisterBroker, false) => decode!(RegisterBrokerRequest),
         (Opcode::RegisterBroker, true) => decode!(RegisterBrokerResponse),
         (Opcode::BrokerHeartbeat, false) => decode!(BrokerHeartbeatRequest),
         (Opcode::BrokerHeartbeat, true) => decode!(BrokerHeartbeatResponse),
         (Opcode::AllocateProducerId, false) => decode!(AllocateProducerIdRequest),
         (Opcode::AllocateProducerId, true) => decode!(AllocateProducerIdResponse),
+        (Opcode::ProducerIdBindingKey, true) => decode!(ProducerIdBindingKeyResponse),
         (Opcode::CreateStream, false) => decode!(CreateStreamRequest),
         (Opcode::DescribeStream, false) => decode!(DescribeStreamRequest),
         (Opcode::DeleteStream, false) => decode!(DeleteStreamRequest),

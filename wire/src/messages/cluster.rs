@@ -8,6 +8,7 @@ use crate::ids::{
     SegmentId, ServerId, StreamId, StreamletId,
 };
 use crate::wire_message;
+use bytes::Bytes;
 
 wire_message! {
     /// Per-stream storage settings, fixed at creation. Also serde, because the coordinator
@@ -382,10 +383,23 @@ wire_message! {
 wire_message! {
     /// Asks for a producer session. With `previous`, a session the coordinator handed out, it
     /// answers the same id at the next epoch (Kafka's InitProducerId with a producer id), or a
-    /// fresh id when that id is not one of its own or its epochs are used up. An empty body
-    /// asks for a fresh id.
+    /// fresh id when that id is not one of its own (or not the asker's) or its epochs are
+    /// used up. An empty body asks for a fresh id, for the connection's own user.
     pub struct AllocateProducerIdRequest {
         pub previous: Option<ProducerSession>,
+        /// The user the id is for, named by a broker asking on behalf of its Kafka client (on
+        /// the coordinator's peer listener; `None` for an anonymous one). The client listener
+        /// ignores it: an id there is for the connection's authenticated user.
+        pub owner: Option<String>,
+    }
+}
+
+wire_message! {
+    /// The cluster's producer id binding key (`tailstream_auth::producer_binding`): answered
+    /// on the coordinator's peer listener only.
+    pub struct ProducerIdBindingKeyResponse {
+        #[cfg_attr(test, proptest(strategy = "super::small_bytes()"))]
+        pub key: Bytes,
     }
 }
 

@@ -96,6 +96,7 @@ mod tests {
         heartbeat_response: BrokerHeartbeatResponse,
         allocate_producer_id_request: AllocateProducerIdRequest,
         allocate_producer_id: AllocateProducerIdResponse,
+        producer_id_binding_key: ProducerIdBindingKeyResponse,
         create_stream: CreateStreamRequest,
         describe_stream: DescribeStreamRequest,
         delete_stream: DeleteStreamRequest,
