@@ -32,6 +32,7 @@ use tailstream_config::{Config, ReplicationConfig};
 use tailstream_identity::{Authorizer, Credentials};
 use tailstream_net::Authentication;
 use tailstream_net::control::{ControlRuntime, adopt_listener};
+use tailstream_net::memory::TrimPolicy;
 use tailstream_net::scram_server::ScramAuthenticator;
 use tailstream_net::server::{ServerLimits, run_until_shutdown, serve, shutdown_signalled};
 use tailstream_net::tls::Facing;
@@ -267,6 +268,10 @@ pub async fn run_with(
         "tailstream broker ready rpc={} peer={} admin=http://{} nic={nic_addr}{kafka} replication={write_path:?}",
         addrs.rpc, addrs.peer, addrs.admin
     );
+    tokio::spawn(tailstream_net::memory::trim_loop(
+        trim_policy(&options.config.listeners),
+        shutdown.clone(),
+    ));
     tokio::spawn(retention_loop(
         store.clone(),
         Duration::from_millis(config.retention_check_interval_ms.max(10)),
@@ -306,6 +311,14 @@ pub async fn run_with(
     run_until_shutdown(shutdown, served).await;
     drop(control);
     Ok(())
+}
+
+/// When this process gives freed memory back (`listeners.memory_trim_*`).
+fn trim_policy(listeners: &tailstream_config::ListenersConfig) -> TrimPolicy {
+    TrimPolicy {
+        interval: Duration::from_millis(listeners.memory_trim_interval_ms),
+        free_bytes_min: listeners.memory_trim_free_bytes_min,
+    }
 }
 
 /// Where clients must authenticate (`security.client_authentication`): the client listener's

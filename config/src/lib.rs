@@ -157,6 +157,10 @@ pub struct ListenersConfig {
     /// opened is closed.
     pub handshake_timeout_ms: u64,
     pub admin_connections_max: u32,
+    /// How often each process checks how much memory its allocator holds free, and gives it
+    /// back past `memory_trim_free_bytes_min`; 0: never.
+    pub memory_trim_interval_ms: u64,
+    pub memory_trim_free_bytes_min: u64,
 }
 
 impl ListenersConfig {

@@ -25,6 +25,7 @@ use tailstream_config::Config;
 use tailstream_config::MetadataStoreKind;
 use tailstream_net::Authentication;
 use tailstream_net::control::{ControlRuntime, adopt_listener};
+use tailstream_net::memory::TrimPolicy;
 use tailstream_net::scram_server::ScramAuthenticator;
 use tailstream_net::server::{ServerLimits, run_until_shutdown, serve};
 use tailstream_net::tls::Facing;
@@ -97,6 +98,13 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
     }
     let metrics = tailstream_admin::install_metrics()?;
     crate::metrics::describe();
+    tokio::spawn(tailstream_net::memory::trim_loop(
+        TrimPolicy {
+            interval: std::time::Duration::from_millis(config.listeners.memory_trim_interval_ms),
+            free_bytes_min: config.listeners.memory_trim_free_bytes_min,
+        },
+        shutdown.clone(),
+    ));
     match config.coordinator.store {
         MetadataStoreKind::File => {
             let store = Arc::new(MetadataFile::new(&config.coordinator.data_dir));

@@ -23,6 +23,7 @@
 //! - [`stream`]: a connection that is plain TCP or TLS, and its read and write halves.
 //! - `tls_required`: the `TlsRequired` answer to a plain-text request on a TLS listener.
 //! - [`metrics`]: the listener metrics' names.
+//! - [`memory`]: giving the memory a burst or a flood of connections freed back to the system.
 //! - [`clock`]: the boot-time clock leases are judged on.
 
 pub mod budget;
@@ -32,6 +33,7 @@ pub mod control;
 pub mod error;
 pub mod listener;
 pub mod login;
+pub mod memory;
 pub mod metrics;
 pub mod pool;
 mod response;

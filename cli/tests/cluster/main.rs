@@ -21,6 +21,7 @@ mod kafka_clients;
 mod kafka_delivery;
 mod kafka_hostile;
 mod kafka_quotas;
+mod memory_after_flood;
 mod native_auth;
 mod operations;
 mod producer_binding;

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# What a broker keeps after a flood of connections (issue 23, item 7), with and without the
+# allocator trim (`listeners.memory_trim_interval_ms`), side by side in one run: a one-broker
+# `dev` cluster; the broker's RSS idle, with COUNT connections per port (client RPC and Kafka)
+# from 127.0.0.2-254 each holding the start of a request (benches/scripts/flood.py), and
+# SETTLE seconds after they closed. Loopback only; every step is bounded.
+# Usage: benches/scripts/flood_memory.sh [path/to/tailstream] [count per port] [rounds]
+set -euo pipefail
+T=${1:-target/release/tailstream}
+COUNT=${2:-1100}
+ROUNDS=${3:-3}
+SETTLE=${SETTLE:-25}
+HERE=$(cd "$(dirname "$0")" && pwd)
+rss_mib() { awk '/VmRSS/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
+
+for trim in 0 10000; do
+  dir=$(mktemp -d)
+  cat > "$dir/tailstream.toml" <<TOML
+[listeners]
+memory_trim_interval_ms = $trim
+TOML
+  (cd "$dir" && exec timeout 600 "$T" dev --brokers 1 --config tailstream.toml > dev.log 2>&1) &
+  dev=$!
+  for _ in $(seq 150); do grep -q "logs in" "$dir/dev.log" 2>/dev/null && break; sleep 0.2; done
+  broker=$(pgrep -f "^$T .*broker --rpc-addr" | head -1)
+  rpc=$(grep -o "broker-0 ([^)]*) rpc [0-9.:]*" "$dir/dev.log" | awk '{print $4}')
+  sleep 3
+  idle=$(rss_mib "$broker")
+  peak=$idle
+  for round in $(seq "$ROUNDS"); do
+    timeout 120 python3 "$HERE/flood.py" 8 "$COUNT" "$rpc" 127.0.0.1:9092 > "$dir/flood.log" &
+    flood=$!
+    for _ in $(seq 40); do
+      now=$(rss_mib "$broker"); [ "$now" -gt "$peak" ] && peak=$now
+      sleep 0.25
+    done
+    wait "$flood" || true
+  done
+  sleep "$SETTLE"
+  settled=$(rss_mib "$broker")
+  echo "memory_trim_interval_ms=$trim: broker RSS idle ${idle} MiB, peak during $ROUNDS floods of $COUNT connections per port ${peak} MiB, ${SETTLE} s after ${settled} MiB ($(tail -2 "$dir/flood.log" | head -1))"
+  kill -INT "$dev" 2>/dev/null || true
+  wait "$dev" 2>/dev/null || true
+  rm -rf "$dir"
+done
