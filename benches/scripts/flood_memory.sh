@@ -3,7 +3,10 @@
 # allocator trim (`listeners.memory_trim_interval_ms`), side by side in one run: a one-broker
 # `dev` cluster; the broker's RSS idle, with COUNT connections per port (client RPC and Kafka)
 # from 127.0.0.2-254 each holding the start of a request (benches/scripts/flood.py), and
-# SETTLE seconds after they closed. Loopback only; every step is bounded.
+# SETTLE seconds after they closed. Then what the trim costs the produce path: `bench
+# produce` closed loop, R = 0, one broker, with and without it, alternating, ROUNDS rounds
+# (records/s and broker CPU per GiB; THROUGHPUT=0 skips this part).
+# Loopback only; every step is bounded.
 # Usage: benches/scripts/flood_memory.sh [path/to/tailstream] [count per port] [rounds]
 set -euo pipefail
 T=${1:-target/release/tailstream}
@@ -42,4 +45,16 @@ TOML
   kill -INT "$dev" 2>/dev/null || true
   wait "$dev" 2>/dev/null || true
   rm -rf "$dir"
+done
+
+[ "${THROUGHPUT:-1}" = 0 ] && exit 0
+for round in $(seq "$ROUNDS"); do
+  for trim in 0 10000; do
+    conf=$(mktemp)
+    printf '[listeners]\nmemory_trim_interval_ms = %s\n' "$trim" > "$conf"
+    line=$(timeout 400 "$T" bench produce --config "$conf" --records 10000000 --warmup-s 1 \
+      --producers 2 --replicas 0 --brokers 1 --json)
+    rm -f "$conf"
+    echo "round $round memory_trim_interval_ms=$trim: $(echo "$line" | python3 -c 'import json,sys; r=json.load(sys.stdin); print("%.0f records/s, p50 %s us, broker %.3f s/GiB" % (r["records_per_sec"], r["p50_us"], r["cpu_seconds_per_gib"]))')"
+  done
 done

@@ -277,6 +277,10 @@ pub struct KafkaConfig {
     /// Bytes per second each broker lets one principal produce / fetch (0: not limited).
     pub quota_produce_bytes_per_second: u64,
     pub quota_fetch_bytes_per_second: u64,
+    /// Bytes per second one connection's produces may have this broker decompress (to
+    /// validate them), with one second of burst; beyond it the connection is throttled like a
+    /// quota (0: not limited).
+    pub decompressed_bytes_per_second_per_connection: u64,
     pub connections_max: u32,
     pub request_bytes_max: u32,
     pub requests_in_flight_per_connection_max: u32,

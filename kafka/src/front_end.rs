@@ -134,6 +134,7 @@ impl KafkaListener {
             session_recheck: Duration::from_millis(self.config.session_recheck_ms),
             budget: BodyBudget::new("kafka", self.config.request_body_bytes_max),
             fetch_wait_max: Duration::from_millis(u64::from(config.broker.fetch_wait_ms_max)),
+            decompressed_bytes_per_second: self.config.decompressed_bytes_per_second_per_connection,
         };
         let connections = ConnectionLimits {
             connections_max: self.config.connections_max as usize,

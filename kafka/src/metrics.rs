@@ -21,7 +21,8 @@ pub const AUTHENTICATIONS: &str = "tailstream_kafka_authentications_total";
 /// (`kafka.session_recheck_ms`).
 pub const SESSIONS_REVOKED: &str = "tailstream_kafka_sessions_revoked_total";
 /// Milliseconds connections were throttled (not read) for exceeding a byte-rate quota, by
-/// kind (`produce`, `fetch`).
+/// kind (`produce`, `fetch`; `decompress`: a connection past
+/// `kafka.decompressed_bytes_per_second_per_connection`).
 pub const THROTTLED_MS: &str = "tailstream_kafka_throttled_milliseconds_total";
 /// Batches refused because their producer id was not issued to the connection's user.
 pub const PRODUCER_IDS_REFUSED: &str = "tailstream_kafka_producer_ids_refused_total";

@@ -30,6 +30,8 @@ pub(crate) const THROTTLE_MAX: Duration = Duration::from_secs(10);
 pub(crate) enum QuotaKind {
     Produce,
     Fetch,
+    /// Decompression, paid per connection (`ConnectionBudget`), never through `Quotas`.
+    Decompress,
 }
 
 impl QuotaKind {
@@ -37,6 +39,7 @@ impl QuotaKind {
         match self {
             QuotaKind::Produce => "produce",
             QuotaKind::Fetch => "fetch",
+            QuotaKind::Decompress => "decompress",
         }
     }
 }
@@ -74,6 +77,7 @@ impl Quotas {
         match kind {
             QuotaKind::Produce => self.produce_bytes_per_second,
             QuotaKind::Fetch => self.fetch_bytes_per_second,
+            QuotaKind::Decompress => 0,
         }
     }
 
@@ -101,11 +105,18 @@ impl Quotas {
             debt_bytes: 0.0,
             at: now,
         });
-        let drained = now.saturating_duration_since(balance.at).as_secs_f64() * rate;
-        balance.debt_bytes = (balance.debt_bytes - drained).max(0.0) + bytes as f64;
-        balance.at = balance.at.max(now);
+        balance.settle(rate, bytes, now)
+    }
+}
+
+impl Balance {
+    /// Drains the debt at `rate` up to `now`, adds `bytes`; the wait it then calls for.
+    fn settle(&mut self, rate: f64, bytes: u64, now: Instant) -> Duration {
+        let drained = now.saturating_duration_since(self.at).as_secs_f64() * rate;
+        self.debt_bytes = (self.debt_bytes - drained).max(0.0) + bytes as f64;
+        self.at = self.at.max(now);
         // One second of the rate is free burst; what is beyond it takes this long to drain.
-        let over = balance.debt_bytes - rate;
+        let over = self.debt_bytes - rate;
         if over <= 0.0 {
             Duration::ZERO
         } else {
@@ -113,6 +124,36 @@ impl Quotas {
                 .unwrap_or(THROTTLE_MAX)
                 .min(THROTTLE_MAX)
         }
+    }
+}
+
+/// One connection's own rate of some work (decompression): the same accounting as a quota,
+/// kept by the connection, so opening more connections or changing client ids buys no more.
+#[derive(Debug)]
+pub(crate) struct ConnectionBudget {
+    bytes_per_second: u64,
+    balance: Balance,
+}
+
+impl ConnectionBudget {
+    /// A budget of `bytes_per_second` (0: not limited) from `now`.
+    pub fn new(bytes_per_second: u64, now: Instant) -> Self {
+        Self {
+            bytes_per_second,
+            balance: Balance {
+                debt_bytes: 0.0,
+                at: now,
+            },
+        }
+    }
+
+    /// Charges `bytes` at `now`; the time the connection must now wait.
+    pub fn charge(&mut self, bytes: u64, now: Instant) -> Duration {
+        if self.bytes_per_second == 0 {
+            return Duration::ZERO;
+        }
+        self.balance
+            .settle(self.bytes_per_second as f64, bytes, now)
     }
 }
 
@@ -160,6 +201,36 @@ mod tests {
         assert_eq!(
             quotas.charge(QuotaKind::Fetch, "alice", 1 << 40, start),
             Duration::ZERO
+        );
+    }
+
+    #[test]
+    fn a_connection_budget_throttles_past_its_burst_and_drains() {
+        let start = Instant::now();
+        let mut budget = ConnectionBudget::new(100, start);
+        assert_eq!(
+            budget.charge(100, start),
+            Duration::ZERO,
+            "one second's burst"
+        );
+        assert_eq!(budget.charge(50, start), Duration::from_millis(500));
+        assert_eq!(
+            budget.charge(0, start),
+            Duration::from_millis(500),
+            "owed, not paid"
+        );
+        let later = start + Duration::from_millis(1500);
+        assert_eq!(budget.charge(0, later), Duration::ZERO, "drained");
+        let mut open = ConnectionBudget::new(0, start);
+        assert_eq!(
+            open.charge(u64::MAX, start),
+            Duration::ZERO,
+            "0: not limited"
+        );
+        assert_eq!(
+            ConnectionBudget::new(1, start).charge(1 << 40, start),
+            THROTTLE_MAX,
+            "bounded"
         );
     }
 

@@ -73,4 +73,6 @@ pub(crate) struct ConnectionLimits {
     pub session_recheck: Duration,
     pub budget: BodyBudget,
     pub fetch_wait_max: Duration,
+    /// Bytes per second this connection's produces may decompress (0: not limited).
+    pub decompressed_bytes_per_second: u64,
 }

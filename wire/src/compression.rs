@@ -44,8 +44,34 @@ fn failed(reason: &'static str) -> BatchError {
     BatchError::Compression(reason)
 }
 
-/// Decompresses a batch's records (`None` is returned as a copy).
+std::thread_local! {
+    /// Bytes decompressed on this thread so far (`decompressed_on_this_thread`).
+    static DECOMPRESSED_HERE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Bytes this thread has decompressed so far: read before and after a synchronous piece of
+/// work (a produce's validation), the difference is what that work decompressed, failures
+/// included (a batch that does not decompress counts `DECOMPRESSED_BYTES_MAX`, the most its
+/// attempt can have cost). Lets a front end charge decompression to whoever asked for it
+/// without threading a meter through storage.
+pub fn decompressed_on_this_thread() -> u64 {
+    DECOMPRESSED_HERE.with(std::cell::Cell::get)
+}
+
+/// Decompresses a batch's records (`None` is returned as a copy), counted on this thread's
+/// meter.
 pub fn decompress(codec: Compression, input: &[u8]) -> Result<Vec<u8>, BatchError> {
+    let result = decompress_uncounted(codec, input);
+    let work = match (&result, codec) {
+        (_, Compression::None) => 0,
+        (Ok(plain), _) => plain.len(),
+        (Err(_), _) => DECOMPRESSED_BYTES_MAX,
+    };
+    DECOMPRESSED_HERE.with(|here| here.set(here.get().saturating_add(work as u64)));
+    result
+}
+
+fn decompress_uncounted(codec: Compression, input: &[u8]) -> Result<Vec<u8>, BatchError> {
     match codec {
         Compression::None => Ok(input.to_vec()),
         Compression::Gzip => read_bounded(flate2::read::MultiGzDecoder::new(input)),
@@ -176,6 +202,24 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_meter_counts_what_this_thread_decompressed_failures_at_the_most() {
+        let input = vec![7u8; 100_000];
+        let compressed = compress(Compression::Lz4, &input);
+        let before = decompressed_on_this_thread();
+        decompress(Compression::Lz4, &compressed).unwrap();
+        assert_eq!(decompressed_on_this_thread() - before, 100_000);
+        let before = decompressed_on_this_thread();
+        assert!(decompress(Compression::Zstd, b"not zstd").is_err());
+        assert_eq!(
+            decompressed_on_this_thread() - before,
+            DECOMPRESSED_BYTES_MAX as u64
+        );
+        let before = decompressed_on_this_thread();
+        decompress(Compression::None, &input).unwrap();
+        assert_eq!(decompressed_on_this_thread(), before, "a copy is no work");
     }
 
     #[test]

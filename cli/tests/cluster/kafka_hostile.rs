@@ -25,7 +25,7 @@ const CORRUPT_MESSAGE: i16 = 2;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 
 /// A request frame: length, header v1 (api key, version, correlation id, no client id), body.
-fn request(api_key: i16, version: i16, correlation_id: i32, body: &[u8]) -> Vec<u8> {
+pub(crate) fn request(api_key: i16, version: i16, correlation_id: i32, body: &[u8]) -> Vec<u8> {
     let mut out = BytesMut::new();
     out.put_i32((10 + body.len()) as i32);
     out.put_i16(api_key);
@@ -37,7 +37,7 @@ fn request(api_key: i16, version: i16, correlation_id: i32, body: &[u8]) -> Vec<
 }
 
 /// Produce v3, acks=all, one partition of `topic` carrying `records`.
-fn produce(correlation_id: i32, topic: &str, partition: i32, records: &[u8]) -> Vec<u8> {
+pub(crate) fn produce(correlation_id: i32, topic: &str, partition: i32, records: &[u8]) -> Vec<u8> {
     let mut body = BytesMut::new();
     body.put_i16(-1); // no transactional id
     body.put_i16(-1); // acks = all
@@ -53,7 +53,7 @@ fn produce(correlation_id: i32, topic: &str, partition: i32, records: &[u8]) -> 
 }
 
 /// The next answer on `stream`: (correlation id, body), or `None` if the broker closed it.
-async fn answer(stream: &mut TcpStream) -> Option<(i32, Vec<u8>)> {
+pub(crate) async fn answer(stream: &mut TcpStream) -> Option<(i32, Vec<u8>)> {
     let read = async {
         let length = stream.read_i32().await.ok()?;
         assert!(
@@ -71,7 +71,7 @@ async fn answer(stream: &mut TcpStream) -> Option<(i32, Vec<u8>)> {
 }
 
 /// The error code of a Produce v3 answer's first partition.
-fn produce_error(body: &[u8]) -> i16 {
+pub(crate) fn produce_error(body: &[u8]) -> i16 {
     // topics count, topic name (i16 length + bytes), partitions count, index, error code
     let name = i16::from_be_bytes([body[4], body[5]]) as usize;
     let at = 6 + name + 8;

@@ -18,6 +18,7 @@ mod end_to_end;
 mod hostile;
 mod kafka_auth;
 mod kafka_clients;
+mod kafka_decompression;
 mod kafka_delivery;
 mod kafka_hostile;
 mod kafka_quotas;

@@ -58,7 +58,7 @@ pub(crate) async fn dispatch(
     api: Api,
     body: RequestBody,
     throttle_ms: i32,
-) -> Answer {
+) -> (Answer, u64) {
     metrics::counter!(crate::metrics::REQUESTS, "api" => api.name()).increment(1);
     let version = header.api_version;
     // What this request may do (everything where authentication is off). Waits on the
@@ -68,11 +68,16 @@ pub(crate) async fn dispatch(
         None => Access::Everything,
     };
     let k = || kafka.clone();
+    // Bytes the request had this broker decompress (only a produce does).
+    let mut decompressed = 0;
     let answer = match body {
         RequestBody::ApiVersions(_) => api_versions::answer(version),
         RequestBody::Metadata(request) => metadata::answer(k(), access, version, request),
         RequestBody::Produce(request) => {
-            produce::answer(kafka, &access, version, request, principal, throttle_ms).await
+            let (answer, work) =
+                produce::answer(kafka, &access, version, request, principal, throttle_ms).await;
+            decompressed = work;
+            answer
         }
         RequestBody::Fetch(request) => {
             let wait_max = limits.fetch_wait_max;
@@ -113,11 +118,12 @@ pub(crate) async fn dispatch(
             "this connection is not in an authentication exchange",
         ),
     };
-    if api.response_header_version(version) >= 1 {
+    let answer = if api.response_header_version(version) >= 1 {
         with_tagged_header(answer)
     } else {
         answer
-    }
+    };
+    (answer, decompressed)
 }
 
 /// A flexible version's response header (v1) ends with tagged fields after the correlation

@@ -11,7 +11,7 @@
 use super::{Answer, encode};
 use crate::errors::{NONE, data_error_code};
 use crate::shared::Kafka;
-use crate::topics::{TopicError, partition};
+use crate::topics::{Partition, TopicError, partition};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
@@ -22,6 +22,7 @@ use tailstream_broker::data_plane::{CommitWaiter, Produced, StreamletRef};
 use tailstream_identity::Access;
 use tailstream_identity::ProducerIdCheck;
 use tailstream_storage::ProducerOwner;
+use tailstream_wire::compression::decompressed_on_this_thread;
 use tailstream_wire::messages::AclOperation;
 
 /// One partition's outcome before the answer: appended (maybe waiting for its replicas), or
@@ -33,6 +34,12 @@ enum Outcome {
         commit: Option<CommitWaiter>,
     },
     Refused(i16),
+}
+
+impl Outcome {
+    fn is_refused(&self) -> bool {
+        matches!(self, Outcome::Refused(_))
+    }
 }
 
 struct PartitionOutcome {
@@ -55,6 +62,39 @@ fn producer_refused(kafka: &Kafka, user: Option<&str>, batch: &[u8]) -> Option<i
     }
 }
 
+/// Appends one partition's batch; its outcome, and what validating it decompressed (the
+/// append runs on this thread without a pause, so the thread's meter's difference is its).
+fn append(
+    kafka: &Kafka,
+    target: &Partition,
+    batch: &[u8],
+    owner: ProducerOwner,
+    started: Instant,
+) -> (Outcome, u64) {
+    let meter = decompressed_on_this_thread();
+    let appended = kafka
+        .plane
+        .admit_current(target.stream, target.streamlet)
+        .and_then(|streamlet| {
+            let at = StreamletRef {
+                stream: target.stream,
+                streamlet: target.streamlet,
+                epoch: streamlet.epoch(),
+            };
+            let produced = kafka
+                .plane
+                .produce_to_log(at, target.log, batch, owner, started)?;
+            let (first, _) = streamlet.log(target.log)?.bounds();
+            Ok((produced, first))
+        });
+    let decompressed = decompressed_on_this_thread().saturating_sub(meter);
+    let outcome = match appended {
+        Ok((produced, first)) => appended_outcome(produced, first),
+        Err(error) => Outcome::Refused(data_error_code(&error)),
+    };
+    (outcome, decompressed)
+}
+
 struct TopicOutcome {
     name: kafka_protocol::messages::TopicName,
     partitions: Vec<PartitionOutcome>,
@@ -67,7 +107,7 @@ pub(crate) async fn answer(
     request: ProduceRequest,
     principal: &Principal,
     throttle_ms: i32,
-) -> Answer {
+) -> (Answer, u64) {
     let user = match principal {
         Principal::User(user) => Some(user.as_str()),
         Principal::Anonymous => None,
@@ -87,6 +127,8 @@ pub(crate) async fn answer(
         None
     };
     let started = Instant::now();
+    // What validating the batches decompressed: the connection pays for it.
+    let mut decompressed = 0u64;
     let mut topics = Vec::with_capacity(request.topic_data.len());
     for topic in request.topic_data {
         let resolved = match refuse_all {
@@ -113,29 +155,13 @@ pub(crate) async fn answer(
                     (Some(target), Some(batch)) => match producer_refused(kafka, user, &batch) {
                         Some(code) => Outcome::Refused(code),
                         None => {
-                            let appended = kafka
-                                .plane
-                                .admit_current(target.stream, target.streamlet)
-                                .and_then(|streamlet| {
-                                    let at = StreamletRef {
-                                        stream: target.stream,
-                                        streamlet: target.streamlet,
-                                        epoch: streamlet.epoch(),
-                                    };
-                                    let produced = kafka
-                                        .plane
-                                        .produce_to_log(at, target.log, &batch, owner, started)?;
-                                    let (first, _) = streamlet.log(target.log)?.bounds();
-                                    Ok((produced, first))
-                                });
-                            match appended {
-                                Ok((produced, first)) => appended_outcome(produced, first),
-                                Err(error) => {
-                                    // The cached routing may be stale (the streamlet moved).
-                                    kafka.topics.forget(topic.name.as_str());
-                                    Outcome::Refused(data_error_code(&error))
-                                }
+                            let (outcome, work) = append(kafka, &target, &batch, owner, started);
+                            if outcome.is_refused() {
+                                // The cached routing may be stale (the streamlet moved).
+                                kafka.topics.forget(topic.name.as_str());
                             }
+                            decompressed += work;
+                            outcome
                         }
                     },
                 },
@@ -151,7 +177,7 @@ pub(crate) async fn answer(
             partitions,
         });
     }
-    match acks {
+    let answer = match acks {
         0 => Answer::Silent,
         1 => Answer::Ready(encode(&response(topics, version, throttle_ms), version)),
         _ => Answer::Later(Box::pin(async move {
@@ -172,7 +198,8 @@ pub(crate) async fn answer(
             }
             encode(&response(topics, version, throttle_ms), version)
         })),
-    }
+    };
+    (answer, decompressed)
 }
 
 fn appended_outcome(produced: Produced, first: tailstream_wire::RecordOffset) -> Outcome {

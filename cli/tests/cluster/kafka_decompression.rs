@@ -1,0 +1,84 @@
+//! Issue 23, item 4: decompression work is bounded per connection. A compressed batch of a
+//! few KiB can decompress to 32 MiB, and the broker decompresses every batch once to check its
+//! records; a client sending such batches back to back would have the broker's cores
+//! decompress for it. Past `kafka.decompressed_bytes_per_second_per_connection` the connection
+//! is throttled as a quota throttles: its answers say so in throttle_time_ms and it is not
+//! read meanwhile. Every batch is still taken (nothing is refused), and another client on
+//! another connection is not slowed.
+
+use crate::common;
+use crate::kafka_hostile::{answer, produce, produce_error};
+
+use common::hostile::{connect_from_elsewhere, metric, round_trip};
+use common::{TEST_TIMEOUT, TestCluster};
+use std::time::{Duration, Instant};
+use tailstream_wire::batch::compress_batch;
+use tailstream_wire::compression::Compression;
+use tailstream_wire::records::RecordBatchBuilder;
+use tokio::io::AsyncWriteExt;
+
+/// 32 MiB of decompression per second per connection, one second of burst.
+const OVERRIDES: &str = "[kafka]\ndecompressed_bytes_per_second_per_connection = 33554432\n";
+/// Each batch: one record of 24 MiB of zeros, gzip-compressed to a few KiB.
+const PLAIN_BYTES: usize = 24 << 20;
+const REQUESTS: usize = 8;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_makes_the_broker_decompress_a_lot_is_throttled() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let test = TestCluster::start(1, OVERRIDES).await;
+        round_trip(&test, "bombs", 0).await;
+        let broker = test.cluster.broker(0).unwrap();
+        let kafka = broker.kafka_addr.unwrap();
+
+        let mut builder = RecordBatchBuilder::new(PLAIN_BYTES + 64);
+        builder.push(0, None, Some(&vec![0u8; PLAIN_BYTES]), &[]);
+        let plain = builder.finish_without_producer();
+        let bomb = compress_batch(&plain, Compression::Gzip).unwrap();
+        assert!(bomb.len() < 256 << 10, "a {} byte batch", bomb.len());
+
+        let started = Instant::now();
+        let mut stream = connect_from_elsewhere(kafka).await;
+        for i in 0..REQUESTS {
+            let correlation_id = i as i32;
+            stream
+                .write_all(&produce(correlation_id, "bombs", 0, &bomb))
+                .await
+                .unwrap();
+            let (id, body) = answer(&mut stream).await.expect("an answer");
+            assert_eq!(id, correlation_id);
+            assert_eq!(produce_error(&body), 0, "batch {i} taken");
+        }
+        let took = started.elapsed();
+        // 192 MiB of decompression at 32 MiB/s, one second of it free: about 5 s.
+        let throttled = metric(
+            broker.admin_addr,
+            "tailstream_kafka_throttled_milliseconds_total",
+            &[("kind", "decompress")],
+        )
+        .await;
+        eprintln!("{REQUESTS} requests took {took:?}; throttled {throttled} ms");
+        assert!(took >= Duration::from_secs(3), "not held back: {took:?}");
+        assert!(throttled >= 2000.0, "throttled {throttled} ms");
+        // Another connection meanwhile is not held back by this one's debt.
+        let mut other = connect_from_elsewhere(kafka).await;
+        let asked = Instant::now();
+        other
+            .write_all(&produce(99, "bombs", 0, &plain_batch()))
+            .await
+            .unwrap();
+        let (_, body) = answer(&mut other).await.expect("an answer");
+        assert_eq!(produce_error(&body), 0);
+        assert!(asked.elapsed() < Duration::from_secs(2));
+        test.stop().await;
+    })
+    .await
+    .expect("the decompression test finished in time");
+}
+
+/// A small uncompressed batch: no decompression at all.
+fn plain_batch() -> Vec<u8> {
+    let mut builder = RecordBatchBuilder::new(64);
+    builder.push(0, None, Some(b"ordinary"), &[]);
+    builder.finish_without_producer().to_vec()
+}
