@@ -7,11 +7,13 @@
 //! allocator holds free, and past `listeners.memory_trim_free_bytes_min` asks it to give the
 //! free pages back (`malloc_trim(0)`, which releases free pages inside the heaps too).
 //!
-//! The check (`mallinfo2`) walks the allocator's free lists, and a trim holds each arena's
-//! lock while it releases: both take milliseconds at most, once per interval, and a trim runs
-//! only when there is something worth giving back. Elsewhere than glibc (or with another
-//! allocator, e.g. the `jemalloc` build, whose own background threads give pages back) the
-//! check finds nothing and nothing is done.
+//! The check (`mallinfo2`, glibc 2.33 or later) walks the allocator's free lists, and a trim
+//! holds each arena's lock while it releases: both take milliseconds at most, once per
+//! interval. A trim gives pages back but leaves their chunks counted free, so the threshold
+//! is measured from what was free right after the last trim (lowered whenever less is free):
+//! a fragmented heap is trimmed once, not at every check. Elsewhere than glibc (or with
+//! another allocator, e.g. the `jemalloc` build, whose own background threads give pages
+//! back) the check finds nothing and nothing is done.
 
 use std::time::Duration;
 use tokio::sync::watch;
@@ -28,10 +30,27 @@ pub struct TrimPolicy {
     pub free_bytes_min: u64,
 }
 
-impl TrimPolicy {
-    /// Whether a check that found `free_bytes` held free should trim.
-    pub fn should_trim(&self, free_bytes: u64) -> bool {
-        free_bytes >= self.free_bytes_min
+/// What the checks remember: the free bytes a trim can no longer give back (those left
+/// counted free by the last trim, or fewer if they were reused since).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrimState {
+    settled_free_bytes: u64,
+}
+
+impl TrimState {
+    /// Whether a check that found `free_bytes` held free should trim (`policy`'s threshold
+    /// beyond what was left free after the last trim).
+    pub fn should_trim(&mut self, policy: &TrimPolicy, free_bytes: u64) -> bool {
+        self.settled_free_bytes = self.settled_free_bytes.min(free_bytes);
+        free_bytes
+            >= self
+                .settled_free_bytes
+                .saturating_add(policy.free_bytes_min)
+    }
+
+    /// A trim just ran, after which `free_bytes` were still counted free.
+    pub fn trimmed(&mut self, free_bytes: u64) {
+        self.settled_free_bytes = free_bytes;
     }
 }
 
@@ -82,6 +101,7 @@ pub async fn trim_loop(policy: TrimPolicy, mut shutdown: watch::Receiver<bool>) 
     if policy.interval.is_zero() {
         return;
     }
+    let mut state = TrimState::default();
     let mut tick = tokio::time::interval(policy.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
@@ -92,16 +112,22 @@ pub async fn trim_loop(policy: TrimPolicy, mut shutdown: watch::Receiver<bool>) 
         }
         let checked = tokio::task::spawn_blocking(move || {
             let free = allocator_free_bytes()?;
-            if !policy.should_trim(free) {
-                return None;
+            if !state.should_trim(&policy, free) {
+                return Some((state, None));
             }
             let before = resident_bytes();
             trim_allocator();
             let after = resident_bytes();
-            Some((free, before?.saturating_sub(after?)))
+            state.trimmed(allocator_free_bytes().unwrap_or(free));
+            let released = before.zip(after).map(|(b, a)| b.saturating_sub(a));
+            Some((state, Some((free, released.unwrap_or(0)))))
         })
         .await;
-        if let Ok(Some((free, released))) = checked {
+        let Ok(Some((checked_state, trimmed))) = checked else {
+            continue;
+        };
+        state = checked_state;
+        if let Some((free, released)) = trimmed {
             metrics::counter!(TRIMMED_BYTES).increment(released);
             tracing::debug!(free, released, "gave free memory back to the system");
         }
@@ -113,14 +139,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn trims_only_past_the_threshold() {
+    fn trims_past_the_threshold_beyond_what_the_last_trim_left() {
+        const MIB: u64 = 1 << 20;
         let policy = TrimPolicy {
             interval: Duration::from_secs(10),
-            free_bytes_min: 64 << 20,
+            free_bytes_min: 64 * MIB,
         };
-        assert!(!policy.should_trim(0));
-        assert!(!policy.should_trim((64 << 20) - 1));
-        assert!(policy.should_trim(64 << 20));
+        let mut state = TrimState::default();
+        assert!(!state.should_trim(&policy, 0));
+        assert!(!state.should_trim(&policy, 64 * MIB - 1));
+        assert!(state.should_trim(&policy, 64 * MIB));
+        // The trim left 100 MiB counted free (fragments): no trim again for those alone.
+        state.trimmed(100 * MIB);
+        assert!(!state.should_trim(&policy, 100 * MIB));
+        assert!(!state.should_trim(&policy, 150 * MIB));
+        assert!(state.should_trim(&policy, 164 * MIB), "a new burst's worth");
+        // Reused since: the threshold is measured from the lower mark.
+        state.trimmed(100 * MIB);
+        assert!(!state.should_trim(&policy, 20 * MIB));
+        assert!(state.should_trim(&policy, 84 * MIB));
     }
 
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
