@@ -278,8 +278,8 @@ pub struct KafkaConfig {
     pub quota_produce_bytes_per_second: u64,
     pub quota_fetch_bytes_per_second: u64,
     /// Bytes per second one connection's produces may have this broker decompress (to
-    /// validate them), with one second of burst; beyond it the connection is throttled like a
-    /// quota (0: not limited).
+    /// validate them), with one second of burst; beyond it the connection waits before each
+    /// further batch (0: not limited).
     pub decompressed_bytes_per_second_per_connection: u64,
     pub connections_max: u32,
     pub request_bytes_max: u32,

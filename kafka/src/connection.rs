@@ -16,7 +16,7 @@
 use crate::authenticate::{Proven, authenticate};
 use crate::frames::{Phase, read_frame, write_answer};
 use crate::handlers::{Answer, Body, dispatch};
-use crate::quotas::{ConnectionBudget, QuotaKind};
+use crate::quotas::{ConnectionBudget, Pacing, QuotaKind};
 use crate::shared::{ConnectionLimits, Kafka};
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -134,7 +134,8 @@ async fn read_requests(
     queue: mpsc::UnboundedSender<Queued>,
 ) -> Closed {
     let slots = Arc::new(Semaphore::new(limits.requests_in_flight_max.max(1)));
-    // Decompression this connection's produces cost, at `decompressed_bytes_per_second`.
+    // Decompression this connection's produces cost, at `decompressed_bytes_per_second`:
+    // a produce waits before each batch while the connection owes (`produce::answer`).
     let mut decompression =
         ConnectionBudget::new(limits.decompressed_bytes_per_second, Instant::now());
     loop {
@@ -168,9 +169,8 @@ async fn read_requests(
         };
         let (bytes, _body) = frame;
         let request_bytes = bytes.len() as u64;
-        // Set for a Produce or Fetch over its principal's quota, or a Produce of a connection
-        // over its decompression rate: once its answer is queued, the connection is not read
-        // for this long (the client is told, in throttle_time_ms).
+        // Set for a Produce or Fetch over its principal's quota: once its answer is queued, the
+        // connection is not read for this long (the client is told, in throttle_time_ms).
         let mut throttle = Duration::ZERO;
         let answer = match decode_request(bytes) {
             Ok(Decoded::Request { header, api, body }) => {
@@ -183,18 +183,6 @@ async fn read_requests(
                 }
                 .filter(|kind| kafka.quotas.limits(*kind));
                 let payer = kind.map(|_| quota_principal(principal, &header));
-                if matches!(&*body, RequestBody::Produce(_)) {
-                    // What earlier produces had this broker decompress beyond the
-                    // connection's rate holds this one back too.
-                    let owed = decompression.charge(0, Instant::now());
-                    if !owed.is_zero() {
-                        let kind = QuotaKind::Decompress.name();
-                        metrics::counter!(crate::metrics::THROTTLED_MS, "kind" => kind)
-                            .increment(owed.as_millis() as u64);
-                        throttle = throttle.max(owed);
-                    }
-                }
-                let mut quota_throttle = Duration::ZERO;
                 if let (Some(kind), Some(payer)) = (kind, &payer) {
                     // A produce is charged its size now; a fetch its answer's size once built
                     // (what it owes from earlier fetches throttles this one).
@@ -202,21 +190,21 @@ async fn read_requests(
                         QuotaKind::Produce => request_bytes,
                         QuotaKind::Fetch | QuotaKind::Decompress => 0,
                     };
-                    quota_throttle = kafka.quotas.charge(kind, payer, charged, Instant::now());
-                    throttle = throttle.max(quota_throttle);
+                    throttle = kafka.quotas.charge(kind, payer, charged, Instant::now());
                 }
                 let throttle_ms = crate::quotas::throttle_ms(throttle);
-                let answer = dispatch(kafka, limits, principal, header, api, *body, throttle_ms);
-                let (mut answer, decompressed) = answer.await;
-                if decompressed > 0 {
-                    decompression.charge(decompressed, Instant::now());
-                }
+                let pacing = Pacing {
+                    throttle_ms,
+                    decompression: &mut decompression,
+                };
+                let answer = dispatch(kafka, limits, principal, header, api, *body, pacing);
+                let mut answer = answer.await;
                 if let (Some(QuotaKind::Fetch), Some(payer)) = (kind, payer) {
                     answer = charge_fetched(kafka.clone(), payer, answer);
                 }
-                if let Some(kind) = kind.filter(|_| !quota_throttle.is_zero()) {
+                if let Some(kind) = kind.filter(|_| !throttle.is_zero()) {
                     metrics::counter!(crate::metrics::THROTTLED_MS, "kind" => kind.name())
-                        .increment(quota_throttle.as_millis() as u64);
+                        .increment(throttle.as_millis() as u64);
                 }
                 (correlation_id, answer)
             }

@@ -30,7 +30,8 @@ pub(crate) const THROTTLE_MAX: Duration = Duration::from_secs(10);
 pub(crate) enum QuotaKind {
     Produce,
     Fetch,
-    /// Decompression, paid per connection (`ConnectionBudget`), never through `Quotas`.
+    /// Decompression, paid per connection (`ConnectionBudget`, a produce waiting before each
+    /// batch while it owes), never through `Quotas`.
     Decompress,
 }
 
@@ -125,6 +126,13 @@ impl Balance {
                 .min(THROTTLE_MAX)
         }
     }
+}
+
+/// How one request of a connection is paced: the quota throttle its answer reports, and the
+/// connection's decompression budget, which a produce pays batch by batch.
+pub(crate) struct Pacing<'a> {
+    pub throttle_ms: i32,
+    pub decompression: &'a mut ConnectionBudget,
 }
 
 /// One connection's own rate of some work (decompression): the same accounting as a quota,

@@ -2,12 +2,12 @@
 //! few KiB can decompress to 32 MiB, and the broker decompresses every batch once to check its
 //! records; a client sending such batches back to back would have the broker's cores
 //! decompress for it. Past `kafka.decompressed_bytes_per_second_per_connection` the connection
-//! is throttled as a quota throttles: its answers say so in throttle_time_ms and it is not
-//! read meanwhile. Every batch is still taken (nothing is refused), and another client on
-//! another connection is not slowed.
+//! waits before each batch, within one request as across requests, until its debt has drained.
+//! Every batch is still taken (nothing is refused), and another client on another connection
+//! is not slowed.
 
 use crate::common;
-use crate::kafka_hostile::{answer, produce, produce_error};
+use crate::kafka_hostile::{answer, produce, produce_error, request};
 
 use common::hostile::{connect_from_elsewhere, metric, round_trip};
 use common::{TEST_TIMEOUT, TestCluster};
@@ -37,6 +37,21 @@ async fn a_connection_that_makes_the_broker_decompress_a_lot_is_throttled() {
         let bomb = compress_batch(&plain, Compression::Gzip).unwrap();
         assert!(bomb.len() < 256 << 10, "a {} byte batch", bomb.len());
 
+        // One request carrying six of them (the same partition six times): paced within it.
+        let started = Instant::now();
+        let mut stream = connect_from_elsewhere(kafka).await;
+        stream
+            .write_all(&produce_copies(1000, "bombs", &bomb, 6))
+            .await
+            .unwrap();
+        let (id, _) = answer_within(&mut stream, Duration::from_secs(30)).await;
+        assert_eq!(id, 1000);
+        let took = started.elapsed();
+        eprintln!("one request of 6 took {took:?}");
+        // 144 MiB at 32 MiB/s, one second of it free, the last batch not waited for: 2.75 s.
+        assert!(took >= Duration::from_secs(2), "not paced: {took:?}");
+
+        // Request after request on a fresh connection.
         let started = Instant::now();
         let mut stream = connect_from_elsewhere(kafka).await;
         for i in 0..REQUESTS {
@@ -74,6 +89,38 @@ async fn a_connection_that_makes_the_broker_decompress_a_lot_is_throttled() {
     })
     .await
     .expect("the decompression test finished in time");
+}
+
+/// Produce v3, acks=all, `copies` entries for partition 0 of `topic`, each carrying `records`.
+fn produce_copies(correlation_id: i32, topic: &str, records: &[u8], copies: i32) -> Vec<u8> {
+    use bytes::BufMut;
+    let mut body = bytes::BytesMut::new();
+    body.put_i16(-1); // no transactional id
+    body.put_i16(-1); // acks = all
+    body.put_i32(30_000);
+    body.put_i32(1);
+    body.put_i16(topic.len() as i16);
+    body.put_slice(topic.as_bytes());
+    body.put_i32(copies);
+    for _ in 0..copies {
+        body.put_i32(0);
+        body.put_i32(records.len() as i32);
+        body.put_slice(records);
+    }
+    request(0, 3, correlation_id, &body)
+}
+
+/// The next answer's correlation id and body, within `limit`.
+async fn answer_within(stream: &mut tokio::net::TcpStream, limit: Duration) -> (i32, Vec<u8>) {
+    use tokio::io::AsyncReadExt;
+    let read = async {
+        let length = stream.read_i32().await.unwrap();
+        let id = stream.read_i32().await.unwrap();
+        let mut body = vec![0u8; length as usize - 4];
+        stream.read_exact(&mut body).await.unwrap();
+        (id, body)
+    };
+    tokio::time::timeout(limit, read).await.expect("an answer")
 }
 
 /// A small uncompressed batch: no decompression at all.

@@ -14,6 +14,7 @@ mod metadata;
 mod produce;
 pub(crate) mod sasl;
 
+use crate::quotas::Pacing;
 use crate::shared::ConnectionLimits;
 use crate::shared::Kafka;
 use bytes::{Bytes, BytesMut};
@@ -49,7 +50,8 @@ pub(crate) fn str_bytes(value: &str) -> StrBytes {
     StrBytes::from_string(value.to_owned())
 }
 
-/// Answers one decoded request; a Produce or Fetch answer carries `throttle_ms` (a quota's).
+/// Answers one decoded request; a Produce or Fetch answer carries `pacing.throttle_ms` (a
+/// quota's), and a Produce pays the connection's decompression budget batch by batch.
 pub(crate) async fn dispatch(
     kafka: &Arc<Kafka>,
     limits: &ConnectionLimits,
@@ -57,8 +59,8 @@ pub(crate) async fn dispatch(
     header: RequestHeader,
     api: Api,
     body: RequestBody,
-    throttle_ms: i32,
-) -> (Answer, u64) {
+    pacing: Pacing<'_>,
+) -> Answer {
     metrics::counter!(crate::metrics::REQUESTS, "api" => api.name()).increment(1);
     let version = header.api_version;
     // What this request may do (everything where authentication is off). Waits on the
@@ -68,16 +70,12 @@ pub(crate) async fn dispatch(
         None => Access::Everything,
     };
     let k = || kafka.clone();
-    // Bytes the request had this broker decompress (only a produce does).
-    let mut decompressed = 0;
+    let throttle_ms = pacing.throttle_ms;
     let answer = match body {
         RequestBody::ApiVersions(_) => api_versions::answer(version),
         RequestBody::Metadata(request) => metadata::answer(k(), access, version, request),
         RequestBody::Produce(request) => {
-            let (answer, work) =
-                produce::answer(kafka, &access, version, request, principal, throttle_ms).await;
-            decompressed = work;
-            answer
+            produce::answer(kafka, &access, version, request, principal, pacing).await
         }
         RequestBody::Fetch(request) => {
             let wait_max = limits.fetch_wait_max;
@@ -118,12 +116,11 @@ pub(crate) async fn dispatch(
             "this connection is not in an authentication exchange",
         ),
     };
-    let answer = if api.response_header_version(version) >= 1 {
+    if api.response_header_version(version) >= 1 {
         with_tagged_header(answer)
     } else {
         answer
-    };
-    (answer, decompressed)
+    }
 }
 
 /// A flexible version's response header (v1) ends with tagged fields after the correlation

@@ -10,6 +10,7 @@
 
 use super::{Answer, encode};
 use crate::errors::{NONE, data_error_code};
+use crate::quotas::{Pacing, QuotaKind};
 use crate::shared::Kafka;
 use crate::topics::{Partition, TopicError, partition};
 use kafka_protocol::ResponseError;
@@ -106,8 +107,12 @@ pub(crate) async fn answer(
     version: i16,
     request: ProduceRequest,
     principal: &Principal,
-    throttle_ms: i32,
-) -> (Answer, u64) {
+    pacing: Pacing<'_>,
+) -> Answer {
+    let Pacing {
+        throttle_ms,
+        decompression,
+    } = pacing;
     let user = match principal {
         Principal::User(user) => Some(user.as_str()),
         Principal::Anonymous => None,
@@ -127,8 +132,6 @@ pub(crate) async fn answer(
         None
     };
     let started = Instant::now();
-    // What validating the batches decompressed: the connection pays for it.
-    let mut decompressed = 0u64;
     let mut topics = Vec::with_capacity(request.topic_data.len());
     for topic in request.topic_data {
         let resolved = match refuse_all {
@@ -155,12 +158,22 @@ pub(crate) async fn answer(
                     (Some(target), Some(batch)) => match producer_refused(kafka, user, &batch) {
                         Some(code) => Outcome::Refused(code),
                         None => {
+                            // While the connection owes decompression, the next batch waits:
+                            // however many batches one request carries, the broker
+                            // decompresses at the connection's rate.
+                            let owed = decompression.charge(0, tokio::time::Instant::now());
+                            if !owed.is_zero() {
+                                let kind = QuotaKind::Decompress.name();
+                                metrics::counter!(crate::metrics::THROTTLED_MS, "kind" => kind)
+                                    .increment(owed.as_millis() as u64);
+                                tokio::time::sleep(owed).await;
+                            }
                             let (outcome, work) = append(kafka, &target, &batch, owner, started);
+                            decompression.charge(work, tokio::time::Instant::now());
                             if outcome.is_refused() {
                                 // The cached routing may be stale (the streamlet moved).
                                 kafka.topics.forget(topic.name.as_str());
                             }
-                            decompressed += work;
                             outcome
                         }
                     },
@@ -177,7 +190,7 @@ pub(crate) async fn answer(
             partitions,
         });
     }
-    let answer = match acks {
+    match acks {
         0 => Answer::Silent,
         1 => Answer::Ready(encode(&response(topics, version, throttle_ms), version)),
         _ => Answer::Later(Box::pin(async move {
@@ -198,8 +211,7 @@ pub(crate) async fn answer(
             }
             encode(&response(topics, version, throttle_ms), version)
         })),
-    };
-    (answer, decompressed)
+    }
 }
 
 fn appended_outcome(produced: Produced, first: tailstream_wire::RecordOffset) -> Outcome {
