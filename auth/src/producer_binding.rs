@@ -15,9 +15,14 @@
 //! - the tag is the first 22 bits of HMAC-SHA256(binding key, sealed counter, owner).
 //!
 //! Another user holding the id (read from a batch header, say) gets a batch under it refused
-//! unless the tag happens to fit their name too: a 1 in 4 million chance fixed by the two
-//! names, which retrying cannot improve. Forging a tag for one's own name over someone else's
-//! sealed counter gains nothing: it is a different id.
+//! unless the tag happens to fit their name too: a 1 in 4 million chance per id, fixed by the
+//! id and the two names, which retrying the same id cannot improve (a reader who collected N
+//! ids has about N in 4 million that fit). Forging a tag for one's own name over someone
+//! else's sealed counter gains nothing: it is a different id.
+//!
+//! The coordinator's peer listener hands out the key and takes the owner a broker names:
+//! members are trusted, so the binding holds where the peer listeners are (TLS on, or a
+//! network only members reach).
 //!
 //! The binding key is derived from the cluster's secret, so brokers can hold it without
 //! holding the secret. Pure: no I/O, no randomness.

@@ -92,6 +92,9 @@ pub struct CoordinatorConfig {
     pub group_members_max: u32,
     /// Streams the cluster holds at most: a create past it is refused (`QuotaExceeded`).
     pub streams_max: u32,
+    /// Fresh producer ids handed out per second at most, ten seconds' worth at once (0: not
+    /// limited).
+    pub producer_ids_per_second: u32,
     /// Users kept at most: a create past it is refused (`QuotaExceeded`).
     pub users_max: u32,
     /// Access control rules kept at most.

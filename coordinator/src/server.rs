@@ -300,6 +300,7 @@ pub async fn lead(
             lease_ms: config.broker.lease_ms,
             leaderless_lease_ms: config.broker.leaderless_lease_ms,
             streams_max: coordinator.streams_max as usize,
+            producer_ids_per_second: coordinator.producer_ids_per_second,
             users_max: coordinator.users_max as usize,
             acls_max: coordinator.acls_max as usize,
             admin_token: crate::service::AdminToken::from_config(&config.security.admin_token),

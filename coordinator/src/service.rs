@@ -23,12 +23,13 @@ use std::time::Instant;
 use tailstream_auth::acl::Access;
 use tailstream_net::{Reply, Request, Response, Service};
 use tailstream_wire::messages::{
-    AllocateProducerIdRequest, AllocateProducerIdResponse, BrokerHeartbeatRequest,
-    BrokerHeartbeatResponse, ConsumerGroupSummary, CreateStreamRequest, DeleteStreamRequest,
-    DescribeConsumerGroupsResponse, DescribeLeadershipResponse, DescribeStreamRequest,
-    ListBrokersResponse, ListRecoveriesResponse, ListStreamsResponse, PartitionLagInfo,
-    ProducerIdBindingKeyResponse, RecoverySummary, RegisterBrokerRequest, RegisterBrokerResponse,
-    ReportLogBoundsRequest, ReportLogBoundsResponse, ReportSuspectRequest, not_leader_message,
+    AllocateProducerIdRequest, AllocateProducerIdRequestBeforeOwner, AllocateProducerIdResponse,
+    BrokerHeartbeatRequest, BrokerHeartbeatResponse, ConsumerGroupSummary, CreateStreamRequest,
+    DeleteStreamRequest, DescribeConsumerGroupsResponse, DescribeLeadershipResponse,
+    DescribeStreamRequest, ListBrokersResponse, ListRecoveriesResponse, ListStreamsResponse,
+    PartitionLagInfo, ProducerIdBindingKeyResponse, RecoverySummary, RegisterBrokerRequest,
+    RegisterBrokerResponse, ReportLogBoundsRequest, ReportLogBoundsResponse, ReportSuspectRequest,
+    not_leader_message,
 };
 use tailstream_wire::{Decode, Opcode, ProducerEpoch, ServerId, Status};
 
@@ -81,6 +82,8 @@ pub struct ServiceSettings {
     /// refused with `QuotaExceeded`, so that no client (an auto-creating Kafka client
     /// among them) grows the metadata without end.
     pub streams_max: usize,
+    /// Fresh producer ids handed out per second at most (`coordinator.producer_ids_per_second`).
+    pub producer_ids_per_second: u32,
     /// Users kept at most (`coordinator.users_max`).
     pub users_max: usize,
     /// Access control rules kept at most (`coordinator.acls_max`).
@@ -123,7 +126,9 @@ impl CoordinatorService {
     ) -> Self {
         Self {
             core,
-            producer_ids: Arc::new(Mutex::new(ProducerIds::default())),
+            producer_ids: Arc::new(Mutex::new(ProducerIds::paced(
+                settings.producer_ids_per_second,
+            ))),
             watchdog,
             orchestrator,
             groups,
@@ -351,9 +356,16 @@ impl CoordinatorService {
                 owner: None,
             }
         } else {
-            match decode::<AllocateProducerIdRequest>(request.body.clone()) {
+            let body = request.body.clone();
+            match decode::<AllocateProducerIdRequest>(body.clone()) {
                 Ok(asked) => asked,
-                Err(response) => return Reply::Ready(response),
+                Err(response) => match decode::<AllocateProducerIdRequestBeforeOwner>(body) {
+                    Ok(older) => AllocateProducerIdRequest {
+                        previous: older.previous,
+                        owner: None,
+                    },
+                    Err(_) => return Reply::Ready(response),
+                },
             }
         };
         let owner: Option<Arc<str>> = match facing {
@@ -385,6 +397,15 @@ impl CoordinatorService {
                 Some(session) => Ok(session),
                 None => {
                     let mut ids = self.producer_ids.lock().unwrap_or_else(|p| p.into_inner());
+                    if !ids.admit(std::time::Instant::now()) {
+                        return Reply::Ready(Response::error(
+                            Status::Busy,
+                            format!(
+                                "fresh producer ids are handed out at most {} a second (coordinator.producer_ids_per_second): retry",
+                                self.settings.producer_ids_per_second
+                            ),
+                        ));
+                    }
                     ids.take(ceiling, &keys, owner.as_deref())
                         .map(|id| (id, ProducerEpoch(0)))
                 }
@@ -618,7 +639,9 @@ impl CoordinatorService {
             (_, Opcode::ListRecoveries) => Reply::Ready(Response::ok(&self.list_recoveries())),
             // Users and rules change only through the client listener, with the admin token:
             // no member needs to, so a peer port (open to anyone who reaches it without TLS)
-            // grants nothing. Brokers list the rules on it.
+            // cannot change them. Brokers list the rules on it (and learn the producer id
+            // binding key, and name their Kafka clients' users as producer id owners: what a
+            // peer port grants is a member's trust).
             (Facing::Clients, Opcode::CreateUser) => self.create_user(request.body, true),
             (Facing::Clients, Opcode::DeleteUser) => self.delete_user(request.body, true),
             (Facing::Clients, Opcode::ListUsers) => ready(self.list_users(request.body, true)),

@@ -150,7 +150,6 @@ impl Authorizer {
     /// Lists the rules now (and learns the binding key, the first time); the new snapshot,
     /// or `None` if the coordinator did not answer.
     async fn list(&self) -> Option<Arc<Snapshot>> {
-        self.learn_binding_key().await;
         // On the peer listener: no admin token asked of the cluster's members.
         match self.coordinator.list_acls("").await {
             Ok(rules) => {
@@ -162,6 +161,9 @@ impl Authorizer {
                 *self.snapshot.lock().unwrap_or_else(|p| p.into_inner()) = Some(snapshot.clone());
                 self.failing
                     .store(false, std::sync::atomic::Ordering::Release);
+                // After a listing that worked: a coordinator that does not answer costs the
+                // first request one wait, not two.
+                self.learn_binding_key().await;
                 Some(snapshot)
             }
             Err(error) => {

@@ -56,13 +56,52 @@ pub struct IdKeys {
 }
 
 /// Hands out producer ids below the persisted ceiling, in memory; a restart starts at the
-/// ceiling, so an id is never handed out twice.
+/// ceiling, so an id is never handed out twice. Fresh ids are paced (`admit`): the counter's
+/// space is finite, and no client may use it up.
 #[derive(Debug, Default)]
 pub struct ProducerIds {
     next: Option<u64>,
+    pace: Option<Pace>,
+}
+
+/// A token bucket: `per_second` fresh ids, ten seconds' worth at once.
+#[derive(Debug)]
+struct Pace {
+    per_second: f64,
+    tokens: f64,
+    at: Option<std::time::Instant>,
 }
 
 impl ProducerIds {
+    /// Ids handed out at most `per_second` (0: not limited), ten seconds' worth at once.
+    pub fn paced(per_second: u32) -> Self {
+        let pace = (per_second > 0).then(|| Pace {
+            per_second: f64::from(per_second),
+            tokens: f64::from(per_second) * 10.0,
+            at: None,
+        });
+        ProducerIds { next: None, pace }
+    }
+
+    /// Whether a fresh id may be handed out at `now` (taking its token if so).
+    pub fn admit(&mut self, now: std::time::Instant) -> bool {
+        let Some(pace) = &mut self.pace else {
+            return true;
+        };
+        let burst = pace.per_second * 10.0;
+        if let Some(at) = pace.at {
+            let refill = now.saturating_duration_since(at).as_secs_f64() * pace.per_second;
+            pace.tokens = (pace.tokens + refill).min(burst);
+        }
+        pace.at = Some(pace.at.map_or(now, |at| at.max(now)));
+        if pace.tokens >= 1.0 {
+            pace.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
     /// The next id, for `owner` (`None`: an anonymous client), if its counter lies below
     /// `ceiling`; `Err(next)` when the ceiling must first be raised (durably) past `next`.
     pub fn take(
@@ -138,6 +177,18 @@ mod tests {
         let gap = a.0.abs_diff(b.0);
         assert!(gap > 1 << 20, "consecutive ids {a} and {b} are far apart");
         assert_ne!(encipher(7, 1), encipher(8, 1));
+    }
+
+    #[test]
+    fn fresh_ids_are_paced_with_ten_seconds_of_burst() {
+        let start = std::time::Instant::now();
+        let mut ids = ProducerIds::paced(2);
+        let admitted = (0..25).filter(|_| ids.admit(start)).count();
+        assert_eq!(admitted, 20, "ten seconds' worth at once");
+        assert!(!ids.admit(start + std::time::Duration::from_millis(400)));
+        assert!(ids.admit(start + std::time::Duration::from_millis(600)));
+        let mut open = ProducerIds::paced(0);
+        assert!((0..10_000).all(|_| open.admit(start)), "0: not limited");
     }
 
     #[test]

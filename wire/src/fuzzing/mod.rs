@@ -55,6 +55,7 @@ pub fn messages(data: &[u8]) {
         AllocateProducerIdRequest,
         AllocateProducerIdResponse,
         ProducerIdBindingKeyResponse,
+        AllocateProducerIdRequestBeforeOwner,
         CreateStreamRequest,
         DescribeStreamRequest,
         ListStreamsResponse,

@@ -395,6 +395,14 @@ wire_message! {
 }
 
 wire_message! {
+    /// `AllocateProducerIdRequest` as clients and brokers from before `owner` send it (the
+    /// coordinator takes it as naming no owner), so a coordinator can be upgraded first.
+    pub struct AllocateProducerIdRequestBeforeOwner {
+        pub previous: Option<ProducerSession>,
+    }
+}
+
+wire_message! {
     /// The cluster's producer id binding key (`tailstream_auth::producer_binding`): answered
     /// on the coordinator's peer listener only.
     pub struct ProducerIdBindingKeyResponse {

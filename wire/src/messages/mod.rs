@@ -97,6 +97,7 @@ mod tests {
         allocate_producer_id_request: AllocateProducerIdRequest,
         allocate_producer_id: AllocateProducerIdResponse,
         producer_id_binding_key: ProducerIdBindingKeyResponse,
+        allocate_producer_id_before_owner: AllocateProducerIdRequestBeforeOwner,
         create_stream: CreateStreamRequest,
         describe_stream: DescribeStreamRequest,
         delete_stream: DeleteStreamRequest,
