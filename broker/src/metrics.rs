@@ -19,6 +19,7 @@ pub const APPENDED_BYTES: &str = "tailstream_appended_bytes_total";
 pub const DUPLICATE_BATCHES: &str = "tailstream_duplicate_batches_total";
 pub const INVALID_BATCHES: &str = "tailstream_invalid_batches_total";
 pub const REQUESTS_FORBIDDEN: &str = "tailstream_requests_forbidden_total";
+pub const PRODUCES_PACED: &str = "tailstream_produces_paced_total";
 pub const PRODUCE_BACKPRESSURE: &str = "tailstream_produce_backpressure_total";
 pub const PRODUCE_LATENCY: &str = "tailstream_produce_latency_seconds";
 pub const FETCH_REQUESTS: &str = "tailstream_fetch_requests_total";
@@ -58,6 +59,11 @@ const COUNTERS: &[(&str, Unit, &str)] = &[
         REQUESTS_FORBIDDEN,
         Unit::Count,
         "Native client requests refused because no access control rule allows them.",
+    ),
+    (
+        PRODUCES_PACED,
+        Unit::Count,
+        "Native produces answered Busy because their connection owed decompression (broker.decompressed_bytes_per_second_per_connection).",
     ),
     (
         BACKUP_CLAIMS_REJECTED,

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use tailstream_config::BrokerConfig;
 use tailstream_identity::{Authorizer, ProducerIdCheck};
 use tailstream_net::{Reply, Request, Response, Service, Session};
+use tailstream_wire::compression::decompressed_on_this_thread;
 use tailstream_wire::messages::AclOperation;
 use tailstream_wire::messages::{
     FetchRequest, FetchResponse, ListGroupsRequest, ListGroupsResponse, LocateOffsetRequest,
@@ -153,7 +154,26 @@ impl BrokerService {
         let owner = session
             .user()
             .map_or(ProducerOwner::ANYONE, ProducerOwner::user);
-        let produced = match self.plane.produce(at, &request.batch, owner, started) {
+        // While this connection owes decompression, it is told to retry: a produce is handled
+        // on the reader, in arrival order, so it is refused rather than held.
+        let rate = self.config.decompressed_bytes_per_second_per_connection;
+        let owed = session.pace_decompression(rate, 0, tokio::time::Instant::now());
+        if !owed.is_zero() {
+            metrics::counter!(m::PRODUCES_PACED).increment(1);
+            return Reply::Ready(Response::error(
+                Status::Busy,
+                format!(
+                    "this connection's batches decompress to more than broker.decompressed_bytes_per_second_per_connection: retry in {} ms",
+                    owed.as_millis()
+                ),
+            ));
+        }
+        // The append runs on this thread without a pause: the meter's difference is its.
+        let meter = decompressed_on_this_thread();
+        let produced = self.plane.produce(at, &request.batch, owner, started);
+        let decompressed = decompressed_on_this_thread().saturating_sub(meter);
+        session.pace_decompression(rate, decompressed, tokio::time::Instant::now());
+        let produced = match produced {
             Ok(produced) => produced,
             Err(error) => return Reply::Ready(refuse(error)),
         };

@@ -136,6 +136,10 @@ pub struct BrokerConfig {
     pub frame_body_bytes_max: u32,
     pub fetch_wait_ms_max: u32,
     pub fetch_bytes_max: u32,
+    /// Bytes per second one client connection's produces may have the broker decompress, one
+    /// second of burst; past it a produce is answered `Busy` until the debt drained (0: not
+    /// limited).
+    pub decompressed_bytes_per_second_per_connection: u64,
     pub retention_check_interval_ms: u64,
     pub producers_per_log_max: u32,
 }

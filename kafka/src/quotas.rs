@@ -7,11 +7,15 @@
 //!
 //! A principal is the authenticated user; without authentication, the client id the requests
 //! carry (what Kafka quotas unauthenticated clients by). The accounting is a pure state
-//! machine over explicit instants ([`Quotas::charge`]), bounded in the principals it keeps.
+//! machine over explicit instants ([`Quotas::charge`]), bounded in the principals it keeps;
+//! the debt itself is `tailstream_net::pace`'s, so no single throttle exceeds its `WAIT_MAX`
+//! (10 s, well inside clients' request timeouts, so requests a client pipelined before it saw
+//! the throttle do not time out while muted).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
+use tailstream_net::pace::Debt;
 use tokio::time::Instant;
 
 /// Principals with a balance kept at once; past it, those whose debt has drained are dropped,
@@ -22,9 +26,6 @@ const PRINCIPALS_MAX: usize = 10_000;
 pub(crate) const PRINCIPAL_BYTES_MAX: usize = 255;
 /// The key new principals share once the map is full.
 const OVERFLOW: &str = "(overflow)";
-/// The longest single throttle: well inside clients' request timeouts (30 s by default), so
-/// requests a client pipelined before it saw the throttle do not time out while muted.
-pub(crate) const THROTTLE_MAX: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum QuotaKind {
@@ -45,18 +46,11 @@ impl QuotaKind {
     }
 }
 
-/// Bytes owed beyond the rate, as of `at`.
-#[derive(Clone, Copy, Debug)]
-struct Balance {
-    debt_bytes: f64,
-    at: Instant,
-}
-
 #[derive(Debug)]
 pub(crate) struct Quotas {
     produce_bytes_per_second: u64,
     fetch_bytes_per_second: u64,
-    balances: Mutex<HashMap<(QuotaKind, String), Balance>>,
+    balances: Mutex<HashMap<(QuotaKind, String), Debt>>,
 }
 
 impl Quotas {
@@ -89,42 +83,17 @@ impl Quotas {
         if rate == 0 {
             return Duration::ZERO;
         }
-        let rate = rate as f64;
         let mut key = (kind, cut(principal).to_owned());
         let mut balances = self.balances.lock().unwrap_or_else(|p| p.into_inner());
         if balances.len() >= PRINCIPALS_MAX && !balances.contains_key(&key) {
             // Drop those whose debt has drained by now; if none has, share the overflow.
-            balances.retain(|(kind, _), b| {
-                let rate = self.rate(*kind) as f64;
-                b.debt_bytes > now.saturating_duration_since(b.at).as_secs_f64() * rate
-            });
+            balances.retain(|(kind, _), debt| !debt.drained(self.rate(*kind), now));
             if balances.len() >= PRINCIPALS_MAX {
                 key.1 = OVERFLOW.to_owned();
             }
         }
-        let balance = balances.entry(key).or_insert(Balance {
-            debt_bytes: 0.0,
-            at: now,
-        });
-        balance.settle(rate, bytes, now)
-    }
-}
-
-impl Balance {
-    /// Drains the debt at `rate` up to `now`, adds `bytes`; the wait it then calls for.
-    fn settle(&mut self, rate: f64, bytes: u64, now: Instant) -> Duration {
-        let drained = now.saturating_duration_since(self.at).as_secs_f64() * rate;
-        self.debt_bytes = (self.debt_bytes - drained).max(0.0) + bytes as f64;
-        self.at = self.at.max(now);
-        // One second of the rate is free burst; what is beyond it takes this long to drain.
-        let over = self.debt_bytes - rate;
-        if over <= 0.0 {
-            Duration::ZERO
-        } else {
-            Duration::try_from_secs_f64(over / rate)
-                .unwrap_or(THROTTLE_MAX)
-                .min(THROTTLE_MAX)
-        }
+        let debt = balances.entry(key).or_insert(Debt::new(now));
+        debt.settle(rate, bytes, now)
     }
 }
 
@@ -140,7 +109,7 @@ pub(crate) struct Pacing<'a> {
 #[derive(Debug)]
 pub(crate) struct ConnectionBudget {
     bytes_per_second: u64,
-    balance: Balance,
+    debt: Debt,
 }
 
 impl ConnectionBudget {
@@ -148,20 +117,13 @@ impl ConnectionBudget {
     pub fn new(bytes_per_second: u64, now: Instant) -> Self {
         Self {
             bytes_per_second,
-            balance: Balance {
-                debt_bytes: 0.0,
-                at: now,
-            },
+            debt: Debt::new(now),
         }
     }
 
     /// Charges `bytes` at `now`; the time the connection must now wait.
     pub fn charge(&mut self, bytes: u64, now: Instant) -> Duration {
-        if self.bytes_per_second == 0 {
-            return Duration::ZERO;
-        }
-        self.balance
-            .settle(self.bytes_per_second as f64, bytes, now)
+        self.debt.settle(self.bytes_per_second, bytes, now)
     }
 }
 
@@ -237,7 +199,7 @@ mod tests {
         );
         assert_eq!(
             ConnectionBudget::new(1, start).charge(1 << 40, start),
-            THROTTLE_MAX,
+            tailstream_net::pace::WAIT_MAX,
             "bounded"
         );
     }
@@ -248,7 +210,7 @@ mod tests {
         let now = Instant::now();
         assert_eq!(
             quotas.charge(QuotaKind::Fetch, "greedy", u64::MAX / 2, now),
-            THROTTLE_MAX
+            tailstream_net::pace::WAIT_MAX
         );
         for i in 0..(PRINCIPALS_MAX + 10) {
             let long = format!("client-{i:05}-{}", "x".repeat(32 << 10));

@@ -24,6 +24,7 @@
 //! - `tls_required`: the `TlsRequired` answer to a plain-text request on a TLS listener.
 //! - [`metrics`]: the listener metrics' names.
 //! - [`memory`]: giving the memory a burst or a flood of connections freed back to the system.
+//! - [`pace`]: bytes owed beyond a rate (quotas, decompression budgets), a pure accounting.
 //! - [`clock`]: the boot-time clock leases are judged on.
 
 pub mod budget;
@@ -35,6 +36,7 @@ pub mod listener;
 pub mod login;
 pub mod memory;
 pub mod metrics;
+pub mod pace;
 pub mod pool;
 mod response;
 pub mod scram_server;

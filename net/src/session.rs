@@ -12,6 +12,7 @@
 //! gone or its password changed.
 
 use crate::listener::Standing;
+use crate::pace::Debt;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use std::any::Any;
@@ -30,6 +31,8 @@ pub struct Session {
     /// The authenticator's state between two steps (its SCRAM exchange).
     exchange: Mutex<Option<Box<dyn Any + Send>>>,
     standing: Option<Standing>,
+    /// Decompression this connection's requests cost beyond the service's rate.
+    decompression: Mutex<Option<Debt>>,
 }
 
 impl Session {
@@ -39,6 +42,7 @@ impl Session {
             proof: OnceLock::new(),
             exchange: Mutex::new(None),
             standing,
+            decompression: Mutex::new(None),
         }
     }
 
@@ -52,6 +56,20 @@ impl Session {
         let session = Session::new(None);
         let _ = session.user.set(Arc::from(user));
         Arc::new(session)
+    }
+
+    /// Charges `bytes` of decompression to this connection at `now`, against
+    /// `bytes_per_second` (0: no limit), one second of it free as burst; the wait it now owes
+    /// (zero within the rate). Charge 0 to ask.
+    pub fn pace_decompression(
+        &self,
+        bytes_per_second: u64,
+        bytes: u64,
+        now: tokio::time::Instant,
+    ) -> Duration {
+        let mut debt = self.decompression.lock().unwrap_or_else(|p| p.into_inner());
+        debt.get_or_insert_with(|| Debt::new(now))
+            .settle(bytes_per_second, bytes, now)
     }
 
     /// The user this connection authenticated as; `None` before, or on a listener that

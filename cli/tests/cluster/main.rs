@@ -14,11 +14,11 @@ mod common;
 
 mod bad_input;
 mod console;
+mod decompression_pacing;
 mod end_to_end;
 mod hostile;
 mod kafka_auth;
 mod kafka_clients;
-mod kafka_decompression;
 mod kafka_delivery;
 mod kafka_hostile;
 mod kafka_quotas;

@@ -1,10 +1,12 @@
-//! Issue 23, item 4: decompression work is bounded per connection. A compressed batch of a
+//! Issue 23, item 4: decompression work is bounded per connection, on the Kafka listener and
+//! on the native one. A compressed batch of a
 //! few KiB can decompress to 32 MiB, and the broker decompresses every batch once to check its
 //! records; a client sending such batches back to back would have the broker's cores
 //! decompress for it. Past `kafka.decompressed_bytes_per_second_per_connection` the connection
 //! waits before each batch, within one request as across requests, until its debt has drained.
 //! Every batch is still taken (nothing is refused), and another client on another connection
-//! is not slowed.
+//! is not slowed. A native produce is handled on the connection's reader, in arrival order, so
+//! it is answered `Busy` (clients retry) while its connection owes, rather than held.
 
 use crate::common;
 use crate::kafka_hostile::{answer, produce, produce_error, request};
@@ -128,4 +130,71 @@ fn plain_batch() -> Vec<u8> {
     let mut builder = RecordBatchBuilder::new(64);
     builder.push(0, None, Some(b"ordinary"), &[]);
     builder.finish_without_producer().to_vec()
+}
+
+/// A native connection past `broker.decompressed_bytes_per_second_per_connection` is told to
+/// retry, and is taken again once its debt has drained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_connection_that_makes_the_broker_decompress_a_lot_is_told_to_retry() {
+    use bytes::Bytes;
+    use tailstream_net::{RpcClient, RpcClientConfig};
+    use tailstream_wire::messages::{ProduceRequest, ProduceResponse};
+    use tailstream_wire::{BatchSequence, Decode, Opcode, ProducerEpoch, Status};
+
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let overrides = "[broker]\ndecompressed_bytes_per_second_per_connection = 33554432\n";
+        let test = TestCluster::start(1, overrides).await;
+        round_trip(&test, "bombs", 0).await;
+        let client = test.client();
+        let producer = client.coordinator().allocate_producer_id().await.unwrap();
+        let stream = client.coordinator().refresh_stream("bombs").await.unwrap();
+        let placement = &stream.streamlets[0];
+        let broker = test.cluster.broker(0).unwrap();
+        let connection =
+            RpcClient::connect(&broker.rpc_addr.to_string(), RpcClientConfig::default())
+                .await
+                .unwrap();
+        let send = |sequence: u32| {
+            let mut builder = RecordBatchBuilder::new(PLAIN_BYTES + 64);
+            builder.push(0, None, Some(&vec![0u8; PLAIN_BYTES]), &[]);
+            let plain = builder.finish(producer, ProducerEpoch(0), BatchSequence(sequence));
+            let bomb = compress_batch(&plain, Compression::Gzip).unwrap();
+            let prefix = ProduceRequest {
+                stream: stream.id,
+                streamlet: placement.streamlet,
+                epoch: placement.epoch,
+                batch: Bytes::new(),
+            }
+            .encode_prefix();
+            let connection = connection.clone();
+            async move {
+                let parts = vec![Bytes::copy_from_slice(&prefix), Bytes::from(bomb)];
+                connection
+                    .call_parts(Opcode::Produce, parts)
+                    .await
+                    .map(|body| ProduceResponse::decode_exact(body).unwrap())
+            }
+        };
+        // 24 MiB each, at 32 MiB/s with a second's burst: two go through, then the
+        // connection owes and the third is told to retry.
+        send(0).await.unwrap();
+        send(1).await.unwrap();
+        let refused = send(2).await.unwrap_err();
+        assert_eq!(refused.status(), Some(Status::Busy), "{refused}");
+        assert!(
+            refused
+                .to_string()
+                .contains("decompressed_bytes_per_second_per_connection"),
+            "{refused}"
+        );
+        // Once the debt has drained, the same batch is taken.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let taken = send(2).await.unwrap();
+        assert!(!taken.duplicate);
+        let paced = metric(broker.admin_addr, "tailstream_produces_paced_total", &[]).await;
+        assert!(paced >= 1.0, "paced {paced}");
+        test.stop().await;
+    })
+    .await
+    .expect("the native decompression test finished in time");
 }
