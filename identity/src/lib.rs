@@ -7,7 +7,7 @@
 //! - [`authorizer`]: the access control rules, listed from the coordinator and refreshed in
 //!   the background, turned into what one principal may do ([`Access`]);
 //! - [`producer_ids`]: whether a batch's producer id is its writer's, by the binding key the
-//!   authorizer learns from the coordinator with its first listing.
+//!   authorizer learns from the coordinator after its first listing that works.
 
 pub mod authorizer;
 pub mod credentials;
