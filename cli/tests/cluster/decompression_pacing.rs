@@ -9,7 +9,7 @@
 //! it is answered `Busy` (clients retry) while its connection owes, rather than held.
 
 use crate::common;
-use crate::kafka_hostile::{answer, produce, produce_error, request};
+use crate::kafka_hostile::{answer, produce, produce_copies, produce_error};
 
 use common::hostile::{connect_from_elsewhere, metric, round_trip};
 use common::{TEST_TIMEOUT, TestCluster};
@@ -43,7 +43,7 @@ async fn a_connection_that_makes_the_broker_decompress_a_lot_is_throttled() {
         let started = Instant::now();
         let mut stream = connect_from_elsewhere(kafka).await;
         stream
-            .write_all(&produce_copies(1000, "bombs", &bomb, 6))
+            .write_all(&produce_copies(1000, "bombs", 0, &bomb, 6))
             .await
             .unwrap();
         let (id, _) = answer_within(&mut stream, Duration::from_secs(30)).await;
@@ -91,25 +91,6 @@ async fn a_connection_that_makes_the_broker_decompress_a_lot_is_throttled() {
     })
     .await
     .expect("the decompression test finished in time");
-}
-
-/// Produce v3, acks=all, `copies` entries for partition 0 of `topic`, each carrying `records`.
-fn produce_copies(correlation_id: i32, topic: &str, records: &[u8], copies: i32) -> Vec<u8> {
-    use bytes::BufMut;
-    let mut body = bytes::BytesMut::new();
-    body.put_i16(-1); // no transactional id
-    body.put_i16(-1); // acks = all
-    body.put_i32(30_000);
-    body.put_i32(1);
-    body.put_i16(topic.len() as i16);
-    body.put_slice(topic.as_bytes());
-    body.put_i32(copies);
-    for _ in 0..copies {
-        body.put_i32(0);
-        body.put_i32(records.len() as i32);
-        body.put_slice(records);
-    }
-    request(0, 3, correlation_id, &body)
 }
 
 /// The next answer's correlation id and body, within `limit`.

@@ -38,6 +38,17 @@ pub(crate) fn request(api_key: i16, version: i16, correlation_id: i32, body: &[u
 
 /// Produce v3, acks=all, one partition of `topic` carrying `records`.
 pub(crate) fn produce(correlation_id: i32, topic: &str, partition: i32, records: &[u8]) -> Vec<u8> {
+    produce_copies(correlation_id, topic, partition, records, 1)
+}
+
+/// Produce v3, acks=all, `copies` entries for `partition` of `topic`, each carrying `records`.
+pub(crate) fn produce_copies(
+    correlation_id: i32,
+    topic: &str,
+    partition: i32,
+    records: &[u8],
+    copies: i32,
+) -> Vec<u8> {
     let mut body = BytesMut::new();
     body.put_i16(-1); // no transactional id
     body.put_i16(-1); // acks = all
@@ -45,10 +56,12 @@ pub(crate) fn produce(correlation_id: i32, topic: &str, partition: i32, records:
     body.put_i32(1);
     body.put_i16(topic.len() as i16);
     body.put_slice(topic.as_bytes());
-    body.put_i32(1);
-    body.put_i32(partition);
-    body.put_i32(records.len() as i32);
-    body.put_slice(records);
+    body.put_i32(copies);
+    for _ in 0..copies {
+        body.put_i32(partition);
+        body.put_i32(records.len() as i32);
+        body.put_slice(records);
+    }
     request(PRODUCE, 3, correlation_id, &body)
 }
 
