@@ -30,6 +30,16 @@ pub enum Principal {
     User(String),
 }
 
+impl Principal {
+    /// The user's name; `None` for anyone (authentication off).
+    pub fn user(&self) -> Option<&str> {
+        match self {
+            Principal::Anonymous => None,
+            Principal::User(name) => Some(name),
+        }
+    }
+}
+
 impl std::fmt::Display for Principal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

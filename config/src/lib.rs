@@ -100,6 +100,11 @@ pub struct CoordinatorConfig {
     /// Access control rules kept at most.
     pub acls_max: u32,
     pub group_committed_partitions_max: u32,
+    /// Consumer groups one authenticated user may make (0: not limited).
+    pub groups_per_user_max: u32,
+    /// Committed partitions the groups one authenticated user made may hold together (0: not
+    /// limited).
+    pub group_committed_partitions_per_user_max: u32,
     pub connections_max: u32,
     pub peer_connections_max: u32,
     pub request_body_bytes_max: u32,
@@ -140,6 +145,11 @@ pub struct BrokerConfig {
     /// second of burst; past it a produce is answered `Busy` until the debt drained (0: not
     /// limited).
     pub decompressed_bytes_per_second_per_connection: u64,
+    /// Bytes per second one authenticated user may produce / fetch through this broker's
+    /// native listener, one second of burst; past it the connection is not read for a while
+    /// (0: not limited).
+    pub quota_produce_bytes_per_second: u64,
+    pub quota_fetch_bytes_per_second: u64,
     pub retention_check_interval_ms: u64,
     pub producers_per_log_max: u32,
 }

@@ -8,6 +8,7 @@ use crate::core::Coordinator;
 use crate::groups::GroupCoordinator;
 use crate::groups::membership::GroupLimits;
 use crate::groups::offsets::{CommittedOffsets, OffsetLimits, OffsetStore};
+use crate::groups::owners::OwnerLimits;
 use crate::leader_lease::LeaderLease;
 use crate::leadership_view::LeadershipView;
 use crate::liveness::Liveness;
@@ -284,6 +285,11 @@ pub async fn lead(
             ),
             groups_max: coordinator.groups_max as usize,
             members_max: coordinator.group_members_max as usize,
+        },
+        OwnerLimits {
+            groups_per_user_max: coordinator.groups_per_user_max as usize,
+            committed_partitions_per_user_max: coordinator.group_committed_partitions_per_user_max
+                as usize,
         },
         term_number,
         offsets,

@@ -8,8 +8,8 @@
 //! streamlets in place; a broker it could not reach catches up through its next heartbeat.
 
 use crate::core::{Coordinator, unix_ms};
-use crate::groups::GroupCoordinator;
 use crate::groups::lag::{StreamShape, lag};
+use crate::groups::{Caller, GroupCoordinator};
 use crate::leader_lease::LeaderLease;
 use crate::leadership_view::LeadershipView;
 use crate::metadata::{ProducerIds, producer_ids};
@@ -108,6 +108,14 @@ pub use users::AdminToken;
 
 fn decode<T: Decode>(body: Bytes) -> Result<T, Response> {
     T::decode_exact(body).map_err(|e| Response::error(Status::Malformed, e.to_string()))
+}
+
+/// Whom a group call arriving on `facing` counts against.
+fn group_caller(facing: Facing, request: &Request) -> Caller {
+    match facing {
+        Facing::Clients => Caller::Connection(request.session.user().map(Arc::from)),
+        Facing::Peers => Caller::Member,
+    }
 }
 
 fn later(answer: impl Future<Output = Response> + Send + 'static) -> Reply {
@@ -656,11 +664,17 @@ impl CoordinatorService {
                 Reply::Ready(Response::ok(&streams))
             }
             (_, Opcode::ListBrokers) => Reply::Ready(Response::ok(&self.snapshot().0)),
-            (_, Opcode::GroupJoin) => self.groups.join(request.body),
+            (_, Opcode::GroupJoin) => {
+                let caller = group_caller(facing, &request);
+                self.groups.join(request.body, &caller)
+            }
             (_, Opcode::GroupSync) => self.groups.sync(request.body),
             (_, Opcode::GroupHeartbeat) => Reply::Ready(self.groups.heartbeat(request.body)),
             (_, Opcode::GroupLeave) => Reply::Ready(self.groups.leave(request.body)),
-            (_, Opcode::OffsetCommit) => self.commit_offsets(request.body),
+            (_, Opcode::OffsetCommit) => {
+                let caller = group_caller(facing, &request);
+                self.commit_offsets(request.body, &caller)
+            }
             (_, Opcode::OffsetFetch) => {
                 let offsets = self.groups.fetch(request.body);
                 Reply::Ready(self.visible_offsets(&access, offsets))

@@ -4,6 +4,7 @@
 //! the committer's membership and writes them.
 
 use super::CoordinatorService;
+use crate::groups::Caller;
 use crate::metadata::Metadata;
 use bytes::Bytes;
 use tailstream_net::{Reply, Response};
@@ -29,7 +30,7 @@ fn unknown_partition(metadata: &Metadata, offsets: &[CommittedOffset]) -> Option
 }
 
 impl CoordinatorService {
-    pub(super) fn commit_offsets(&self, body: Bytes) -> Reply {
+    pub(super) fn commit_offsets(&self, body: Bytes, caller: &Caller) -> Reply {
         let request = match OffsetCommitRequest::decode_exact(body) {
             Ok(request) => request,
             Err(error) => {
@@ -40,7 +41,7 @@ impl CoordinatorService {
         if let Some(why) = unknown {
             return Reply::Ready(Response::error(Status::UnknownStream, why));
         }
-        self.groups.commit(request)
+        self.groups.commit(request, caller)
     }
 }
 

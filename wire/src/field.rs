@@ -152,6 +152,34 @@ impl<T: WireField> WireField for Option<T> {
     }
 }
 
+/// A field added at the end of a message after the message first shipped: senders from
+/// before it end the message where the field would start, and their bytes decode as `None`.
+/// Only a message's last field may be `Appended` (anywhere else, the next field's bytes would
+/// be read as it), and only in a message sent on its own, never inside a list. Encoded as an
+/// `Option` always, so every encoding is canonical.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub struct Appended<T>(pub Option<T>);
+
+impl<T> Appended<T> {
+    pub fn as_ref(&self) -> Option<&T> {
+        self.0.as_ref()
+    }
+}
+
+impl<T: WireField> WireField for Appended<T> {
+    const MIN_BYTES: usize = 0;
+    fn put(&self, out: &mut BytesMut) {
+        self.0.put(out);
+    }
+    fn get(reader: &mut WireReader, what: &'static str) -> Result<Self, DecodeError> {
+        if reader.remaining() == 0 {
+            return Ok(Self(None));
+        }
+        Ok(Self(Option::get(reader, what)?))
+    }
+}
+
 impl<T: WireField> WireField for Vec<T> {
     const MIN_BYTES: usize = 4;
     fn put(&self, out: &mut BytesMut) {
@@ -261,4 +289,53 @@ macro_rules! wire_enum {
             }
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::codec::{Decode, Encode};
+    use crate::messages::{CommittedOffset, OffsetCommitRequest};
+    use crate::{Appended, DecodeError};
+    use bytes::{BufMut, BytesMut};
+
+    fn commit(owner: Option<&str>) -> OffsetCommitRequest {
+        OffsetCommitRequest {
+            group: "readers".into(),
+            member: None,
+            offsets: vec![CommittedOffset {
+                topic: "clicks".into(),
+                partition: 3,
+                offset: 42,
+                metadata: String::new(),
+            }],
+            owner: Appended(owner.map(str::to_owned)),
+        }
+    }
+
+    #[test]
+    fn an_appended_field_reads_as_none_from_senders_that_predate_it() {
+        let named = commit(Some("alice")).to_bytes();
+        assert_eq!(
+            OffsetCommitRequest::decode_exact(named).unwrap().owner,
+            Appended(Some("alice".to_owned()))
+        );
+        // An older sender's message ends where the field would start (`None` encodes as one
+        // zero byte).
+        let unnamed = commit(None).to_bytes();
+        let older = unnamed.slice(..unnamed.len() - 1);
+        assert_eq!(
+            OffsetCommitRequest::decode_exact(older.clone()).unwrap(),
+            commit(None)
+        );
+        // Present but damaged is still refused, and nothing may follow it.
+        let mut bad = BytesMut::from(&older[..]);
+        bad.put_u8(7);
+        assert!(matches!(
+            OffsetCommitRequest::decode_exact(bad.freeze()),
+            Err(DecodeError::InvalidValue { .. })
+        ));
+        let mut longer = BytesMut::from(&commit(Some("alice")).to_bytes()[..]);
+        longer.put_u8(0);
+        assert!(OffsetCommitRequest::decode_exact(longer.freeze()).is_err());
+    }
 }

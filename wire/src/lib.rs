@@ -48,6 +48,7 @@ pub mod status;
 pub mod varint;
 
 pub use codec::{Decode, DecodeError, Encode};
+pub use field::Appended;
 pub use frame::{Frame, FrameDecoder, FrameError, FrameHeader, Opcode};
 pub use ids::*;
 pub use status::Status;

@@ -252,6 +252,7 @@ impl GroupMember {
                     metadata: String::new(),
                 })
                 .collect(),
+            owner: Default::default(),
         };
         self.groups.commit_offsets(&request).await?;
         self.uncommitted = false;
@@ -358,6 +359,8 @@ impl GroupMember {
                     name: STRATEGY.into(),
                     metadata: self.stream.clone().into_bytes().into(),
                 }],
+                // The coordinator counts the group against this connection's user.
+                owner: Default::default(),
             })
             .await?;
         self.identity = Identity {

@@ -177,6 +177,9 @@ impl CommittedOffsets for EtcdOffsets {
     fn group_count(&self) -> usize {
         self.lock().len()
     }
+    fn has_group(&self, group: &str) -> bool {
+        self.lock().contains_key(group)
+    }
 }
 
 #[cfg(test)]

@@ -510,6 +510,11 @@ impl Groups {
     }
 
     /// Member counts by group (for metrics and the admin page).
+    /// Whether `group` has members (or is forming).
+    pub fn has_group(&self, group: &str) -> bool {
+        self.groups.contains_key(group)
+    }
+
     pub fn sizes(&self) -> Vec<(String, usize, u32)> {
         self.groups
             .iter()

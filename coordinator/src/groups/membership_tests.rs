@@ -29,6 +29,7 @@ fn join_request(member: &str, protocols: &[&str]) -> GroupJoinRequest {
                 metadata: Bytes::from(format!("{member}:{name}")),
             })
             .collect(),
+        owner: Default::default(),
     }
 }
 

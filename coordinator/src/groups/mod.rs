@@ -6,17 +6,20 @@
 //! answer FindCoordinator for any group; membership lives in memory (members rejoin after a
 //! coordinator restart, as they do after a Kafka coordinator moves), offsets on disk.
 //! `lag` (pure) turns committed offsets and the log ends brokers report into lag per group
-//! and partition. Offsets live in the data directory (`offsets`), or on etcd with the metadata
+//! and partition; `owners` (pure) holds each user to their share of groups and committed
+//! partitions. Offsets live in the data directory (`offsets`), or on etcd with the metadata
 //! (`etcd_offsets`).
 
 pub mod etcd_offsets;
 pub mod lag;
 pub mod membership;
 pub mod offsets;
+pub mod owners;
 
 use bytes::Bytes;
 use membership::{Answer, Delivery, GroupLimits, Groups, Waiter};
 use offsets::CommittedOffsets;
+use owners::{GroupOwners, OwnerLimits};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,7 +27,7 @@ use std::time::{Duration, Instant};
 use tailstream_net::{Reply, Response};
 use tailstream_wire::messages::{
     GroupHeartbeatRequest, GroupJoinRequest, GroupLeaveRequest, GroupSyncRequest,
-    OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse,
+    OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse, TopicPartition,
 };
 use tailstream_wire::{Decode, Status};
 use tokio::sync::{Notify, oneshot, watch};
@@ -33,8 +36,28 @@ use tokio::sync::{Notify, oneshot, watch};
 /// something changes).
 const TICK_MAX: Duration = Duration::from_millis(500);
 
+/// Whom a group call counts against.
+#[derive(Clone, Debug)]
+pub enum Caller {
+    /// On the client listener: the connection's user (what the request names is ignored).
+    Connection(Option<Arc<str>>),
+    /// On the peer listener: the user a broker names for its Kafka client.
+    Member,
+}
+
+impl Caller {
+    fn user<'a>(&'a self, named: &'a tailstream_wire::Appended<String>) -> Option<&'a str> {
+        match self {
+            Caller::Connection(user) => user.as_deref(),
+            Caller::Member => named.as_ref().map(String::as_str),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct GroupCoordinator {
+    /// Taken before `membership` when both are (never the other way round).
+    owners: Mutex<GroupOwners>,
     membership: Mutex<Groups>,
     waiters: Mutex<HashMap<Waiter, oneshot::Sender<Result<Answer, Status>>>>,
     next_waiter: AtomicU64,
@@ -55,8 +78,14 @@ fn refused(status: Status) -> Response {
 
 impl GroupCoordinator {
     /// Groups of coordinator term `term` (it makes member ids unique across leaders).
-    pub fn new(limits: GroupLimits, term: u64, offsets: Arc<dyn CommittedOffsets>) -> Arc<Self> {
+    pub fn new(
+        limits: GroupLimits,
+        owner_limits: OwnerLimits,
+        term: u64,
+        offsets: Arc<dyn CommittedOffsets>,
+    ) -> Arc<Self> {
         Arc::new(Self {
+            owners: Mutex::new(GroupOwners::new(owner_limits)),
             membership: Mutex::new(Groups::new(limits, term)),
             waiters: Mutex::new(HashMap::new()),
             next_waiter: AtomicU64::new(1),
@@ -68,6 +97,18 @@ impl GroupCoordinator {
 
     fn membership(&self) -> std::sync::MutexGuard<'_, Groups> {
         self.membership.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn owners(&self) -> std::sync::MutexGuard<'_, GroupOwners> {
+        self.owners.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes `group` `user`'s if it is new and `user` may own one more.
+    fn admit(&self, group: &str, user: Option<&str>) -> Result<(), Response> {
+        let exists = |g: &str| self.membership().has_group(g) || self.offsets.has_group(g);
+        self.owners()
+            .admit(group, user, exists)
+            .map_err(|why| Response::error(Status::GroupFull, why))
     }
 
     fn deliver(&self, deliveries: Vec<Delivery>) {
@@ -108,11 +149,15 @@ impl GroupCoordinator {
         }))
     }
 
-    pub fn join(self: &Arc<Self>, body: Bytes) -> Reply {
-        match decode::<GroupJoinRequest>(body) {
-            Ok(request) => self.waiting(|groups, waiter, now| groups.join(request, waiter, now)),
-            Err(response) => Reply::Ready(response),
+    pub fn join(self: &Arc<Self>, body: Bytes, caller: &Caller) -> Reply {
+        let request = match decode::<GroupJoinRequest>(body) {
+            Ok(request) => request,
+            Err(response) => return Reply::Ready(response),
+        };
+        if let Err(refused) = self.admit(&request.group, caller.user(&request.owner)) {
+            return Reply::Ready(refused);
         }
+        self.waiting(|groups, waiter, now| groups.join(request, waiter, now))
     }
 
     pub fn sync(self: &Arc<Self>, body: Bytes) -> Reply {
@@ -146,26 +191,53 @@ impl GroupCoordinator {
 
     /// Commits `request`'s offsets on the blocking pool once the committer's membership
     /// allows it (the service checked that the partitions exist), answered once on disk.
-    pub fn commit(&self, request: OffsetCommitRequest) -> Reply {
+    pub fn commit(self: &Arc<Self>, request: OffsetCommitRequest, caller: &Caller) -> Reply {
         if let Err(status) = self
             .membership()
             .check_commit(&request.group, request.member.as_ref())
         {
             return Reply::Ready(refused(status));
         }
-        let (offsets, turn) = (self.offsets.clone(), self.commit_turn.clone());
+        if let Err(refused) = self.admit(&request.group, caller.user(&request.owner)) {
+            return Reply::Ready(refused);
+        }
+        let (this, turn) = (self.clone(), self.commit_turn.clone());
         Reply::Later(Box::pin(async move {
             let _turn = turn.lock().await;
-            let committed = tokio::task::spawn_blocking(move || {
-                offsets.commit(&request.group, request.offsets)
-            })
-            .await;
-            match committed {
-                Ok(Ok(())) => Response::empty(),
+            // Commits take turns: the partitions counted new here are still new when written.
+            let added = this.new_partitions(&request);
+            if let Err(why) = this.owners().add_partitions(&request.group, added) {
+                return Response::error(Status::GroupFull, why);
+            }
+            let (offsets, group) = (this.offsets.clone(), request.group.clone());
+            let committed =
+                tokio::task::spawn_blocking(move || offsets.commit(&group, request.offsets)).await;
+            let failed = match committed {
+                Ok(Ok(())) => return Response::empty(),
                 Ok(Err(error)) => Response::error(error.status(), error.to_string()),
                 Err(join) => Response::error(Status::Internal, format!("commit failed: {join}")),
-            }
+            };
+            this.owners().remove_partitions(&request.group, added);
+            failed
         }))
+    }
+
+    /// Partitions `request` commits that its group has no offset for yet.
+    fn new_partitions(&self, request: &OffsetCommitRequest) -> usize {
+        let asked: std::collections::BTreeSet<(&str, u32)> = request
+            .offsets
+            .iter()
+            .map(|o| (o.topic.as_str(), o.partition))
+            .collect();
+        let wanted: Vec<TopicPartition> = asked
+            .iter()
+            .map(|(topic, partition)| TopicPartition {
+                topic: (*topic).to_owned(),
+                partition: *partition,
+            })
+            .collect();
+        let known = self.offsets.fetch(&request.group, Some(&wanted)).len();
+        asked.len().saturating_sub(known)
     }
 
     pub fn fetch(&self, body: Bytes) -> Response {

@@ -321,6 +321,8 @@ pub trait CommittedOffsets: Send + Sync + std::fmt::Debug + 'static {
     /// Every group's committed offsets, by group name.
     fn snapshot(&self) -> Vec<(String, Vec<CommittedOffset>)>;
     fn group_count(&self) -> usize;
+    /// Whether `group` has committed offsets.
+    fn has_group(&self, group: &str) -> bool;
 }
 
 impl CommittedOffsets for OffsetStore {
@@ -335,6 +337,9 @@ impl CommittedOffsets for OffsetStore {
     }
     fn group_count(&self) -> usize {
         OffsetStore::group_count(self)
+    }
+    fn has_group(&self, group: &str) -> bool {
+        self.groups().contains_key(group)
     }
 }
 

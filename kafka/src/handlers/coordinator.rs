@@ -83,10 +83,7 @@ pub(crate) fn init_producer_id(
     let may = access.may_write_idempotently();
     // The id is bound to the client's user: the coordinator marks it so, and gives a new
     // epoch of `previous` only if it is that user's.
-    let owner = match principal {
-        Principal::User(user) => Some(user.clone()),
-        Principal::Anonymous => None,
-    };
+    let owner = principal.user().map(str::to_owned);
     Answer::Later(Box::pin(async move {
         let refused = |code: i16| {
             InitProducerIdResponse::default()

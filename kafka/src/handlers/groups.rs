@@ -21,11 +21,12 @@ use kafka_protocol::messages::{
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use tailstream_auth::Principal;
 use tailstream_identity::Access;
 use tailstream_stubs::StubError;
-use tailstream_wire::Status;
 use tailstream_wire::messages as native;
 use tailstream_wire::messages::AclOperation;
+use tailstream_wire::{Appended, Status};
 
 /// The Kafka error code for a group operation the coordinator refused (or could not be
 /// reached for: the client finds the coordinator again and retries).
@@ -50,11 +51,14 @@ const GROUP_DENIED: i16 = ResponseError::GroupAuthorizationFailed.code();
 pub(crate) fn join(
     kafka: Arc<Kafka>,
     access: &Access,
+    principal: &Principal,
     version: i16,
     client_id: Option<String>,
     request: JoinGroupRequest,
 ) -> Answer {
     let denied = !access.group(AclOperation::Read, request.group_id.as_str());
+    // A group this join makes is counted against the client's user's limits.
+    let owner = Appended(principal.user().map(str::to_owned));
     Answer::Later(Box::pin(async move {
         let member_id = request.member_id.as_str().to_owned();
         if denied {
@@ -80,6 +84,7 @@ pub(crate) fn join(
                     metadata: p.metadata,
                 })
                 .collect(),
+            owner,
         };
         let response = match kafka.groups.join_group(&native).await {
             Ok(joined) => JoinGroupResponse::default()
@@ -218,9 +223,11 @@ pub(crate) fn leave(
 pub(crate) fn commit(
     kafka: Arc<Kafka>,
     access: Access,
+    principal: &Principal,
     version: i16,
     request: OffsetCommitRequest,
 ) -> Answer {
+    let owner = Appended(principal.user().map(str::to_owned));
     Answer::Later(Box::pin(async move {
         let group_denied = !access.group(AclOperation::Read, request.group_id.as_str());
         // Generation -1 and no member: a consumer that assigns its partitions itself.
@@ -286,6 +293,7 @@ pub(crate) fn commit(
             group: request.group_id.as_str().to_owned(),
             member,
             offsets,
+            owner,
         };
         let committed = match group_denied {
             true => Err(None),

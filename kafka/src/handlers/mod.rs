@@ -89,12 +89,14 @@ pub(crate) async fn dispatch(
             coordinator::init_producer_id(k(), &access, principal, version, request)
         }
         RequestBody::JoinGroup(request) => {
-            groups::join(k(), &access, version, header.client_id, request)
+            groups::join(k(), &access, principal, version, header.client_id, request)
         }
         RequestBody::SyncGroup(request) => groups::sync(k(), &access, version, request),
         RequestBody::Heartbeat(request) => groups::heartbeat(k(), &access, version, request),
         RequestBody::LeaveGroup(request) => groups::leave(k(), &access, version, request),
-        RequestBody::OffsetCommit(request) => groups::commit(k(), access, version, request),
+        RequestBody::OffsetCommit(request) => {
+            groups::commit(k(), access, principal, version, request)
+        }
         RequestBody::OffsetFetch(request) => groups::fetch(k(), access, version, request),
         // The exchange happens before the first request reaches here (`authenticate`):
         // now it is out of turn, or authentication is off.

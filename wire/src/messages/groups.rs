@@ -34,6 +34,10 @@ wire_message! {
         pub protocol_type: String,
         #[cfg_attr(test, proptest(strategy = "small_vec::<GroupProtocol>()"))]
         pub protocols: Vec<GroupProtocol>,
+        /// The user a broker names for its Kafka client, on the coordinator's peer listener (a
+        /// new group is counted against that user's limits). On the client listener the
+        /// connection's user counts, and this is ignored.
+        pub owner: crate::Appended<String>,
     }
 }
 
@@ -141,6 +145,9 @@ wire_message! {
         pub member: Option<GroupMemberRef>,
         #[cfg_attr(test, proptest(strategy = "small_vec::<CommittedOffset>()"))]
         pub offsets: Vec<CommittedOffset>,
+        /// As `GroupJoinRequest::owner`: whose limits a new group and new partitions count
+        /// against, named by a broker on the peer listener.
+        pub owner: crate::Appended<String>,
     }
 }
 
