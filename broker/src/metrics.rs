@@ -20,6 +20,7 @@ pub const DUPLICATE_BATCHES: &str = "tailstream_duplicate_batches_total";
 pub const INVALID_BATCHES: &str = "tailstream_invalid_batches_total";
 pub const REQUESTS_FORBIDDEN: &str = "tailstream_requests_forbidden_total";
 pub const PRODUCES_PACED: &str = "tailstream_produces_paced_total";
+pub const THROTTLED_MILLISECONDS: &str = "tailstream_throttled_milliseconds_total";
 pub const PRODUCE_BACKPRESSURE: &str = "tailstream_produce_backpressure_total";
 pub const PRODUCE_LATENCY: &str = "tailstream_produce_latency_seconds";
 pub const FETCH_REQUESTS: &str = "tailstream_fetch_requests_total";
@@ -59,6 +60,11 @@ const COUNTERS: &[(&str, Unit, &str)] = &[
         REQUESTS_FORBIDDEN,
         Unit::Count,
         "Native client requests refused because no access control rule allows them.",
+    ),
+    (
+        THROTTLED_MILLISECONDS,
+        Unit::Count,
+        "Milliseconds native client connections were not read because their user passed a byte-rate quota (broker.quota_*_bytes_per_second), by kind.",
     ),
     (
         PRODUCES_PACED,

@@ -10,7 +10,9 @@
 //! Where clients authenticate (`security.client_authentication`), the listener serves a
 //! connection nothing but Ping and `Authenticate` until it proved a user, and each request is
 //! then checked against the access control rules: write on the stream to produce, read to
-//! fetch or locate.
+//! fetch or locate. An authenticated user's produced and fetched bytes are held to
+//! `broker.quota_*_bytes_per_second` on this broker: past them, the connection is not read for
+//! the time the excess takes to drain at the rate (as the Kafka listener's quotas do).
 
 use crate::data_plane::{DataError, DataPlane, Fetched, StreamletRef};
 use crate::metrics as m;
@@ -20,6 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tailstream_config::BrokerConfig;
 use tailstream_identity::{Authorizer, ProducerIdCheck};
+use tailstream_net::pace::PrincipalDebts;
 use tailstream_net::{Reply, Request, Response, Service, Session};
 use tailstream_wire::compression::decompressed_on_this_thread;
 use tailstream_wire::messages::AclOperation;
@@ -36,6 +39,24 @@ pub struct BrokerService {
     /// Where clients authenticate (`security.client_authentication`): the rules each request
     /// is checked against.
     authorizer: Option<Arc<Authorizer>>,
+    /// Produced bytes per user (`broker.quota_produce_bytes_per_second`).
+    produce_quota: Arc<PrincipalDebts>,
+    /// Fetched bytes per user (`broker.quota_fetch_bytes_per_second`).
+    fetch_quota: Arc<PrincipalDebts>,
+}
+
+/// Charges `session`'s user `bytes` against `quota`, and mutes the connection for the time the
+/// excess takes to drain. Anonymous sessions (authentication off) have no one to charge.
+fn throttle(session: &Session, quota: &PrincipalDebts, kind: &'static str, bytes: usize) {
+    let Some(user) = session.user() else {
+        return;
+    };
+    let wait = quota.charge(user, bytes as u64, tokio::time::Instant::now());
+    if !wait.is_zero() {
+        let millis = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        metrics::counter!(m::THROTTLED_MILLISECONDS, "kind" => kind).increment(millis);
+        session.mute_for(wait);
+    }
 }
 
 fn refuse(error: DataError) -> Response {
@@ -52,6 +73,8 @@ fn malformed(what: &str, error: impl std::fmt::Display) -> Reply {
 impl BrokerService {
     pub fn new(plane: Arc<DataPlane>, config: BrokerConfig) -> Self {
         Self {
+            produce_quota: Arc::new(PrincipalDebts::new(config.quota_produce_bytes_per_second)),
+            fetch_quota: Arc::new(PrincipalDebts::new(config.quota_fetch_bytes_per_second)),
             plane,
             config,
             authorizer: None,
@@ -146,6 +169,7 @@ impl BrokerService {
         {
             return Reply::Ready(refused);
         }
+        throttle(session, &self.produce_quota, "produce", request.batch.len());
         let at = StreamletRef {
             stream: request.stream,
             streamlet: request.streamlet,
@@ -202,7 +226,7 @@ impl BrokerService {
         }))
     }
 
-    fn fetch(&self, body: Bytes, session: &Session) -> Reply {
+    fn fetch(&self, body: Bytes, session: &Arc<Session>) -> Reply {
         let request = match FetchRequest::decode_exact(body) {
             Ok(request) => request,
             Err(error) => return malformed("fetch request", error),
@@ -240,8 +264,10 @@ impl BrokerService {
             Err(error) => return Reply::Ready(refuse(error)),
         };
         if !outcome.parts.is_empty() || outcome.end_of_group || wait_ms == 0 {
-            return Reply::Ready(fetch_response(outcome));
+            return Reply::Ready(charged_fetch(outcome, session, &self.fetch_quota));
         }
+        let session = session.clone();
+        let quota = self.fetch_quota.clone();
         Reply::Later(Box::pin(async move {
             let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms.into());
             loop {
@@ -254,7 +280,7 @@ impl BrokerService {
                             || fetched.outcome.end_of_group
                             || !matches!(woke, Ok(Ok(()))) =>
                     {
-                        return fetch_response(fetched.outcome);
+                        return charged_fetch(fetched.outcome, &session, &quota);
                     }
                     Ok(_) => {}
                 }
@@ -303,6 +329,14 @@ impl BrokerService {
             Err(error) => Reply::Ready(refuse(error)),
         }
     }
+}
+
+/// A fetch's answer, its bytes charged to the session's user.
+fn charged_fetch(outcome: ReadOutcome, session: &Session, quota: &PrincipalDebts) -> Response {
+    let response = fetch_response(outcome);
+    let fetched = response.parts.iter().map(Bytes::len).sum();
+    throttle(session, quota, "fetch", fetched);
+    response
 }
 
 fn fetch_response(outcome: ReadOutcome) -> Response {

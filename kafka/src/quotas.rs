@@ -7,25 +7,14 @@
 //!
 //! A principal is the authenticated user; without authentication, the client id the requests
 //! carry (what Kafka quotas unauthenticated clients by). The accounting is a pure state
-//! machine over explicit instants ([`Quotas::charge`]), bounded in the principals it keeps;
-//! the debt itself is `tailstream_net::pace`'s, so no single throttle exceeds its `WAIT_MAX`
-//! (10 s, well inside clients' request timeouts, so requests a client pipelined before it saw
-//! the throttle do not time out while muted).
+//! machine over explicit instants ([`Quotas::charge`]), bounded in the principals it keeps:
+//! `tailstream_net::pace`'s, shared with the native listener's quotas, so no single throttle
+//! exceeds its `WAIT_MAX` (10 s, well inside clients' request timeouts, so requests a client
+//! pipelined before it saw the throttle do not time out while muted).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
-use tailstream_net::pace::Debt;
+use tailstream_net::pace::{Debt, PrincipalDebts};
 use tokio::time::Instant;
-
-/// Principals with a balance kept at once; past it, those whose debt has drained are dropped,
-/// and if that frees nothing, new principals share one overflow balance (a flood of invented
-/// client ids costs no memory, and frees nobody of their debt).
-const PRINCIPALS_MAX: usize = 10_000;
-/// The longest principal name kept (client ids may be 32 KiB): longer ones are cut.
-pub(crate) const PRINCIPAL_BYTES_MAX: usize = 255;
-/// The key new principals share once the map is full.
-const OVERFLOW: &str = "(overflow)";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum QuotaKind {
@@ -48,52 +37,37 @@ impl QuotaKind {
 
 #[derive(Debug)]
 pub(crate) struct Quotas {
-    produce_bytes_per_second: u64,
-    fetch_bytes_per_second: u64,
-    balances: Mutex<HashMap<(QuotaKind, String), Debt>>,
+    produce: PrincipalDebts,
+    fetch: PrincipalDebts,
 }
 
 impl Quotas {
     /// Rates in bytes per second; 0: not limited.
     pub fn new(produce_bytes_per_second: u64, fetch_bytes_per_second: u64) -> Self {
         Self {
-            produce_bytes_per_second,
-            fetch_bytes_per_second,
-            balances: Mutex::new(HashMap::new()),
+            produce: PrincipalDebts::new(produce_bytes_per_second),
+            fetch: PrincipalDebts::new(fetch_bytes_per_second),
+        }
+    }
+
+    fn debts(&self, kind: QuotaKind) -> Option<&PrincipalDebts> {
+        match kind {
+            QuotaKind::Produce => Some(&self.produce),
+            QuotaKind::Fetch => Some(&self.fetch),
+            QuotaKind::Decompress => None,
         }
     }
 
     /// Whether `kind` is limited at all (a rate of 0 is not).
     pub fn limits(&self, kind: QuotaKind) -> bool {
-        self.rate(kind) > 0
-    }
-
-    fn rate(&self, kind: QuotaKind) -> u64 {
-        match kind {
-            QuotaKind::Produce => self.produce_bytes_per_second,
-            QuotaKind::Fetch => self.fetch_bytes_per_second,
-            QuotaKind::Decompress => 0,
-        }
+        self.debts(kind).is_some_and(PrincipalDebts::limits)
     }
 
     /// Charges `principal` `bytes` of `kind` at `now`; the time it must now wait (zero while
     /// within its rate and one second's burst).
     pub fn charge(&self, kind: QuotaKind, principal: &str, bytes: u64, now: Instant) -> Duration {
-        let rate = self.rate(kind);
-        if rate == 0 {
-            return Duration::ZERO;
-        }
-        let mut key = (kind, cut(principal).to_owned());
-        let mut balances = self.balances.lock().unwrap_or_else(|p| p.into_inner());
-        if balances.len() >= PRINCIPALS_MAX && !balances.contains_key(&key) {
-            // Drop those whose debt has drained by now; if none has, share the overflow.
-            balances.retain(|(kind, _), debt| !debt.drained(self.rate(*kind), now));
-            if balances.len() >= PRINCIPALS_MAX {
-                key.1 = OVERFLOW.to_owned();
-            }
-        }
-        let debt = balances.entry(key).or_insert(Debt::new(now));
-        debt.settle(rate, bytes, now)
+        self.debts(kind)
+            .map_or(Duration::ZERO, |debts| debts.charge(principal, bytes, now))
     }
 }
 
@@ -125,15 +99,6 @@ impl ConnectionBudget {
     pub fn charge(&mut self, bytes: u64, now: Instant) -> Duration {
         self.debt.settle(self.bytes_per_second, bytes, now)
     }
-}
-
-/// `principal` cut to [`PRINCIPAL_BYTES_MAX`] bytes (at a character boundary).
-fn cut(principal: &str) -> &str {
-    let mut end = principal.len().min(PRINCIPAL_BYTES_MAX);
-    while !principal.is_char_boundary(end) {
-        end -= 1;
-    }
-    &principal[..end]
 }
 
 /// A throttle as Kafka's `throttle_time_ms` field carries it.
@@ -205,31 +170,14 @@ mod tests {
     }
 
     #[test]
-    fn a_throttle_is_bounded_and_so_are_the_principals_kept() {
+    fn a_throttle_is_bounded() {
         let quotas = Quotas::new(1, 1);
         let now = Instant::now();
         assert_eq!(
             quotas.charge(QuotaKind::Fetch, "greedy", u64::MAX / 2, now),
             tailstream_net::pace::WAIT_MAX
         );
-        for i in 0..(PRINCIPALS_MAX + 10) {
-            let long = format!("client-{i:05}-{}", "x".repeat(32 << 10));
-            quotas.charge(QuotaKind::Produce, &long, 1, now);
-        }
-        let balances = quotas.balances.lock().unwrap();
-        assert!(balances.len() <= PRINCIPALS_MAX + 1);
-        assert!(
-            balances
-                .keys()
-                .all(|(_, key)| key.len() <= PRINCIPAL_BYTES_MAX)
-        );
-        drop(balances);
-        // Past the bound, newcomers share one balance: a debt is never forgotten.
-        assert!(
-            !quotas
-                .charge(QuotaKind::Produce, "newcomer", 10, now)
-                .is_zero()
-        );
+        assert!(!quotas.limits(QuotaKind::Decompress));
         assert_eq!(throttle_ms(Duration::from_millis(1500)), 1500);
     }
 }

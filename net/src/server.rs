@@ -317,6 +317,11 @@ impl Connection {
     async fn dispatch_whole_frames<S: Service>(&mut self, service: &S) -> Result<usize, Closed> {
         let mut dispatched = 0;
         loop {
+            // A throttled connection is not read (nor are frames it already sent dispatched)
+            // until its mute has passed; what it is owed meanwhile goes out.
+            if let Some(until) = self.session.take_mute() {
+                tokio::time::sleep_until(until).await;
+            }
             let frame = match self.decoder.decode(&mut self.buf) {
                 Ok(Some(frame)) => frame,
                 Ok(None) => return Ok(dispatched),

@@ -33,6 +33,8 @@ pub struct Session {
     standing: Option<Standing>,
     /// Decompression this connection's requests cost beyond the service's rate.
     decompression: Mutex<Option<Debt>>,
+    /// Until when the server reads nothing more from this connection (a quota's throttle).
+    muted_until: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl Session {
@@ -43,6 +45,7 @@ impl Session {
             exchange: Mutex::new(None),
             standing,
             decompression: Mutex::new(None),
+            muted_until: Mutex::new(None),
         }
     }
 
@@ -70,6 +73,27 @@ impl Session {
         let mut debt = self.decompression.lock().unwrap_or_else(|p| p.into_inner());
         debt.get_or_insert_with(|| Debt::new(now))
             .settle(bytes_per_second, bytes, now)
+    }
+
+    /// Has the server read nothing more from this connection for `wait` (from now), once the
+    /// answer at hand is queued: a quota's throttle, as Kafka's brokers mute a throttled
+    /// connection (KIP-219). Answers to requests already read still go out. Bounded by the
+    /// caller (`pace::WAIT_MAX`).
+    pub fn mute_for(&self, wait: Duration) {
+        if wait.is_zero() {
+            return;
+        }
+        let until = tokio::time::Instant::now() + wait;
+        let mut muted = self.muted_until.lock().unwrap_or_else(|p| p.into_inner());
+        *muted = Some(muted.map_or(until, |earlier| earlier.max(until)));
+    }
+
+    /// Until when the connection is to be muted, if it is (taken: asked once per mute).
+    pub(crate) fn take_mute(&self) -> Option<tokio::time::Instant> {
+        self.muted_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
     }
 
     /// The user this connection authenticated as; `None` before, or on a listener that

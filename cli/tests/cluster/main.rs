@@ -29,3 +29,4 @@ mod producer_binding;
 mod producer_identity;
 mod recovery;
 mod replication;
+mod user_limits;

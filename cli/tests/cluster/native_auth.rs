@@ -14,7 +14,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
 
-const ADMIN_TOKEN: &str = "native-auth-admin-token-0123";
+pub(crate) const ADMIN_TOKEN: &str = "native-auth-admin-token-0123";
 
 pub(crate) const OVERRIDES: &str = "[security]\nadmin_token = \"native-auth-admin-token-0123\"\n\
                          client_authentication = true\nsuper_users = [\"root\"]\n\

@@ -105,7 +105,12 @@ pub fn rss_bytes(pid: u32) -> u64 {
 /// The value of `name` with exactly these `labels` on the admin endpoint's `/metrics` (0 when
 /// absent).
 pub async fn metric(admin: SocketAddr, name: &str, labels: &[(&str, &str)]) -> f64 {
-    let body = TestCluster::http_get(admin, "/metrics").await;
+    metric_at(admin, "/metrics", name, labels).await
+}
+
+/// `metric` read from `path` (`/metrics?token=T` where the admin token is set).
+pub async fn metric_at(admin: SocketAddr, path: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let body = TestCluster::http_get(admin, path).await;
     for line in body.lines() {
         let Some(rest) = line.strip_prefix(name) else {
             continue;
