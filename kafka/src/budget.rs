@@ -1,7 +1,14 @@
-//! A token bucket: at most `per_second` on average and `burst` at once. Pure (time comes in as
-//! an argument), so it is tested without sleeping; the caller holds it under its own lock.
+//! A token bucket: at most `per_second` on average and `burst` at once, and one such bucket
+//! per principal (`BucketsByPrincipal`). Pure (time comes in as an argument), so it is tested
+//! without sleeping; the caller holds it under its own lock.
 
+use std::collections::HashMap;
 use std::time::Instant;
+use tailstream_auth::Principal;
+
+/// Principals with a bucket of their own at once; past it, those whose bucket refilled are
+/// dropped, and if that frees none, newcomers share the anonymous principal's bucket.
+const PRINCIPALS_MAX: usize = 10_000;
 
 #[derive(Debug)]
 pub(crate) struct TokenBucket {
@@ -38,12 +45,79 @@ impl TokenBucket {
             false
         }
     }
+
+    /// Whether the bucket has refilled to its burst by `now` (it may be forgotten).
+    pub fn is_full(&self, now: Instant) -> bool {
+        let elapsed = now
+            .saturating_duration_since(self.refilled_at)
+            .as_secs_f64();
+        self.tokens + elapsed * self.per_second >= self.burst
+    }
+}
+
+/// One bucket per principal, all at the same rate: every authenticated user spends their own,
+/// and everyone without a user (authentication off) shares one.
+#[derive(Debug)]
+pub(crate) struct BucketsByPrincipal {
+    per_second: u32,
+    burst: u32,
+    buckets: HashMap<Principal, TokenBucket>,
+}
+
+impl BucketsByPrincipal {
+    pub fn new(per_second: u32, burst: u32) -> Self {
+        Self {
+            per_second,
+            burst,
+            buckets: HashMap::new(),
+        }
+    }
+
+    /// Takes one of `principal`'s tokens if it has one.
+    pub fn take(&mut self, principal: &Principal, now: Instant) -> bool {
+        let (per_second, burst) = (self.per_second, self.burst);
+        let mut key = principal;
+        if self.buckets.len() >= PRINCIPALS_MAX && !self.buckets.contains_key(key) {
+            self.buckets.retain(|_, bucket| !bucket.is_full(now));
+            if self.buckets.len() >= PRINCIPALS_MAX {
+                key = &Principal::Anonymous;
+            }
+        }
+        if let Some(bucket) = self.buckets.get_mut(key) {
+            return bucket.take(now);
+        }
+        self.buckets
+            .entry(key.clone())
+            .or_insert_with(|| TokenBucket::new(per_second, burst, now))
+            .take(now)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn each_principal_spends_its_own_bucket() {
+        let start = Instant::now();
+        let mut buckets = BucketsByPrincipal::new(1, 2);
+        let mallory = Principal::User("mallory".into());
+        let alice = Principal::User("alice".into());
+        assert_eq!((0..5).filter(|_| buckets.take(&mallory, start)).count(), 2);
+        assert!(
+            buckets.take(&alice, start),
+            "alice is not held by mallory's spending"
+        );
+        assert!(buckets.take(&Principal::Anonymous, start));
+        // Bounded: past the bound, newcomers share the anonymous bucket.
+        for i in 0..PRINCIPALS_MAX {
+            buckets.take(&Principal::User(format!("u{i}")), start);
+        }
+        assert!(buckets.buckets.len() <= PRINCIPALS_MAX);
+        let later = start + Duration::from_secs(10);
+        assert!(buckets.take(&mallory, later), "refilled");
+    }
 
     #[test]
     fn a_burst_then_the_rate() {

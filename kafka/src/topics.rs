@@ -4,12 +4,13 @@
 //! changes once a stream exists (its id, Q, its streamlet count), so that is cached, while a
 //! Metadata request asks the coordinator afresh (owners move when a broker crashes).
 
-use crate::budget::TokenBucket;
+use crate::budget::BucketsByPrincipal;
 use crate::errors::cluster_error_code;
 use kafka_protocol::ResponseError;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+use tailstream_auth::Principal;
 use tailstream_config::KafkaConfig;
 use tailstream_stubs::{CoordinatorClient, StubError};
 use tailstream_wire::messages::{StreamConfig, StreamMetadata};
@@ -54,9 +55,10 @@ pub(crate) struct Topics {
     cache: Mutex<HashMap<String, Arc<StreamMetadata>>>,
     auto_create: bool,
     auto_create_streamlets: u32,
-    /// This broker's auto-creations: a client that names new topics without end creates
-    /// them at this pace at most, not at the coordinator's.
-    auto_creates: Mutex<TokenBucket>,
+    /// This broker's auto-creations, per principal: a client that names new topics without
+    /// end creates them at this pace at most, not at the coordinator's, and spends only its
+    /// own user's budget (clients without a user share one).
+    auto_creates: Mutex<BucketsByPrincipal>,
     /// Topics one Metadata request may name (`kafka.metadata_topics_max`).
     pub names_per_request_max: usize,
     defaults: StreamConfig,
@@ -89,10 +91,9 @@ impl Topics {
             cache: Mutex::new(HashMap::new()),
             auto_create: config.auto_create_topics,
             auto_create_streamlets: config.auto_create_streamlets,
-            auto_creates: Mutex::new(TokenBucket::new(
+            auto_creates: Mutex::new(BucketsByPrincipal::new(
                 config.auto_creates_per_second,
                 config.auto_create_burst,
-                Instant::now(),
             )),
             names_per_request_max: config.metadata_topics_max as usize,
             defaults,
@@ -116,8 +117,12 @@ impl Topics {
     }
 
     /// What routing needs of `name` (cached), creating the topic if it does not exist and
-    /// `create` allows (with auto-creation on).
-    pub async fn route(&self, name: &str, create: bool) -> Result<Arc<StreamMetadata>, TopicError> {
+    /// `create` names who may (with auto-creation on; charged to their budget).
+    pub async fn route(
+        &self,
+        name: &str,
+        create: Option<&Principal>,
+    ) -> Result<Arc<StreamMetadata>, TopicError> {
         if let Some(metadata) = self.cached(name) {
             return Ok(metadata);
         }
@@ -125,21 +130,26 @@ impl Topics {
     }
 
     /// `name` as the coordinator has it now (owners and their states too), creating it if it
-    /// does not exist and `create` allows.
-    pub async fn fresh(&self, name: &str, create: bool) -> Result<Arc<StreamMetadata>, TopicError> {
+    /// does not exist and `create` names who may.
+    pub async fn fresh(
+        &self,
+        name: &str,
+        create: Option<&Principal>,
+    ) -> Result<Arc<StreamMetadata>, TopicError> {
         match self.coordinator.refresh_stream(name).await {
             Ok(metadata) => {
                 self.remember(metadata.clone());
                 Ok(metadata)
             }
-            Err(error)
-                if error.status() == Some(Status::UnknownStream) && create && self.auto_create =>
-            {
+            Err(error) if error.status() == Some(Status::UnknownStream) && self.auto_create => {
+                let Some(creator) = create else {
+                    return Err(error.into());
+                };
                 let allowed = self
                     .auto_creates
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .take(Instant::now());
+                    .take(creator, Instant::now());
                 if !allowed {
                     metrics::counter!(crate::metrics::AUTO_CREATES_REFUSED, "reason" => "rate")
                         .increment(1);
@@ -147,7 +157,9 @@ impl Topics {
                     // quietly, and the topic is created once the budget refills.
                     return Err(TopicError {
                         code: ResponseError::LeaderNotAvailable.code(),
-                        message: "this broker's topic auto-creation budget is spent (kafka.auto_creates_per_second)".into(),
+                        message: format!(
+                            "{creator}'s topic auto-creation budget on this broker is spent (kafka.auto_creates_per_second)"
+                        ),
                     });
                 }
                 self.create(name).await

@@ -8,7 +8,9 @@ use crate::common;
 use crate::native_auth::{ADMIN_TOKEN, OVERRIDES, ROOT, as_user};
 
 use common::hostile::metric_at;
+use common::kafka::{CLIENTS_PY, bootstrap, kafka_python, required};
 use common::{TEST_TIMEOUT, TestCluster};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const OPS: Option<(&str, &str)> = Some(("ops", "ops-password"));
@@ -121,6 +123,75 @@ async fn one_user_takes_neither_every_group_nor_every_byte() {
             let (ok, _, err) = consume_in_group(&test, OPS, group, 1, 2_000).await;
             assert!(ok, "ops in {group}: {err}");
         }
+        test.stop().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// `clients.py ARGS` authenticated as `user` (SCRAM-SHA-256): (success, stdout, stderr).
+async fn kafka_python_as(
+    python: &std::path::Path,
+    user: (&str, &str),
+    args: &[&str],
+) -> (bool, String, String) {
+    let mut command = tokio::process::Command::new(python);
+    command
+        .arg(CLIENTS_PY)
+        .args(["--sasl", "SCRAM-SHA-256", user.0, user.1])
+        .args(args)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(60), command.output())
+        .await
+        .expect("the client finished in 60 s")
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The same limit for Kafka clients, whose group calls their broker forwards to the
+/// coordinator naming the client's user: a user's second group is refused with Kafka's
+/// GROUP_MAX_SIZE_REACHED (the client reports it and stops), another user's is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_users_groups_are_counted_against_that_user() {
+    let Some(python) = required(kafka_python(), "kafka-python") else {
+        return;
+    };
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let overrides = "[kafka]\nsasl_mechanisms = [\"SCRAM-SHA-256\"]\n\
+                         super_users = [\"admin\", \"ops\"]\n\
+                         [coordinator]\ngroups_per_user_max = 1\n";
+        let test = TestCluster::start(1, overrides).await;
+        let bootstrap = bootstrap(&test);
+        let (admin, ops) = (("admin", "adm1n"), ("ops", "0ps"));
+        for (user, password) in [admin, ops] {
+            let create = ["user", "create", user, "--password", password];
+            let (ok, _, err) = test.cli(&create, b"").await;
+            assert!(ok, "{err}");
+        }
+        let produce = ["produce", bootstrap.as_str(), "clicks", "20"];
+        let (ok, _, err) = kafka_python_as(&python, admin, &produce).await;
+        assert!(ok, "{err}");
+        let consume = |user, group| {
+            let args = ["consume", bootstrap.as_str(), "clicks", group, "20", "5"];
+            let python = python.clone();
+            async move { kafka_python_as(&python, user, &args).await }
+        };
+        let (ok, out, err) = consume(admin, "first").await;
+        assert!(ok, "{err}");
+        assert_eq!(out.lines().count(), 20, "{err}");
+        let (ok, _, err) = consume(admin, "second").await;
+        assert!(
+            !ok && err.contains("GroupMaxSizeReached"),
+            "admin's second group: {err}"
+        );
+        let (ok, out, err) = consume(ops, "second").await;
+        assert!(ok, "{err}");
+        assert_eq!(out.lines().count(), 20, "{err}");
         test.stop().await;
     })
     .await

@@ -55,7 +55,7 @@ pub(crate) fn answer(
         let mut wanted = Vec::with_capacity(request.topics.len());
         for topic in request.topics {
             let stream = if access.topic(AclOperation::Read, topic.topic.as_str()) {
-                kafka.topics.route(topic.topic.as_str(), false).await
+                kafka.topics.route(topic.topic.as_str(), None).await
             } else {
                 Err(TopicError {
                     code: ResponseError::TopicAuthorizationFailed.code(),

@@ -247,7 +247,7 @@ pub(crate) fn commit(
             } else {
                 kafka
                     .topics
-                    .route(topic.name.as_str(), false)
+                    .route(topic.name.as_str(), None)
                     .await
                     .map_err(|error| error.code)
             };

@@ -32,7 +32,7 @@ pub(crate) fn answer(
         let mut topics = Vec::with_capacity(request.topics.len());
         for topic in request.topics {
             let stream = if access.topic(AclOperation::Describe, topic.name.as_str()) {
-                kafka.topics.route(topic.name.as_str(), false).await
+                kafka.topics.route(topic.name.as_str(), None).await
             } else {
                 Err(TopicError {
                     code: ResponseError::TopicAuthorizationFailed.code(),

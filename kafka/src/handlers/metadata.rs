@@ -13,6 +13,7 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use std::collections::HashMap;
 use std::sync::Arc;
+use tailstream_auth::Principal;
 use tailstream_identity::Access;
 use tailstream_wire::LogId;
 use tailstream_wire::messages::{AclOperation, PlacementState, StreamMetadata, StreamletPlacement};
@@ -23,9 +24,11 @@ const CLUSTER_ID: &str = "tailstream";
 pub(crate) fn answer(
     kafka: Arc<Kafka>,
     access: Access,
+    principal: &Principal,
     version: i16,
     request: MetadataRequest,
 ) -> Answer {
+    let principal = principal.clone();
     Answer::Later(Box::pin(async move {
         let brokers = brokers(&kafka);
         let own = kafka.cluster.server_id().map_or(-1, |id| id.index as i32);
@@ -89,7 +92,8 @@ pub(crate) fn answer(
                 }
                 // Auto-creation also needs Create (on the topic or the cluster); without it a
                 // missing topic is just unknown, as Kafka answers.
-                let create = create && access.may_create_topic(name.as_str());
+                let create =
+                    (create && access.may_create_topic(name.as_str())).then_some(&principal);
                 let entry = match kafka.topics.fresh(name.as_str(), create).await {
                     Ok(stream) => topic(&stream, version),
                     Err(error) => failed_topic(name.as_str(), &error),

@@ -73,7 +73,9 @@ pub(crate) async fn dispatch(
     let throttle_ms = pacing.throttle_ms;
     let answer = match body {
         RequestBody::ApiVersions(_) => api_versions::answer(version),
-        RequestBody::Metadata(request) => metadata::answer(k(), access, version, request),
+        RequestBody::Metadata(request) => {
+            metadata::answer(k(), access, principal, version, request)
+        }
         RequestBody::Produce(request) => {
             produce::answer(kafka, &access, version, request, principal, pacing).await
         }

@@ -144,7 +144,9 @@ pub(crate) async fn answer(
                 message: String::new(),
             }),
             None => {
-                let create = access.may_create_topic(topic.name.as_str());
+                let create = access
+                    .may_create_topic(topic.name.as_str())
+                    .then_some(principal);
                 kafka.topics.route(topic.name.as_str(), create).await
             }
         };
