@@ -106,11 +106,22 @@ impl BrokerService {
                 "this listener requires authentication",
             ));
         };
-        let Some(access) = authorizer.access_now(user) else {
-            return Err(Response::error(
-                Status::Busy,
-                "this broker has not listed the access control rules yet: retry",
-            ));
+        let access = match authorizer.access_now(user) {
+            None => {
+                return Err(Response::error(
+                    Status::Busy,
+                    "this broker has not listed the access control rules yet: retry",
+                ));
+            }
+            // Rules too old to trust allow nothing; the client is told to retry, not that it
+            // may not (the coordinator is out of reach, the rules may well allow it).
+            Some(tailstream_identity::Access::Nothing) => {
+                return Err(Response::error(
+                    Status::Busy,
+                    "this broker could not list the access control rules for too long: retry",
+                ));
+            }
+            Some(access) => access,
         };
         let Some(name) = self.plane.stream_name(stream) else {
             return Err(Response::error(

@@ -3,9 +3,48 @@
 
 use kafka_protocol::ResponseError;
 use tailstream_broker::data_plane::DataError;
+use tailstream_identity::Access;
 use tailstream_storage::StorageError;
 use tailstream_stubs::StubError;
 use tailstream_wire::Status;
+
+/// What a request `access` did not allow on a topic is answered: TOPIC_AUTHORIZATION_FAILED
+/// when the rules said no; when they could not be had (`Access::Nothing`: the coordinator out
+/// of reach for longer than listed rules are trusted), a code clients retry, so an outage
+/// delays them instead of failing them for good.
+pub(crate) fn topic_denied(access: &Access) -> i16 {
+    denied(
+        access,
+        ResponseError::TopicAuthorizationFailed,
+        ResponseError::LeaderNotAvailable,
+    )
+}
+
+/// As `topic_denied`, for a group (GROUP_AUTHORIZATION_FAILED, else COORDINATOR_NOT_AVAILABLE).
+pub(crate) fn group_denied(access: &Access) -> i16 {
+    denied(
+        access,
+        ResponseError::GroupAuthorizationFailed,
+        ResponseError::CoordinatorNotAvailable,
+    )
+}
+
+/// As `topic_denied`, for the cluster (CLUSTER_AUTHORIZATION_FAILED, else
+/// COORDINATOR_NOT_AVAILABLE).
+pub(crate) fn cluster_denied(access: &Access) -> i16 {
+    denied(
+        access,
+        ResponseError::ClusterAuthorizationFailed,
+        ResponseError::CoordinatorNotAvailable,
+    )
+}
+
+fn denied(access: &Access, by_rules: ResponseError, rules_unknown: ResponseError) -> i16 {
+    match access {
+        Access::Nothing => rules_unknown.code(),
+        Access::Everything | Access::Rules(_) => by_rules.code(),
+    }
+}
 
 /// The Kafka error code for a data plane refusal.
 pub(crate) fn data_error_code(error: &DataError) -> i16 {
@@ -95,5 +134,17 @@ mod tests {
             cluster_error_code(&StubError::refused(Status::UnknownStream, "x")),
             3
         );
+    }
+
+    #[test]
+    fn a_refusal_is_final_only_when_the_rules_said_no() {
+        let said_no = Access::Rules(std::sync::Arc::from(Vec::new()));
+        assert_eq!(topic_denied(&said_no), 29);
+        assert_eq!(group_denied(&said_no), 30);
+        assert_eq!(cluster_denied(&said_no), 31);
+        // The rules could not be had: retriable codes.
+        assert_eq!(topic_denied(&Access::Nothing), 5);
+        assert_eq!(group_denied(&Access::Nothing), 15);
+        assert_eq!(cluster_denied(&Access::Nothing), 15);
     }
 }

@@ -46,7 +46,7 @@ pub(crate) fn find(
             request.key.as_str()
         );
         let response = FindCoordinatorResponse::default()
-            .with_error_code(ResponseError::GroupAuthorizationFailed.code())
+            .with_error_code(crate::errors::group_denied(access))
             .with_error_message(Some(str_bytes(&message)))
             .with_node_id(BrokerId(-1));
         return Answer::Ready(encode(&response, version));
@@ -81,6 +81,7 @@ pub(crate) fn init_producer_id(
     request: InitProducerIdRequest,
 ) -> Answer {
     let may = access.may_write_idempotently();
+    let cluster_refusal = crate::errors::cluster_denied(access);
     // The id is bound to the client's user: the coordinator marks it so, and gives a new
     // epoch of `previous` only if it is that user's.
     let owner = principal.user().map(str::to_owned);
@@ -95,7 +96,7 @@ pub(crate) fn init_producer_id(
             refused(ResponseError::TransactionalIdAuthorizationFailed.code())
         } else if !may {
             // Kafka 3's rule: IdempotentWrite on the cluster, or Write on some topic.
-            refused(ResponseError::ClusterAuthorizationFailed.code())
+            refused(cluster_refusal)
         } else {
             match kafka
                 .coordinator

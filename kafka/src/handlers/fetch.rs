@@ -58,7 +58,7 @@ pub(crate) fn answer(
                 kafka.topics.route(topic.topic.as_str(), None).await
             } else {
                 Err(TopicError {
-                    code: ResponseError::TopicAuthorizationFailed.code(),
+                    code: crate::errors::topic_denied(&access),
                     message: String::new(),
                 })
             };

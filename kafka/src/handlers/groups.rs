@@ -45,9 +45,6 @@ fn group_error_code(error: &StubError) -> i16 {
     kafka.code()
 }
 
-/// Kafka's refusal of a group call the client may not make.
-const GROUP_DENIED: i16 = ResponseError::GroupAuthorizationFailed.code();
-
 pub(crate) fn join(
     kafka: Arc<Kafka>,
     access: &Access,
@@ -57,13 +54,14 @@ pub(crate) fn join(
     request: JoinGroupRequest,
 ) -> Answer {
     let denied = !access.group(AclOperation::Read, request.group_id.as_str());
+    let group_refusal = crate::errors::group_denied(access);
     // A group this join makes is counted against the client's user's limits.
     let owner = Appended(principal.user().map(str::to_owned));
     Answer::Later(Box::pin(async move {
         let member_id = request.member_id.as_str().to_owned();
         if denied {
             let response = JoinGroupResponse::default()
-                .with_error_code(GROUP_DENIED)
+                .with_error_code(group_refusal)
                 .with_generation_id(-1)
                 .with_member_id(str_bytes(&member_id));
             return encode(&response, version);
@@ -119,10 +117,11 @@ pub(crate) fn sync(
     request: SyncGroupRequest,
 ) -> Answer {
     let denied = !access.group(AclOperation::Read, request.group_id.as_str());
+    let group_refusal = crate::errors::group_denied(access);
     Answer::Later(Box::pin(async move {
         if denied {
             return encode(
-                &SyncGroupResponse::default().with_error_code(GROUP_DENIED),
+                &SyncGroupResponse::default().with_error_code(group_refusal),
                 version,
             );
         }
@@ -154,10 +153,11 @@ pub(crate) fn heartbeat(
     request: HeartbeatRequest,
 ) -> Answer {
     let denied = !access.group(AclOperation::Read, request.group_id.as_str());
+    let group_refusal = crate::errors::group_denied(access);
     Answer::Later(Box::pin(async move {
         if denied {
             return encode(
-                &HeartbeatResponse::default().with_error_code(GROUP_DENIED),
+                &HeartbeatResponse::default().with_error_code(group_refusal),
                 version,
             );
         }
@@ -181,6 +181,7 @@ pub(crate) fn leave(
     request: LeaveGroupRequest,
 ) -> Answer {
     let denied = !access.group(AclOperation::Read, request.group_id.as_str());
+    let group_refusal = crate::errors::group_denied(access);
     Answer::Later(Box::pin(async move {
         // Up to v2 one member leaves; from v3 a list of them.
         let members: Vec<String> = if version <= 2 {
@@ -197,7 +198,7 @@ pub(crate) fn leave(
             member_ids: members.clone(),
         };
         let code = match denied {
-            true => GROUP_DENIED,
+            true => group_refusal,
             false => match kafka.group_calls.leave_group(&native).await {
                 Ok(()) => 0,
                 Err(error) => group_error_code(&error),
@@ -230,6 +231,7 @@ pub(crate) fn commit(
     let owner = Appended(principal.user().map(str::to_owned));
     Answer::Later(Box::pin(async move {
         let group_denied = !access.group(AclOperation::Read, request.group_id.as_str());
+        let group_refusal = crate::errors::group_denied(&access);
         // Generation -1 and no member: a consumer that assigns its partitions itself.
         let member = (request.generation_id_or_member_epoch >= 0 || !request.member_id.is_empty())
             .then(|| native::GroupMemberRef {
@@ -243,7 +245,7 @@ pub(crate) fn commit(
             // A partition the client may not read, or that does not exist, is refused alone
             // (as Kafka does); the others are committed.
             let topic_refused = if !access.topic(AclOperation::Read, topic.name.as_str()) {
-                Err(ResponseError::TopicAuthorizationFailed.code())
+                Err(crate::errors::topic_denied(&access))
             } else {
                 kafka
                     .topics
@@ -307,7 +309,7 @@ pub(crate) fn commit(
         };
         let code = match committed {
             Ok(()) => 0,
-            Err(None) => GROUP_DENIED,
+            Err(None) => group_refusal,
             Err(Some(error)) if error.status() == Some(Status::InvalidArgument) => {
                 ResponseError::OffsetMetadataTooLarge.code()
             }
@@ -326,7 +328,7 @@ pub(crate) fn commit(
                             .with_partition_index(p.partition_index)
                             // A group the client may not use refuses every partition alike.
                             .with_error_code(match group_denied {
-                                true => GROUP_DENIED,
+                                true => group_refusal,
                                 false => refused.get(&key).copied().unwrap_or(code),
                             })
                     })
@@ -351,6 +353,7 @@ pub(crate) fn fetch(
 ) -> Answer {
     Answer::Later(Box::pin(async move {
         let group_denied = !access.group(AclOperation::Describe, request.group_id.as_str());
+        let group_refusal = crate::errors::group_denied(&access);
         let wanted: Option<Vec<native::TopicPartition>> = request.topics.as_ref().map(|topics| {
             topics
                 .iter()
@@ -369,7 +372,7 @@ pub(crate) fn fetch(
             partitions: wanted,
         };
         let fetched = match group_denied {
-            true => Err(GROUP_DENIED),
+            true => Err(group_refusal),
             false => kafka
                 .group_calls
                 .fetch_offsets(&native)
@@ -407,7 +410,7 @@ pub(crate) fn fetch(
                 // A topic asked for by name that the client may not describe: refused, as Kafka
                 // does, not shown as nothing committed.
                 let code = match code == 0 && !access.topic(AclOperation::Describe, &name) {
-                    true => ResponseError::TopicAuthorizationFailed.code(),
+                    true => crate::errors::topic_denied(&access),
                     false => code,
                 };
                 OffsetFetchResponseTopic::default()

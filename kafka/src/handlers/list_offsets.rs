@@ -35,7 +35,7 @@ pub(crate) fn answer(
                 kafka.topics.route(topic.name.as_str(), None).await
             } else {
                 Err(TopicError {
-                    code: ResponseError::TopicAuthorizationFailed.code(),
+                    code: crate::errors::topic_denied(&access),
                     message: String::new(),
                 })
             };

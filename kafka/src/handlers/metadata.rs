@@ -41,7 +41,7 @@ pub(crate) fn answer(
         let mut topics = Vec::new();
         // A topic the client may not describe is left out of a listing, and refused by name.
         let denied = TopicError {
-            code: ResponseError::TopicAuthorizationFailed.code(),
+            code: crate::errors::topic_denied(&access),
             message: String::new(),
         };
         let describes = |name: &str| access.topic(AclOperation::Describe, name);

@@ -140,7 +140,7 @@ pub(crate) async fn answer(
                 message: String::new(),
             }),
             None if !access.topic(AclOperation::Write, topic.name.as_str()) => Err(TopicError {
-                code: ResponseError::TopicAuthorizationFailed.code(),
+                code: crate::errors::topic_denied(access),
                 message: String::new(),
             }),
             None => {
