@@ -3,8 +3,7 @@
 //! A listener that requires authentication, against a toy service on 127.0.0.1: nothing but
 //! `Ping` and `Authenticate` before a SCRAM exchange succeeds; the service then sees the user
 //! on every request (pipelined ones included); a wrong password, an unknown user and a silent
-//! connection are closed; a listener that requires nothing answers `NotRequired`, and a client
-//! given a user does not go on.
+//! connection are closed; a listener that requires nothing answers `NotRequired`.
 
 use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt};
@@ -185,22 +184,15 @@ async fn a_connection_that_does_not_authenticate_in_time_is_closed() {
 }
 
 #[tokio::test]
-async fn a_listener_that_requires_nothing_says_so_and_a_client_with_a_user_stops() {
+async fn a_listener_that_requires_nothing_says_so() {
     let (addr, _stop) = start(false).await;
     let client = connect(&addr).await;
-    let refused = log_in(
+    log_in(
         &client,
         &login("anyone", "anything", ScramMechanism::Sha512),
     )
     .await
-    .unwrap_err();
-    assert!(
-        refused
-            .to_string()
-            .contains("does not ask for authentication"),
-        "{refused}"
-    );
-    // Without a login, the listener serves the connection as nobody.
+    .unwrap();
     let answer = client.call_parts(Opcode::Produce, vec![]).await.unwrap();
     assert_eq!(answer, "(nobody)", "nothing was proven");
 }
