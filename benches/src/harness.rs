@@ -77,6 +77,8 @@ impl BenchCluster {
                 effective.kafka.quota_produce_bytes_per_second = 0;
                 effective.kafka.quota_fetch_bytes_per_second = 0;
                 effective.kafka.decompressed_bytes_per_second_per_connection = 0;
+                effective.broker.quota_produce_bytes_per_second = 0;
+                effective.broker.quota_fetch_bytes_per_second = 0;
                 let cluster =
                     start_cluster(None, &effective, dir.path(), brokers, &log_filter("warn"))
                         .await?;

@@ -29,13 +29,14 @@ pub(crate) fn group_denied(access: &Access) -> i16 {
     )
 }
 
-/// As `topic_denied`, for the cluster (CLUSTER_AUTHORIZATION_FAILED, else
-/// COORDINATOR_NOT_AVAILABLE).
+/// As `topic_denied`, for the cluster (InitProducerId): CLUSTER_AUTHORIZATION_FAILED, else
+/// COORDINATOR_LOAD_IN_PROGRESS, which clients retry as it is (COORDINATOR_NOT_AVAILABLE would
+/// send a Java producer to look up a transaction coordinator, which is refused for good).
 pub(crate) fn cluster_denied(access: &Access) -> i16 {
     denied(
         access,
         ResponseError::ClusterAuthorizationFailed,
-        ResponseError::CoordinatorNotAvailable,
+        ResponseError::CoordinatorLoadInProgress,
     )
 }
 
@@ -145,6 +146,6 @@ mod tests {
         // The rules could not be had: retriable codes.
         assert_eq!(topic_denied(&Access::Nothing), 5);
         assert_eq!(group_denied(&Access::Nothing), 15);
-        assert_eq!(cluster_denied(&Access::Nothing), 15);
+        assert_eq!(cluster_denied(&Access::Nothing), 14);
     }
 }

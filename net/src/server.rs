@@ -197,6 +197,7 @@ async fn serve_session<S: Service>(
         peer,
         limits: limits.clone(),
         session,
+        muted_lately: false,
     };
     let closed = connection.run(&*service).await;
     drop(connection);
@@ -228,6 +229,8 @@ struct Connection {
     peer: SocketAddr,
     limits: Arc<ServerLimits>,
     session: Arc<Session>,
+    /// Set when the reader slept out a mute, so the partial frame's deadline starts again.
+    muted_lately: bool,
 }
 
 impl Connection {
@@ -253,6 +256,11 @@ impl Connection {
                 Ok(0) => {}
                 Ok(_) => idle_deadline = Instant::now() + limits.idle_timeout,
                 Err(closed) => return closed,
+            }
+            if std::mem::take(&mut self.muted_lately) {
+                // The time the server chose not to read is not the client's: a partial frame
+                // gets its whole deadline from now.
+                frame_deadline = None;
             }
             if self.buf.is_empty() {
                 frame_deadline = None;
@@ -321,6 +329,7 @@ impl Connection {
             // until its mute has passed; what it is owed meanwhile goes out.
             if let Some(until) = self.session.take_mute() {
                 tokio::time::sleep_until(until).await;
+                self.muted_lately = true;
             }
             let frame = match self.decoder.decode(&mut self.buf) {
                 Ok(Some(frame)) => frame,

@@ -16,6 +16,7 @@ use crate::pace::Debt;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use std::any::Any;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -35,6 +36,9 @@ pub struct Session {
     decompression: Mutex<Option<Debt>>,
     /// Until when the server reads nothing more from this connection (a quota's throttle).
     muted_until: Mutex<Option<tokio::time::Instant>>,
+    /// Whether `muted_until` holds a mute: the reader asks before every frame, so it asks
+    /// this flag, not the lock.
+    muted: AtomicBool,
 }
 
 impl Session {
@@ -46,6 +50,7 @@ impl Session {
             standing,
             decompression: Mutex::new(None),
             muted_until: Mutex::new(None),
+            muted: AtomicBool::new(false),
         }
     }
 
@@ -86,14 +91,18 @@ impl Session {
         let until = tokio::time::Instant::now() + wait;
         let mut muted = self.muted_until.lock().unwrap_or_else(|p| p.into_inner());
         *muted = Some(muted.map_or(until, |earlier| earlier.max(until)));
+        self.muted.store(true, Ordering::Release);
     }
 
     /// Until when the connection is to be muted, if it is (taken: asked once per mute).
     pub(crate) fn take_mute(&self) -> Option<tokio::time::Instant> {
-        self.muted_until
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
+        if !self.muted.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut muted = self.muted_until.lock().unwrap_or_else(|p| p.into_inner());
+        // Cleared under the lock, so a mute set meanwhile is either taken here or flagged anew.
+        self.muted.store(false, Ordering::Release);
+        muted.take()
     }
 
     /// The user this connection authenticated as; `None` before, or on a listener that

@@ -155,8 +155,9 @@ impl<T: WireField> WireField for Option<T> {
 /// A field added at the end of a message after the message first shipped: senders from
 /// before it end the message where the field would start, and their bytes decode as `None`.
 /// Only a message's last field may be `Appended` (anywhere else, the next field's bytes would
-/// be read as it), and only in a message sent on its own, never inside a list. Encoded as an
-/// `Option` always, so every encoding is canonical.
+/// be read as it), and only in a message sent on its own, never inside a list. `None` is
+/// written as nothing, so a new sender that fills nothing in is read by older receivers too;
+/// `Some` as an `Option`'s tag 1 and the value (a tag 0 is refused: one encoding per value).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct Appended<T>(pub Option<T>);
@@ -170,13 +171,18 @@ impl<T> Appended<T> {
 impl<T: WireField> WireField for Appended<T> {
     const MIN_BYTES: usize = 0;
     fn put(&self, out: &mut BytesMut) {
-        self.0.put(out);
+        if self.0.is_some() {
+            self.0.put(out);
+        }
     }
     fn get(reader: &mut WireReader, what: &'static str) -> Result<Self, DecodeError> {
         if reader.remaining() == 0 {
             return Ok(Self(None));
         }
-        Ok(Self(Option::get(reader, what)?))
+        match Option::get(reader, what)? {
+            Some(value) => Ok(Self(Some(value))),
+            None => Err(DecodeError::InvalidValue { what, value: 0 }),
+        }
     }
 }
 
@@ -319,21 +325,25 @@ mod tests {
             OffsetCommitRequest::decode_exact(named).unwrap().owner,
             Appended(Some("alice".to_owned()))
         );
-        // An older sender's message ends where the field would start (`None` encodes as one
-        // zero byte).
-        let unnamed = commit(None).to_bytes();
-        let older = unnamed.slice(..unnamed.len() - 1);
+        // An older sender's message ends where the field would start, as a new sender's does
+        // when it names no one (so older receivers read it too).
+        let named = commit(Some("alice")).to_bytes();
+        let older = commit(None).to_bytes();
+        assert_eq!(older.len(), named.len() - 1 - 4 - "alice".len());
         assert_eq!(
             OffsetCommitRequest::decode_exact(older.clone()).unwrap(),
             commit(None)
         );
-        // Present but damaged is still refused, and nothing may follow it.
-        let mut bad = BytesMut::from(&older[..]);
-        bad.put_u8(7);
-        assert!(matches!(
-            OffsetCommitRequest::decode_exact(bad.freeze()),
-            Err(DecodeError::InvalidValue { .. })
-        ));
+        // Present but damaged is still refused (a tag 0 too: `None` is written as nothing),
+        // and nothing may follow it.
+        for tag in [7, 0] {
+            let mut bad = BytesMut::from(&older[..]);
+            bad.put_u8(tag);
+            assert!(matches!(
+                OffsetCommitRequest::decode_exact(bad.freeze()),
+                Err(DecodeError::InvalidValue { .. })
+            ));
+        }
         let mut longer = BytesMut::from(&commit(Some("alice")).to_bytes()[..]);
         longer.put_u8(0);
         assert!(OffsetCommitRequest::decode_exact(longer.freeze()).is_err());

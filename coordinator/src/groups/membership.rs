@@ -509,12 +509,12 @@ impl Groups {
             .min()
     }
 
-    /// Member counts by group (for metrics and the admin page).
     /// Whether `group` has members (or is forming).
     pub fn has_group(&self, group: &str) -> bool {
         self.groups.contains_key(group)
     }
 
+    /// Member counts by group (for metrics and the admin page).
     pub fn sizes(&self) -> Vec<(String, usize, u32)> {
         self.groups
             .iter()

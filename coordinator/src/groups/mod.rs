@@ -157,7 +157,11 @@ impl GroupCoordinator {
         if let Err(refused) = self.admit(&request.group, caller.user(&request.owner)) {
             return Reply::Ready(refused);
         }
-        self.waiting(|groups, waiter, now| groups.join(request, waiter, now))
+        let group = request.group.clone();
+        // The join takes effect on the state machine here, at once.
+        let reply = self.waiting(|groups, waiter, now| groups.join(request, waiter, now));
+        self.owners().settle(&group);
+        reply
     }
 
     pub fn sync(self: &Arc<Self>, body: Bytes) -> Reply {
@@ -201,25 +205,34 @@ impl GroupCoordinator {
         if let Err(refused) = self.admit(&request.group, caller.user(&request.owner)) {
             return Reply::Ready(refused);
         }
-        let (this, turn) = (self.clone(), self.commit_turn.clone());
+        let this = self.clone();
         Reply::Later(Box::pin(async move {
-            let _turn = turn.lock().await;
-            // Commits take turns: the partitions counted new here are still new when written.
-            let added = this.new_partitions(&request);
-            if let Err(why) = this.owners().add_partitions(&request.group, added) {
-                return Response::error(Status::GroupFull, why);
-            }
-            let (offsets, group) = (this.offsets.clone(), request.group.clone());
-            let committed =
-                tokio::task::spawn_blocking(move || offsets.commit(&group, request.offsets)).await;
-            let failed = match committed {
-                Ok(Ok(())) => return Response::empty(),
-                Ok(Err(error)) => Response::error(error.status(), error.to_string()),
-                Err(join) => Response::error(Status::Internal, format!("commit failed: {join}")),
-            };
-            this.owners().remove_partitions(&request.group, added);
-            failed
+            let group = request.group.clone();
+            let answer = this.commit_in_turn(request).await;
+            // Written or failed: the group's existence is now the store's to tell.
+            this.owners().settle(&group);
+            answer
         }))
+    }
+
+    /// A commit's turn: its new partitions counted against the group's owner, then written.
+    async fn commit_in_turn(&self, request: OffsetCommitRequest) -> Response {
+        let _turn = self.commit_turn.lock().await;
+        // Commits take turns: the partitions counted new here are still new when written.
+        let added = self.new_partitions(&request);
+        if let Err(why) = self.owners().add_partitions(&request.group, added) {
+            return Response::error(Status::GroupFull, why);
+        }
+        let (offsets, group) = (self.offsets.clone(), request.group.clone());
+        let committed =
+            tokio::task::spawn_blocking(move || offsets.commit(&group, request.offsets)).await;
+        let failed = match committed {
+            Ok(Ok(())) => return Response::empty(),
+            Ok(Err(error)) => Response::error(error.status(), error.to_string()),
+            Err(join) => Response::error(Status::Internal, format!("commit failed: {join}")),
+        };
+        self.owners().remove_partitions(&request.group, added);
+        failed
     }
 
     /// Partitions `request` commits that its group has no offset for yet.

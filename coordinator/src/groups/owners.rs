@@ -7,13 +7,19 @@
 //! before; what they commit is counted against its owner. Anonymous callers (authentication
 //! off) own nothing: only the cluster-wide limits hold them.
 //!
-//! Pure: the caller says which groups exist. Counts are kept from when this coordinator
-//! started leading: groups made before are held to the cluster-wide limits only. A user's
-//! count of groups is recounted only when it reaches the limit (groups that emptied since are
-//! given up then), so the common path is one map lookup.
+//! Pure: the caller says which groups exist, and settles each call it admitted once the call
+//! took effect (a commit is written later, after its turn): until then the group counts as
+//! existing, so neither a recount nor another user's call takes it from its maker. Counts are
+//! kept from when this coordinator started leading: groups made before are held to the
+//! cluster-wide limits only. A user's count of groups is recounted only when it reaches the
+//! limit (groups that emptied since are given up then), so the common path is one map lookup.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+
+/// Without a limit on groups, a user's groups are still recounted at this many, so what is
+/// kept for the partitions limit stays bounded.
+const RECOUNT_UNLIMITED_AT: usize = 10_000;
 
 #[derive(Clone, Copy, Debug)]
 pub struct OwnerLimits {
@@ -34,6 +40,8 @@ pub struct GroupOwners {
     limits: OwnerLimits,
     owner_of: HashMap<String, Arc<str>>,
     held: HashMap<Arc<str>, Holdings>,
+    /// Calls admitted and not yet settled, by group.
+    pending: HashMap<String, usize>,
 }
 
 impl GroupOwners {
@@ -42,19 +50,43 @@ impl GroupOwners {
             limits,
             owner_of: HashMap::new(),
             held: HashMap::new(),
+            pending: HashMap::new(),
+        }
+    }
+
+    /// The call `admit` let through for `group` took effect (or failed).
+    pub fn settle(&mut self, group: &str) {
+        if let Some(calls) = self.pending.get_mut(group) {
+            *calls -= 1;
+            if *calls == 0 {
+                self.pending.remove(group);
+            }
         }
     }
 
     /// Before `user` joins or commits to `group`: a group that does not exist yet becomes
     /// `user`'s, if `user` may own one more. `exists` says whether a group has members or
-    /// committed offsets now.
+    /// committed offsets now. Every `Ok` is to be settled (`settle`) once the call took effect.
     pub fn admit(
         &mut self,
         group: &str,
         user: Option<&str>,
         exists: impl Fn(&str) -> bool,
     ) -> Result<(), String> {
-        if exists(group) {
+        self.claim(group, user, exists)?;
+        *self.pending.entry(group.to_owned()).or_default() += 1;
+        Ok(())
+    }
+
+    fn claim(
+        &mut self,
+        group: &str,
+        user: Option<&str>,
+        exists: impl Fn(&str) -> bool,
+    ) -> Result<(), String> {
+        let pending = &self.pending;
+        let live = |g: &str| pending.contains_key(g) || exists(g);
+        if live(group) {
             return Ok(());
         }
         // The group is new, whatever an earlier owner's record says (it emptied since).
@@ -67,17 +99,18 @@ impl GroupOwners {
             return Ok(());
         };
         let max = self.limits.groups_per_user_max;
+        let recount_at = if max > 0 { max } else { RECOUNT_UNLIMITED_AT };
         let holdings = self.held.entry(Arc::from(user)).or_default();
-        if max > 0 && holdings.groups.len() >= max {
+        if holdings.groups.len() >= recount_at {
             let owner_of = &mut self.owner_of;
             holdings.groups.retain(|owned| {
-                let kept = exists(owned);
+                let kept = live(owned);
                 if !kept {
                     owner_of.remove(owned);
                 }
                 kept
             });
-            if holdings.groups.len() >= max {
+            if max > 0 && holdings.groups.len() >= max {
                 return Err(format!(
                     "user {user:?} already has {max} consumer groups (coordinator.groups_per_user_max)"
                 ));
@@ -136,6 +169,18 @@ mod tests {
     use super::*;
     use std::cell::RefCell;
 
+    /// A call admitted and taken effect at once.
+    fn call(
+        owners: &mut GroupOwners,
+        group: &str,
+        user: Option<&str>,
+        exists: impl Fn(&str) -> bool,
+    ) -> Result<(), String> {
+        owners.admit(group, user, exists)?;
+        owners.settle(group);
+        Ok(())
+    }
+
     fn owners(groups: usize, partitions: usize) -> GroupOwners {
         GroupOwners::new(OwnerLimits {
             groups_per_user_max: groups,
@@ -149,33 +194,58 @@ mod tests {
         let existing: RefCell<HashSet<String>> = RefCell::default();
         let exists = |g: &str| existing.borrow().contains(g);
         for group in ["a", "b"] {
-            owners.admit(group, Some("mallory"), exists).unwrap();
+            call(&mut owners, group, Some("mallory"), exists).unwrap();
             existing.borrow_mut().insert(group.into());
         }
-        let refused = owners.admit("c", Some("mallory"), exists).unwrap_err();
+        let refused = call(&mut owners, "c", Some("mallory"), exists).unwrap_err();
         assert!(refused.contains("groups_per_user_max"), "{refused}");
         // Others are not held by mallory's count, nor is anyone using mallory's groups.
-        owners.admit("c", Some("alice"), exists).unwrap();
-        owners.admit("a", Some("alice"), exists).unwrap();
-        owners.admit("d", None, exists).unwrap();
+        call(&mut owners, "c", Some("alice"), exists).unwrap();
+        call(&mut owners, "a", Some("alice"), exists).unwrap();
+        call(&mut owners, "d", None, exists).unwrap();
         assert_eq!(owners.groups_of("alice"), 1);
         // A group that emptied is given up when the count is reached again.
         existing.borrow_mut().remove("a");
-        owners.admit("c2", Some("mallory"), exists).unwrap();
+        call(&mut owners, "c2", Some("mallory"), exists).unwrap();
         assert_eq!(owners.groups_of("mallory"), 2);
+    }
+
+    #[test]
+    fn a_group_whose_first_call_is_still_in_flight_stays_its_makers() {
+        let mut owners = owners(2, 10);
+        // Nothing is written yet: every call below is admitted and not settled.
+        let none = |_: &str| false;
+        owners.admit("g1", Some("mallory"), none).unwrap();
+        owners.admit("g2", Some("mallory"), none).unwrap();
+        // Pipelined commits do not get past the limit by recounting groups not yet written.
+        assert!(owners.admit("g3", Some("mallory"), none).is_err());
+        // Nor does another user take a group whose first commit is in flight.
+        owners.admit("g1", Some("alice"), none).unwrap();
+        assert_eq!(owners.groups_of("alice"), 0);
+        owners.add_partitions("g1", 10).unwrap();
+        assert!(
+            owners.add_partitions("g2", 1).is_err(),
+            "g1's count is mallory's"
+        );
+        // Settled, and never written (the commits failed): given up at the next recount.
+        for group in ["g1", "g1", "g2"] {
+            owners.settle(group);
+        }
+        owners.admit("g3", Some("mallory"), none).unwrap();
+        assert_eq!(owners.groups_of("mallory"), 1);
     }
 
     #[test]
     fn a_group_made_again_belongs_to_its_new_maker() {
         let mut owners = owners(1, 10);
         let none = |_: &str| false;
-        owners.admit("g", Some("mallory"), none).unwrap();
+        call(&mut owners, "g", Some("mallory"), none).unwrap();
         // "g" emptied; alice makes it again: hers now, and mallory's count is freed.
-        owners.admit("g", Some("alice"), none).unwrap();
+        call(&mut owners, "g", Some("alice"), none).unwrap();
         assert_eq!(owners.groups_of("mallory"), 0);
         owners.add_partitions("g", 10).unwrap();
         assert!(owners.add_partitions("g", 1).is_err());
-        owners.admit("h", Some("mallory"), none).unwrap();
+        call(&mut owners, "h", Some("mallory"), none).unwrap();
         owners.add_partitions("h", 10).unwrap();
     }
 
@@ -183,8 +253,8 @@ mod tests {
     fn committed_partitions_count_against_the_owner() {
         let mut owners = owners(0, 100);
         let none = |_: &str| false;
-        owners.admit("g1", Some("mallory"), none).unwrap();
-        owners.admit("g2", Some("mallory"), none).unwrap();
+        call(&mut owners, "g1", Some("mallory"), none).unwrap();
+        call(&mut owners, "g2", Some("mallory"), none).unwrap();
         owners.add_partitions("g1", 60).unwrap();
         let refused = owners.add_partitions("g2", 41).unwrap_err();
         assert!(refused.contains("per_user_max"), "{refused}");
@@ -192,7 +262,7 @@ mod tests {
         // Groups without an owner (made before this leader, or anonymously) are held to the
         // cluster-wide limits only.
         owners.add_partitions("older", 1_000).unwrap();
-        owners.admit("anon", None, none).unwrap();
+        call(&mut owners, "anon", None, none).unwrap();
         owners.add_partitions("anon", 1_000).unwrap();
     }
 }

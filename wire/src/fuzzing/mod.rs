@@ -68,6 +68,8 @@ pub fn messages(data: &[u8]) {
         ListGroupsResponse,
         LocateOffsetRequest,
         LocateOffsetResponse,
+        GroupJoinRequest,
+        OffsetCommitRequest,
         ConsumerAssignment,
         ReplicaOpenRequest,
         BufferDescriptor,
