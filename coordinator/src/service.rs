@@ -682,6 +682,7 @@ impl CoordinatorService {
             (_, Opcode::DescribeConsumerGroups) => {
                 Reply::Ready(Response::ok(&self.describe_consumer_groups()))
             }
+            (_, Opcode::DescribeGroups) => Reply::Ready(self.groups.describe(request.body)),
             (
                 Facing::Peers,
                 Opcode::CreateUser

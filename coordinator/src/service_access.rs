@@ -131,7 +131,7 @@ impl CoordinatorService {
                     .iter()
                     .try_for_each(|offset| stream(AclOperation::Read, &offset.topic))
             }
-            Opcode::ListRecoveries | Opcode::DescribeConsumerGroups => {
+            Opcode::ListRecoveries | Opcode::DescribeConsumerGroups | Opcode::DescribeGroups => {
                 cluster(AclOperation::Describe)
             }
             // Every stream is checked as it is listed; brokers and the leadership are what any

@@ -6,10 +6,12 @@ use super::shapes::request_shape;
 use super::versions::Api;
 use bytes::Bytes;
 use kafka_protocol::messages::{
-    ApiVersionsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
-    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest,
-    MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest,
-    SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
+    ApiVersionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeClusterRequest,
+    DescribeConfigsRequest, DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest,
+    HeartbeatRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
+    ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
+    OffsetFetchRequest, ProduceRequest, SaslAuthenticateRequest, SaslHandshakeRequest,
+    SyncGroupRequest,
 };
 use kafka_protocol::protocol::Decodable;
 use thiserror::Error;
@@ -37,10 +39,16 @@ pub enum RequestBody {
     Heartbeat(HeartbeatRequest),
     LeaveGroup(LeaveGroupRequest),
     SyncGroup(SyncGroupRequest),
+    DescribeGroups(DescribeGroupsRequest),
+    ListGroups(ListGroupsRequest),
     ApiVersions(ApiVersionsRequest),
+    CreateTopics(CreateTopicsRequest),
+    DeleteTopics(DeleteTopicsRequest),
     InitProducerId(InitProducerIdRequest),
+    DescribeConfigs(DescribeConfigsRequest),
     SaslHandshake(SaslHandshakeRequest),
     SaslAuthenticate(SaslAuthenticateRequest),
+    DescribeCluster(DescribeClusterRequest),
 }
 
 /// What a frame turned out to be.
@@ -137,50 +145,38 @@ pub fn decode_request(frame: Bytes) -> Result<Decoded, DecodeError> {
         reason: error.to_string(),
     };
     let buf = &mut body;
-    let body = match api {
-        Api::Produce => {
-            RequestBody::Produce(ProduceRequest::decode(buf, version).map_err(malformed)?)
-        }
-        Api::Fetch => RequestBody::Fetch(FetchRequest::decode(buf, version).map_err(malformed)?),
-        Api::ListOffsets => {
-            RequestBody::ListOffsets(ListOffsetsRequest::decode(buf, version).map_err(malformed)?)
-        }
-        Api::Metadata => {
-            RequestBody::Metadata(MetadataRequest::decode(buf, version).map_err(malformed)?)
-        }
-        Api::OffsetCommit => {
-            RequestBody::OffsetCommit(OffsetCommitRequest::decode(buf, version).map_err(malformed)?)
-        }
-        Api::OffsetFetch => {
-            RequestBody::OffsetFetch(OffsetFetchRequest::decode(buf, version).map_err(malformed)?)
-        }
-        Api::FindCoordinator => RequestBody::FindCoordinator(
-            FindCoordinatorRequest::decode(buf, version).map_err(malformed)?,
-        ),
-        Api::JoinGroup => {
-            RequestBody::JoinGroup(JoinGroupRequest::decode(buf, version).map_err(malformed)?)
-        }
-        Api::Heartbeat => {
-            RequestBody::Heartbeat(HeartbeatRequest::decode(buf, version).map_err(malformed)?)
-        }
-        Api::LeaveGroup => {
-            RequestBody::LeaveGroup(LeaveGroupRequest::decode(buf, version).map_err(malformed)?)
-        }
-        Api::SyncGroup => {
-            RequestBody::SyncGroup(SyncGroupRequest::decode(buf, version).map_err(malformed)?)
-        }
-        Api::ApiVersions => {
-            RequestBody::ApiVersions(ApiVersionsRequest::decode(buf, version).map_err(malformed)?)
-        }
-        Api::InitProducerId => RequestBody::InitProducerId(
-            InitProducerIdRequest::decode(buf, version).map_err(malformed)?,
-        ),
-        Api::SaslHandshake => RequestBody::SaslHandshake(
-            SaslHandshakeRequest::decode(buf, version).map_err(malformed)?,
-        ),
-        Api::SaslAuthenticate => RequestBody::SaslAuthenticate(
-            SaslAuthenticateRequest::decode(buf, version).map_err(malformed)?,
-        ),
+    // Each API's body type, decoded at the request's version.
+    macro_rules! decode_as {
+        ($($variant:ident => $message:ident),* $(,)?) => {
+            match api {
+                $(Api::$variant => {
+                    RequestBody::$variant($message::decode(buf, version).map_err(malformed)?)
+                })*
+            }
+        };
+    }
+    let body = decode_as! {
+        Produce => ProduceRequest,
+        Fetch => FetchRequest,
+        ListOffsets => ListOffsetsRequest,
+        Metadata => MetadataRequest,
+        OffsetCommit => OffsetCommitRequest,
+        OffsetFetch => OffsetFetchRequest,
+        FindCoordinator => FindCoordinatorRequest,
+        JoinGroup => JoinGroupRequest,
+        Heartbeat => HeartbeatRequest,
+        LeaveGroup => LeaveGroupRequest,
+        SyncGroup => SyncGroupRequest,
+        DescribeGroups => DescribeGroupsRequest,
+        ListGroups => ListGroupsRequest,
+        ApiVersions => ApiVersionsRequest,
+        CreateTopics => CreateTopicsRequest,
+        DeleteTopics => DeleteTopicsRequest,
+        InitProducerId => InitProducerIdRequest,
+        DescribeConfigs => DescribeConfigsRequest,
+        SaslHandshake => SaslHandshakeRequest,
+        SaslAuthenticate => SaslAuthenticateRequest,
+        DescribeCluster => DescribeClusterRequest,
     };
     Ok(Decoded::Request {
         header,
@@ -193,6 +189,10 @@ pub fn decode_request(frame: Bytes) -> Result<Decoded, DecodeError> {
 mod tests {
     use super::*;
     use bytes::BytesMut;
+    use kafka_protocol::messages::create_topics_request::{
+        CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
+    };
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
     use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
     use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
@@ -203,7 +203,7 @@ mod tests {
     use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
     use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
-    use kafka_protocol::messages::{GroupId, TopicName};
+    use kafka_protocol::messages::{BrokerId, GroupId, TopicName};
     use kafka_protocol::protocol::{Encodable, StrBytes};
 
     fn name(value: &str) -> StrBytes {
@@ -320,6 +320,42 @@ mod tests {
                         2
                     ]),
             ),
+            Api::DescribeGroups => RequestBody::DescribeGroups(
+                DescribeGroupsRequest::default().with_groups(vec![GroupId(name("g")); 2]),
+            ),
+            Api::ListGroups => RequestBody::ListGroups(ListGroupsRequest::default()),
+            Api::CreateTopics => {
+                let topic = CreatableTopic::default()
+                    .with_name(topic("t"))
+                    .with_num_partitions(4)
+                    .with_replication_factor(-1)
+                    .with_assignments(vec![
+                        CreatableReplicaAssignment::default()
+                            .with_broker_ids(vec![BrokerId(1); 2]);
+                        2
+                    ])
+                    .with_configs(vec![
+                        CreatableTopicConfig::default()
+                            .with_name(name("retention.ms"))
+                            .with_value(Some(name("1000")));
+                        2
+                    ]);
+                RequestBody::CreateTopics(
+                    CreateTopicsRequest::default().with_topics(vec![topic; 2]),
+                )
+            }
+            Api::DeleteTopics => RequestBody::DeleteTopics(
+                DeleteTopicsRequest::default().with_topic_names(vec![topic("t"); 2]),
+            ),
+            Api::DescribeConfigs => RequestBody::DescribeConfigs(
+                DescribeConfigsRequest::default().with_resources(vec![
+                    DescribeConfigsResource::default()
+                        .with_resource_type(2)
+                        .with_resource_name(name("t"))
+                        .with_configuration_keys(Some(vec![name("retention.ms"); 2]));
+                    2
+                ]),
+            ),
             Api::ApiVersions => RequestBody::ApiVersions(ApiVersionsRequest::default()),
             Api::InitProducerId => RequestBody::InitProducerId(
                 // v3's producer id and epoch stay at their defaults (-1), which v0 can carry.
@@ -327,6 +363,9 @@ mod tests {
             ),
             Api::SaslHandshake => RequestBody::SaslHandshake(
                 SaslHandshakeRequest::default().with_mechanism(name("SCRAM-SHA-256")),
+            ),
+            Api::DescribeCluster => RequestBody::DescribeCluster(
+                DescribeClusterRequest::default().with_include_cluster_authorized_operations(true),
             ),
             Api::SaslAuthenticate => RequestBody::SaslAuthenticate(
                 SaslAuthenticateRequest::default()
@@ -348,10 +387,16 @@ mod tests {
             RequestBody::Heartbeat(r) => r.encode(out, version),
             RequestBody::LeaveGroup(r) => r.encode(out, version),
             RequestBody::SyncGroup(r) => r.encode(out, version),
+            RequestBody::DescribeGroups(r) => r.encode(out, version),
+            RequestBody::ListGroups(r) => r.encode(out, version),
             RequestBody::ApiVersions(r) => r.encode(out, version),
+            RequestBody::CreateTopics(r) => r.encode(out, version),
+            RequestBody::DeleteTopics(r) => r.encode(out, version),
             RequestBody::InitProducerId(r) => r.encode(out, version),
+            RequestBody::DescribeConfigs(r) => r.encode(out, version),
             RequestBody::SaslHandshake(r) => r.encode(out, version),
             RequestBody::SaslAuthenticate(r) => r.encode(out, version),
+            RequestBody::DescribeCluster(r) => r.encode(out, version),
         };
         encoded.unwrap_or_else(|e| panic!("encoding {body:?} v{version}: {e}"));
     }
@@ -425,10 +470,10 @@ mod tests {
             Ok(Decoded::ApiVersionsFallback { header }) if header.api_version == 9
         ));
         let mut unknown = BytesMut::from(&old_produce[..]);
-        unknown[0..2].copy_from_slice(&19i16.to_be_bytes());
+        unknown[0..2].copy_from_slice(&21i16.to_be_bytes());
         assert!(matches!(
             decode_request(unknown.freeze()),
-            Err(DecodeError::UnknownApi { key: 19, .. })
+            Err(DecodeError::UnknownApi { key: 21, .. })
         ));
     }
 }

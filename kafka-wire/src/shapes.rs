@@ -182,6 +182,44 @@ const API_VERSIONS: &[Field] = &[
     since(3, TaggedFields),
 ];
 
+const STR_ARRAY: &[Field] = &[f(Str)];
+
+/// groups, include_authorized_operations.
+const DESCRIBE_GROUPS: &[Field] = &[f(Array(STR_ARRAY)), since(3, I8)];
+
+/// Nothing (the states filter comes with v4, a flexible version).
+const LIST_GROUPS: &[Field] = &[];
+
+/// partition_index, broker_ids.
+const CREATE_TOPICS_ASSIGNMENT: &[Field] = &[f(I32), f(Array(I32_ARRAY))];
+/// name, value.
+const CREATE_TOPICS_CONFIG: &[Field] = &[f(Str), f(Str)];
+/// name, num_partitions, replication_factor, assignments, configs.
+const CREATE_TOPICS_TOPIC: &[Field] = &[
+    f(Str),
+    f(I32),
+    f(I16),
+    f(Array(CREATE_TOPICS_ASSIGNMENT)),
+    f(Array(CREATE_TOPICS_CONFIG)),
+];
+/// topics, timeout_ms, validate_only.
+const CREATE_TOPICS: &[Field] = &[f(Array(CREATE_TOPICS_TOPIC)), f(I32), since(1, I8)];
+
+/// topic_names, timeout_ms.
+const DELETE_TOPICS: &[Field] = &[f(Array(STR_ARRAY)), f(I32)];
+
+/// resource_type, resource_name, configuration_keys.
+const DESCRIBE_CONFIGS_RESOURCE: &[Field] = &[f(I8), f(Str), f(Array(STR_ARRAY))];
+/// resources, include_synonyms, include_documentation.
+const DESCRIBE_CONFIGS: &[Field] = &[
+    f(Array(DESCRIBE_CONFIGS_RESOURCE)),
+    since(1, I8),
+    since(3, I8),
+];
+
+/// include_cluster_authorized_operations, endpoint_type (v1), tagged fields.
+const DESCRIBE_CLUSTER: &[Field] = &[f(I8), since(1, I8), f(TaggedFields)];
+
 /// mechanism.
 const SASL_HANDSHAKE: &[Field] = &[f(Str)];
 /// auth_bytes.
@@ -201,9 +239,15 @@ pub(crate) fn request_shape(api: Api) -> &'static [Field] {
         Api::Heartbeat => HEARTBEAT,
         Api::LeaveGroup => LEAVE_GROUP,
         Api::SyncGroup => SYNC_GROUP,
+        Api::DescribeGroups => DESCRIBE_GROUPS,
+        Api::ListGroups => LIST_GROUPS,
         Api::ApiVersions => API_VERSIONS,
+        Api::CreateTopics => CREATE_TOPICS,
+        Api::DeleteTopics => DELETE_TOPICS,
         Api::InitProducerId => INIT_PRODUCER_ID,
+        Api::DescribeConfigs => DESCRIBE_CONFIGS,
         Api::SaslHandshake => SASL_HANDSHAKE,
         Api::SaslAuthenticate => SASL_AUTHENTICATE,
+        Api::DescribeCluster => DESCRIBE_CLUSTER,
     }
 }

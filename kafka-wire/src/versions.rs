@@ -1,11 +1,13 @@
 //! Which Kafka APIs the listener serves, and at which versions.
 //!
-//! Non-flexible versions are served, plus ApiVersions v3 (which every modern client sends first)
-//! and InitProducerId v2-4 (v3 is where a producer asks for its own session's next epoch):
-//! clients negotiate down to them through ApiVersions, and a shape per version is what the
-//! guard walks. Produce is advertised from v0 because older librdkafka turns compression off
-//! when a broker's Produce range does not start there; versions below 3 (message formats before
-//! record batches) are still refused.
+//! Non-flexible versions are served, plus ApiVersions v3 (which every modern client sends first),
+//! InitProducerId v2-4 (v3 is where a producer asks for its own session's next epoch) and
+//! DescribeCluster (flexible from its first version): clients negotiate down to them through
+//! ApiVersions, and a shape per version is what the guard walks. Produce is advertised from v0
+//! because older librdkafka turns compression off when a broker's Produce range does not start
+//! there; versions below 3 (message formats before record batches) are still refused. The admin
+//! APIs start where `kafka-protocol` does (CreateTopics v2, DeleteTopics and DescribeConfigs
+//! v1: Kafka 4 dropped the older ones too).
 
 /// A Kafka API this listener serves. Discriminants are Kafka's API keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -22,10 +24,16 @@ pub enum Api {
     Heartbeat = 12,
     LeaveGroup = 13,
     SyncGroup = 14,
+    DescribeGroups = 15,
+    ListGroups = 16,
     SaslHandshake = 17,
     ApiVersions = 18,
+    CreateTopics = 19,
+    DeleteTopics = 20,
     InitProducerId = 22,
+    DescribeConfigs = 32,
     SaslAuthenticate = 36,
+    DescribeCluster = 60,
 }
 
 /// Versions served: (api, advertised min, accepted min, max).
@@ -41,13 +49,20 @@ const SERVED: &[(Api, i16, i16, i16)] = &[
     (Api::Heartbeat, 0, 0, 3),
     (Api::LeaveGroup, 0, 0, 3),
     (Api::SyncGroup, 0, 0, 3),
+    (Api::DescribeGroups, 0, 0, 4),
+    (Api::ListGroups, 0, 0, 2),
     (Api::ApiVersions, 0, 0, 3),
+    (Api::CreateTopics, 2, 2, 4),
+    (Api::DeleteTopics, 1, 1, 3),
     (Api::InitProducerId, 0, 0, 4),
+    (Api::DescribeConfigs, 1, 1, 3),
     // v0 handshakes send the exchange's tokens unframed; only v1 (tokens in SaslAuthenticate
     // requests, which every current client sends) is served, as Kafka 4 does. Advertised from
     // v0 all the same: librdkafka turns SASL off on a broker whose range does not start there.
     (Api::SaslHandshake, 0, 1, 1),
     (Api::SaslAuthenticate, 0, 0, 1),
+    // Flexible from its first version.
+    (Api::DescribeCluster, 0, 0, 1),
 ];
 
 impl Api {
@@ -63,10 +78,16 @@ impl Api {
         Api::Heartbeat,
         Api::LeaveGroup,
         Api::SyncGroup,
+        Api::DescribeGroups,
+        Api::ListGroups,
         Api::ApiVersions,
+        Api::CreateTopics,
+        Api::DeleteTopics,
         Api::InitProducerId,
+        Api::DescribeConfigs,
         Api::SaslHandshake,
         Api::SaslAuthenticate,
+        Api::DescribeCluster,
     ];
 
     /// The API's name as Kafka spells it (metric labels, logs).
@@ -83,10 +104,16 @@ impl Api {
             Api::Heartbeat => "Heartbeat",
             Api::LeaveGroup => "LeaveGroup",
             Api::SyncGroup => "SyncGroup",
+            Api::DescribeGroups => "DescribeGroups",
+            Api::ListGroups => "ListGroups",
             Api::ApiVersions => "ApiVersions",
+            Api::CreateTopics => "CreateTopics",
+            Api::DeleteTopics => "DeleteTopics",
             Api::InitProducerId => "InitProducerId",
+            Api::DescribeConfigs => "DescribeConfigs",
             Api::SaslHandshake => "SaslHandshake",
             Api::SaslAuthenticate => "SaslAuthenticate",
+            Api::DescribeCluster => "DescribeCluster",
         }
     }
 
@@ -120,6 +147,7 @@ impl Api {
         match self {
             Api::ApiVersions => version >= 3,
             Api::InitProducerId => version >= 2,
+            Api::DescribeCluster => true,
             _ => false,
         }
     }
@@ -162,7 +190,7 @@ mod tests {
         assert_eq!(Api::InitProducerId.response_header_version(3), 1);
         assert_eq!(Api::ApiVersions.response_header_version(3), 0);
         assert_eq!(Api::Metadata.response_header_version(8), 0);
-        assert_eq!(Api::from_key(19), None, "CreateTopics is not served");
+        assert_eq!(Api::from_key(21), None, "DeleteRecords is not served");
         assert!(
             !Api::SaslHandshake.accepts(0),
             "v0 (unframed tokens) is not served"

@@ -14,7 +14,9 @@
 //! - `shared`: what they all use: the broker's state every connection shares, a
 //!   connection's limits.
 //! - `topics`: topic = stream, partition = one log of one streamlet; metadata from the
-//!   coordinator; auto-creation within a `budget` (a token bucket). `errors`: Kafka's names
+//!   coordinator; auto-creation within a `budget` (a token bucket); `topic_configs` (pure):
+//!   how CreateTopics' partition count, replication factor and configs become a stream's
+//!   streamlets × Q and config, and how DescribeConfigs shows them. `errors`: Kafka's names
 //!   for Tailstream's refusals. `quotas`: produce and fetch byte rates per principal, with
 //!   Kafka's throttle_time_ms. `metrics`: metric names.
 mod authenticate;
@@ -28,6 +30,7 @@ mod handlers;
 mod metrics;
 mod quotas;
 mod shared;
+mod topic_configs;
 mod topics;
 
 pub use front_end::{KafkaListener, bind};

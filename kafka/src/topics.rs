@@ -145,12 +145,7 @@ impl Topics {
                 let Some(creator) = create else {
                     return Err(error.into());
                 };
-                let allowed = self
-                    .auto_creates
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .take(creator, Instant::now());
-                if !allowed {
+                if !self.charge_creation(creator) {
                     metrics::counter!(crate::metrics::AUTO_CREATES_REFUSED, "reason" => "rate")
                         .increment(1);
                     // What Kafka answers for a topic being created: every client retries it
@@ -166,6 +161,21 @@ impl Topics {
             }
             Err(error) => Err(error.into()),
         }
+    }
+
+    /// Charges one topic creation (auto-created or asked for with CreateTopics) to
+    /// `creator`'s budget on this broker; false when it is spent.
+    pub fn charge_creation(&self, creator: &Principal) -> bool {
+        self.auto_creates
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take(creator, Instant::now())
+    }
+
+    /// The stream settings a topic gets where its creator names none, and the streamlets
+    /// of a topic created without a partition count.
+    pub fn defaults(&self) -> (&StreamConfig, u32) {
+        (&self.defaults, self.auto_create_streamlets)
     }
 
     /// Creates `name` as `tailstream stream create` would without flags: the configured stream

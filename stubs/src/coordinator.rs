@@ -13,13 +13,14 @@ use tailstream_net::{RpcClientConfig, RpcPool};
 use tailstream_wire::messages::{
     AclChangeRequest, AclRule, AllocateProducerIdRequest, AllocateProducerIdResponse, BrokerInfo,
     CreateStreamRequest, CreateUserRequest, DeleteStreamRequest, DeleteUserRequest,
-    DescribeConsumerGroupsResponse, DescribeLeadershipResponse, DescribeStreamRequest, Empty,
-    GroupHeartbeatRequest, GroupJoinRequest, GroupJoinResponse, GroupLeaveRequest,
-    GroupSyncRequest, GroupSyncResponse, ListAclsResponse, ListBrokersResponse,
-    ListRecoveriesResponse, ListStreamsResponse, ListUsersResponse, LookupCredentialsRequest,
-    LookupCredentialsResponse, OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse,
-    ProducerIdBindingKeyResponse, ProducerSession, RecoverySummary, ScramCredential,
-    SecurityListRequest, StreamConfig, StreamMetadata, UserSummary,
+    DescribeConsumerGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+    DescribeLeadershipResponse, DescribeStreamRequest, Empty, GroupHeartbeatRequest,
+    GroupJoinRequest, GroupJoinResponse, GroupLeaveRequest, GroupSyncRequest, GroupSyncResponse,
+    ListAclsResponse, ListBrokersResponse, ListRecoveriesResponse, ListStreamsResponse,
+    ListUsersResponse, LookupCredentialsRequest, LookupCredentialsResponse, OffsetCommitRequest,
+    OffsetFetchRequest, OffsetFetchResponse, ProducerIdBindingKeyResponse, ProducerSession,
+    RecoverySummary, ScramCredential, SecurityListRequest, StreamConfig, StreamMetadata,
+    UserSummary,
 };
 use tailstream_wire::{Decode, Encode, Opcode, Status};
 
@@ -347,6 +348,15 @@ impl CoordinatorClient {
         &self,
     ) -> Result<DescribeConsumerGroupsResponse, StubError> {
         self.call(Opcode::DescribeConsumerGroups, &Empty {}).await
+    }
+
+    /// The named groups with their members, or (none named) every group's phase.
+    pub async fn describe_groups(
+        &self,
+        groups: Vec<String>,
+    ) -> Result<DescribeGroupsResponse, StubError> {
+        self.call(Opcode::DescribeGroups, &DescribeGroupsRequest { groups })
+            .await
     }
 
     /// A group's committed offsets.

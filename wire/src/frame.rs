@@ -161,6 +161,8 @@ opcodes! {
     OffsetFetch = 65,
     /// → coordinator: every consumer group, its members and its lag per partition.
     DescribeConsumerGroups = 66,
+    /// → coordinator: the named groups with their members, or every group's phase.
+    DescribeGroups = 67,
 }
 
 impl Opcode {

@@ -17,6 +17,7 @@ mod console;
 mod decompression_pacing;
 mod end_to_end;
 mod hostile;
+mod kafka_admin;
 mod kafka_auth;
 mod kafka_clients;
 mod kafka_delivery;

@@ -180,6 +180,9 @@ impl CommittedOffsets for EtcdOffsets {
     fn has_group(&self, group: &str) -> bool {
         self.lock().contains_key(group)
     }
+    fn group_names(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
+    }
 }
 
 #[cfg(test)]

@@ -11,8 +11,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 use tailstream_wire::Status;
 use tailstream_wire::messages::{
-    GroupHeartbeatRequest, GroupJoinRequest, GroupJoinResponse, GroupLeaveRequest, GroupMember,
-    GroupMemberRef, GroupSyncRequest, GroupSyncResponse,
+    GroupDescription, GroupHeartbeatRequest, GroupJoinRequest, GroupJoinResponse,
+    GroupLeaveRequest, GroupMember, GroupMemberDescription, GroupMemberRef, GroupPhase,
+    GroupSyncRequest, GroupSyncResponse,
 };
 
 /// A pending join or sync, as the shell numbers them.
@@ -512,6 +513,34 @@ impl Groups {
     /// Whether `group` has members (or is forming).
     pub fn has_group(&self, group: &str) -> bool {
         self.groups.contains_key(group)
+    }
+
+    /// A group with members (or forming) as DescribeGroups shows it; `None` if it has none.
+    pub fn describe(&self, name: &str) -> Option<GroupDescription> {
+        let group = self.groups.get(name)?;
+        let phase = match group.state {
+            State::Empty => GroupPhase::Empty,
+            State::PreparingRebalance => GroupPhase::PreparingRebalance,
+            State::CompletingRebalance => GroupPhase::CompletingRebalance,
+            State::Stable => GroupPhase::Stable,
+        };
+        let members = group
+            .members
+            .iter()
+            .map(|(id, member)| GroupMemberDescription {
+                member_id: id.clone(),
+                client_id: member.client_id.clone(),
+                metadata: member.metadata_for(&group.protocol),
+                assignment: member.assignment.clone(),
+            })
+            .collect();
+        Some(GroupDescription {
+            group: name.to_owned(),
+            phase,
+            protocol_type: group.protocol_type.clone(),
+            protocol: group.protocol.clone(),
+            members,
+        })
     }
 
     /// Member counts by group (for metrics and the admin page).

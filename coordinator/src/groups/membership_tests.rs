@@ -349,3 +349,32 @@ fn member_ids_of_a_later_term_never_repeat_an_earlier_terms() {
         Err(Status::UnknownMember)
     );
 }
+
+#[test]
+fn a_described_group_shows_its_phase_protocol_and_each_members_metadata_and_assignment() {
+    let mut groups = Groups::new(limits(), 1);
+    let now = Instant::now();
+    assert_eq!(groups.describe("g"), None, "unknown before anyone joins");
+    let (leader, follower) = two_members(&mut groups, now);
+    let forming = groups.describe("g").unwrap();
+    assert_eq!(forming.phase, GroupPhase::CompletingRebalance);
+    assert_eq!(
+        (forming.protocol_type.as_str(), forming.protocol.as_str()),
+        ("consumer", "roundrobin")
+    );
+    let t = now + SECOND;
+    groups.sync(
+        sync_request(&leader, 1, &[(&leader, "p0"), (&follower, "p1")]),
+        10,
+        t,
+    );
+    let stable = groups.describe("g").unwrap();
+    assert_eq!(stable.phase, GroupPhase::Stable);
+    let member = |id: &str| stable.members.iter().find(|m| m.member_id == id).unwrap();
+    assert_eq!(member(&follower).assignment, Bytes::from("p1"));
+    assert_eq!(member(&leader).client_id, "client");
+    assert!(
+        member(&leader).metadata.ends_with(b":roundrobin"),
+        "the metadata for the chosen protocol"
+    );
+}

@@ -26,8 +26,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tailstream_net::{Reply, Response};
 use tailstream_wire::messages::{
-    GroupHeartbeatRequest, GroupJoinRequest, GroupLeaveRequest, GroupSyncRequest,
-    OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse, TopicPartition,
+    DescribeGroupsRequest, DescribeGroupsResponse, GroupDescription, GroupHeartbeatRequest,
+    GroupJoinRequest, GroupLeaveRequest, GroupPhase, GroupSyncRequest, OffsetCommitRequest,
+    OffsetFetchRequest, OffsetFetchResponse, TopicPartition,
 };
 use tailstream_wire::{Decode, Status};
 use tokio::sync::{Notify, oneshot, watch};
@@ -35,6 +36,10 @@ use tokio::sync::{Notify, oneshot, watch};
 /// The longest the ticker sleeps without looking (a bound, not a schedule: it is woken when
 /// something changes).
 const TICK_MAX: Duration = Duration::from_millis(500);
+
+/// Groups one DescribeGroups request may name (each answer carries every member's metadata
+/// and assignment).
+const DESCRIBED_GROUPS_MAX: usize = 1000;
 
 /// Whom a group call counts against.
 #[derive(Clone, Debug)]
@@ -274,6 +279,69 @@ impl GroupCoordinator {
         let mut sizes = self.membership().sizes();
         sizes.sort();
         sizes
+    }
+
+    /// The named groups with their members (a group with only committed offsets is `Empty`,
+    /// one the coordinator does not know is `Dead`), or, none named, every group without
+    /// members.
+    pub fn describe(&self, body: Bytes) -> Response {
+        let request: DescribeGroupsRequest = match decode(body) {
+            Ok(request) => request,
+            Err(response) => return response,
+        };
+        if request.groups.len() > DESCRIBED_GROUPS_MAX {
+            return Response::error(
+                Status::InvalidArgument,
+                format!(
+                    "{} groups named; at most {DESCRIBED_GROUPS_MAX} per request",
+                    request.groups.len()
+                ),
+            );
+        }
+        let only_offsets = |group: String, phase| GroupDescription {
+            group,
+            phase,
+            protocol_type: String::new(),
+            protocol: String::new(),
+            members: Vec::new(),
+        };
+        // The offsets store is asked before membership is locked: a commit holds the store
+        // while it writes, and membership must not wait on a disk.
+        let groups = if request.groups.is_empty() {
+            let mut names = self.offsets.group_names();
+            let membership = self.membership();
+            names.extend(membership.sizes().into_iter().map(|(name, ..)| name));
+            names.sort();
+            names.dedup();
+            names
+                .into_iter()
+                .map(|name| match membership.describe(&name) {
+                    Some(group) => GroupDescription {
+                        members: Vec::new(),
+                        ..group
+                    },
+                    None => only_offsets(name, GroupPhase::Empty),
+                })
+                .collect()
+        } else {
+            let committed: Vec<bool> = request
+                .groups
+                .iter()
+                .map(|name| self.offsets.has_group(name))
+                .collect();
+            let membership = self.membership();
+            request
+                .groups
+                .into_iter()
+                .zip(committed)
+                .map(|(name, committed)| match membership.describe(&name) {
+                    Some(group) => group,
+                    None if committed => only_offsets(name, GroupPhase::Empty),
+                    None => only_offsets(name, GroupPhase::Dead),
+                })
+                .collect()
+        };
+        Response::ok(&DescribeGroupsResponse { groups })
     }
 
     /// Groups with members, and groups with committed offsets (for metrics).

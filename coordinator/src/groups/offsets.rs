@@ -323,6 +323,8 @@ pub trait CommittedOffsets: Send + Sync + std::fmt::Debug + 'static {
     fn group_count(&self) -> usize;
     /// Whether `group` has committed offsets.
     fn has_group(&self, group: &str) -> bool;
+    /// The groups with committed offsets.
+    fn group_names(&self) -> Vec<String>;
 }
 
 impl CommittedOffsets for OffsetStore {
@@ -340,6 +342,9 @@ impl CommittedOffsets for OffsetStore {
     }
     fn has_group(&self, group: &str) -> bool {
         self.groups().contains_key(group)
+    }
+    fn group_names(&self) -> Vec<String> {
+        self.groups().keys().cloned().collect()
     }
 }
 

@@ -19,7 +19,7 @@ use tailstream_wire::LogId;
 use tailstream_wire::messages::{AclOperation, PlacementState, StreamMetadata, StreamletPlacement};
 
 /// What Tailstream calls its cluster, for clients that want a cluster id.
-const CLUSTER_ID: &str = "tailstream";
+pub(super) const CLUSTER_ID: &str = "tailstream";
 
 pub(crate) fn answer(
     kafka: Arc<Kafka>,
@@ -115,7 +115,7 @@ pub(crate) fn answer(
 }
 
 /// Live brokers that run a Kafka listener.
-fn brokers(kafka: &Kafka) -> Vec<MetadataResponseBroker> {
+pub(super) fn brokers(kafka: &Kafka) -> Vec<MetadataResponseBroker> {
     let members = kafka.cluster.brokers();
     let members = members.borrow();
     members

@@ -5,8 +5,11 @@
 //! before the next request is read, so a producer's pipelined batches land in order); every
 //! other handler returns at once with a future.
 
+mod admin_groups;
+mod admin_topics;
 pub(crate) mod api_versions;
 mod coordinator;
+mod describe_cluster;
 mod fetch;
 mod groups;
 mod list_offsets;
@@ -100,6 +103,18 @@ pub(crate) async fn dispatch(
             groups::commit(k(), access, principal, version, request)
         }
         RequestBody::OffsetFetch(request) => groups::fetch(k(), access, version, request),
+        RequestBody::ListGroups(request) => admin_groups::list(k(), access, version, request),
+        RequestBody::DescribeGroups(request) => {
+            admin_groups::describe(k(), access, version, request)
+        }
+        RequestBody::CreateTopics(request) => {
+            admin_topics::create(k(), access, principal, version, request)
+        }
+        RequestBody::DescribeCluster(request) => describe_cluster::answer(kafka, version, request),
+        RequestBody::DeleteTopics(request) => admin_topics::delete(k(), access, version, request),
+        RequestBody::DescribeConfigs(request) => {
+            admin_topics::describe_configs(k(), access, version, request)
+        }
         // The exchange happens before the first request reaches here (`authenticate`):
         // now it is out of turn, or authentication is off.
         RequestBody::SaslHandshake(_) => {

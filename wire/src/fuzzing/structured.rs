@@ -104,6 +104,8 @@ fn decode_body(opcode: Option<Opcode>, is_response: bool, body: Bytes) {
         (Opcode::OffsetFetch, true) => decode!(OffsetFetchResponse),
         (Opcode::DescribeConsumerGroups, false) => decode!(Empty),
         (Opcode::DescribeConsumerGroups, true) => decode!(DescribeConsumerGroupsResponse),
+        (Opcode::DescribeGroups, false) => decode!(DescribeGroupsRequest),
+        (Opcode::DescribeGroups, true) => decode!(DescribeGroupsResponse),
     }
 }
 

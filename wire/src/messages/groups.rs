@@ -225,3 +225,77 @@ wire_message! {
         pub partitions: Vec<u32>,
     }
 }
+
+crate::wire_enum! {
+    /// Where a consumer group is in Kafka's classic protocol. Discriminants are wire values.
+    pub enum GroupPhase {
+        /// No members (it may have committed offsets).
+        Empty = 1,
+        /// Members are (re)joining.
+        PreparingRebalance = 2,
+        /// The new generation is out; the leader brings the assignments.
+        CompletingRebalance = 3,
+        /// Every member has its assignment.
+        Stable = 4,
+        /// Unknown to the coordinator: neither members nor committed offsets.
+        Dead = 5,
+    }
+}
+
+impl GroupPhase {
+    /// The state's name as Kafka's DescribeGroups and ListGroups spell it.
+    pub fn kafka_name(self) -> &'static str {
+        match self {
+            GroupPhase::Empty => "Empty",
+            GroupPhase::PreparingRebalance => "PreparingRebalance",
+            GroupPhase::CompletingRebalance => "CompletingRebalance",
+            GroupPhase::Stable => "Stable",
+            GroupPhase::Dead => "Dead",
+        }
+    }
+}
+
+wire_message! {
+    /// Which consumer groups to describe: the named ones with their members, or (none named)
+    /// every group the coordinator knows, without members.
+    pub struct DescribeGroupsRequest {
+        #[cfg_attr(test, proptest(strategy = "small_vec::<String>()"))]
+        pub groups: Vec<String>,
+    }
+}
+
+wire_message! {
+    /// A member as Kafka's DescribeGroups shows it.
+    pub struct GroupMemberDescription {
+        pub member_id: String,
+        pub client_id: String,
+        /// Its metadata for the group's protocol.
+        #[cfg_attr(test, proptest(strategy = "small_bytes()"))]
+        pub metadata: Bytes,
+        /// What the leader assigned it in the current generation (empty before).
+        #[cfg_attr(test, proptest(strategy = "small_bytes()"))]
+        pub assignment: Bytes,
+    }
+}
+
+wire_message! {
+    /// One group: its phase, protocol and members.
+    pub struct GroupDescription {
+        pub group: String,
+        pub phase: GroupPhase,
+        /// "consumer" for Kafka consumers, "tailstream" for native ones; empty for a group
+        /// that only has committed offsets.
+        pub protocol_type: String,
+        /// The assignment strategy of the current generation (empty while none).
+        pub protocol: String,
+        #[cfg_attr(test, proptest(strategy = "small_vec::<GroupMemberDescription>()"))]
+        pub members: Vec<GroupMemberDescription>,
+    }
+}
+
+wire_message! {
+    pub struct DescribeGroupsResponse {
+        #[cfg_attr(test, proptest(strategy = "small_vec::<GroupDescription>()"))]
+        pub groups: Vec<GroupDescription>,
+    }
+}

@@ -139,6 +139,8 @@ mod tests {
         offset_fetch_request: OffsetFetchRequest,
         offset_fetch_response: OffsetFetchResponse,
         describe_consumer_groups: DescribeConsumerGroupsResponse,
+        describe_groups_request: DescribeGroupsRequest,
+        describe_groups_response: DescribeGroupsResponse,
         offsets_record: OffsetsRecord,
         scram_credential: ScramCredential,
         create_user: CreateUserRequest,

@@ -1,0 +1,205 @@
+"""Kafka admin clients against a Tailstream cluster (run by cli/tests/cluster/kafka_admin.rs).
+
+  admin.py CLIENT BOOTSTRAP TOPIC GROUP
+
+CLIENT is kafka-python (KafkaAdminClient) or confluent (confluent-kafka's AdminClient, a
+current librdkafka). In order, each step checked as it goes (a failed check raises, and the
+script exits non-zero with why):
+  0. DescribeCluster (flexible from v0) lists every broker.
+  1. CreateTopics: TOPIC with 6 partitions, replication factor 2 and retention settings; the
+     same name again is TOPIC_ALREADY_EXISTS; a compacted topic is INVALID_CONFIG naming
+     cleanup.policy; validate_only creates nothing.
+  2. Metadata shows TOPIC's 6 partitions; DescribeConfigs shows its settings.
+  3. A consumer of GROUP reads what was produced; while it is a member, DescribeGroups shows
+     it Stable with one member; ListGroups (sent to every broker, merged) lists GROUP once.
+  4. Once the consumer closed, GROUP is Empty; DeleteTopics deletes TOPIC, and a second delete
+     is UNKNOWN_TOPIC_OR_PARTITION.
+Prints "ok CLIENT" at the end.
+"""
+import sys
+import time
+
+
+def check(condition, what):
+    if not condition:
+        raise SystemExit(f"check failed: {what}")
+
+
+def wait_for(what, probe, timeout_s=30):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def kafka_python(bootstrap, topic, group):
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","), request_timeout_ms=20000)
+    cluster = admin.describe_cluster()
+    check(cluster["cluster_id"] == "tailstream", f"cluster id: {cluster}")
+    check(len(cluster["brokers"]) == len(bootstrap.split(",")), f"every broker: {cluster}")
+    settings = {
+        "num_partitions": 6,
+        "replication_factor": 2,
+        "configs": {"retention.ms": "3600000", "retention.bytes": "1048576"},
+    }
+    created = admin.create_topics({topic: settings}, raise_errors=False)
+    check([t["error_code"] for t in created["topics"]] == [0], f"created: {created}")
+    again = admin.create_topics({topic: settings}, raise_errors=False)
+    check(again["topics"][0]["error_code"] == 36, f"TOPIC_ALREADY_EXISTS: {again}")
+    compacted = admin.create_topics(
+        {topic + "-compacted": {"num_partitions": 1, "replication_factor": 1,
+                                "configs": {"cleanup.policy": "compact"}}},
+        raise_errors=False,
+    )
+    answer = compacted["topics"][0]
+    check(answer["error_code"] == 40 and "cleanup.policy" in (answer["error_message"] or ""),
+          f"INVALID_CONFIG naming cleanup.policy: {compacted}")
+    dry = admin.create_topics({topic + "-dry": settings}, validate_only=True, raise_errors=False)
+    check(dry["topics"][0]["error_code"] == 0, f"validate_only: {dry}")
+    check(topic + "-dry" not in admin.list_topics(), "validate_only created nothing")
+
+    described = admin.describe_topics([topic])
+    check(len(described[0]["partitions"]) == 6, f"6 partitions: {described}")
+    configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)],
+                                     config_filter="all")
+    values = {name: c["value"] for name, c in configs["topic"][topic].items()}
+    check(values.get("retention.ms") == "3600000", f"retention.ms: {values}")
+    check(values.get("retention.bytes") == "1048576", f"retention.bytes: {values}")
+    check(values.get("min.insync.replicas") == "2", f"min.insync.replicas: {values}")
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap.split(","), acks="all")
+    for i in range(12):
+        producer.send(topic, key=str(i).encode(), value=f"v{i}".encode())
+    producer.flush(timeout=60)
+    producer.close()
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap.split(","), group_id=group,
+                             auto_offset_reset="earliest", enable_auto_commit=False,
+                             session_timeout_ms=10000, heartbeat_interval_ms=300)
+    seen = 0
+    deadline = time.monotonic() + 60
+    while seen < 12 and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=500).values():
+            seen += len(records)
+    check(seen == 12, f"read 12 records, got {seen}")
+    consumer.commit()
+
+    def stable():
+        group_info = admin.describe_groups([group])[group]
+        return group_info if group_info["group_state"] == "Stable" else None
+
+    info = wait_for("a Stable group", stable)
+    check(len(info["members"]) == 1, f"one member: {info}")
+    check(info["protocol_type"] == "consumer", f"protocol type: {info}")
+    listed = [g["group_id"] for g in admin.list_groups()]
+    check(listed.count(group) == 1, f"{group} listed once: {listed}")
+    consumer.close()
+    empty = wait_for("an Empty group",
+                     lambda: admin.describe_groups([group])[group]["group_state"] == "Empty")
+    check(empty, "Empty")
+
+    deleted = admin.delete_topics([topic], raise_errors=False)
+    check([t["error_code"] for t in deleted["topics"]] == [0], f"deleted: {deleted}")
+    check(topic not in admin.list_topics(), "deleted topic not listed")
+    gone = admin.delete_topics([topic], raise_errors=False)
+    check(gone["topics"][0]["error_code"] == 3, f"UNKNOWN_TOPIC_OR_PARTITION: {gone}")
+    admin.close()
+
+
+def confluent(bootstrap, topic, group):
+    from confluent_kafka import Consumer, ConsumerGroupState, KafkaError, Producer
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    cluster = admin.describe_cluster().result(30)
+    check(cluster.cluster_id == "tailstream", f"cluster id: {cluster}")
+    check(len(cluster.nodes) == len(bootstrap.split(",")), f"every broker: {cluster}")
+
+    def create(new_topic, **options):
+        try:
+            admin.create_topics([new_topic], **options)[new_topic.topic].result(30)
+            return None
+        except Exception as error:  # the future raises KafkaException(KafkaError)
+            return error.args[0]
+
+    settings = {"retention.ms": "3600000", "retention.bytes": "1048576"}
+    error = create(NewTopic(topic, num_partitions=6, replication_factor=2, config=settings))
+    check(error is None, f"created: {error}")
+    error = create(NewTopic(topic, num_partitions=6, replication_factor=2, config=settings))
+    check(error is not None and error.code() == KafkaError.TOPIC_ALREADY_EXISTS,
+          f"TOPIC_ALREADY_EXISTS: {error}")
+    error = create(NewTopic(topic + "-compacted", num_partitions=1, replication_factor=1,
+                            config={"cleanup.policy": "compact"}))
+    check(error is not None and error.code() == KafkaError.INVALID_CONFIG
+          and "cleanup.policy" in error.str(), f"INVALID_CONFIG naming cleanup.policy: {error}")
+    error = create(NewTopic(topic + "-dry", num_partitions=6, replication_factor=2),
+                   validate_only=True)
+    check(error is None, f"validate_only: {error}")
+    check(topic + "-dry" not in admin.list_topics(timeout=10).topics, "validate_only created nothing")
+
+    metadata = admin.list_topics(topic, timeout=10)
+    check(len(metadata.topics[topic].partitions) == 6, "6 partitions")
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    entries = admin.describe_configs([resource])[resource].result(30)
+    values = {name: entry.value for name, entry in entries.items()}
+    check(values.get("retention.ms") == "3600000", f"retention.ms: {values}")
+    check(values.get("retention.bytes") == "1048576", f"retention.bytes: {values}")
+    check(values.get("min.insync.replicas") == "2", f"min.insync.replicas: {values}")
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(12):
+        producer.produce(topic, key=str(i), value=f"v{i}")
+    check(producer.flush(60) == 0, "every record delivered")
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "session.timeout.ms": 10000})
+    consumer.subscribe([topic])
+    seen = 0
+    deadline = time.monotonic() + 60
+    while seen < 12 and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            seen += 1
+    check(seen == 12, f"read 12 records, got {seen}")
+    consumer.commit(asynchronous=False)
+
+    def describe():
+        return admin.describe_consumer_groups([group])[group].result(30)
+
+    info = wait_for("a Stable group", lambda: (lambda d: d if d.state == ConsumerGroupState.STABLE
+                                               else None)(describe()))
+    check(len(info.members) == 1, f"one member: {info}")
+    listed = [g.group_id for g in admin.list_consumer_groups().result(30).valid]
+    check(listed.count(group) == 1, f"{group} listed once: {listed}")
+    consumer.close()
+    wait_for("an Empty group", lambda: describe().state == ConsumerGroupState.EMPTY)
+
+    admin.delete_topics([topic])[topic].result(30)
+    check(topic not in admin.list_topics(timeout=10).topics, "deleted topic not listed")
+    try:
+        admin.delete_topics([topic])[topic].result(30)
+        check(False, "a second delete fails")
+    except Exception as error:
+        check(error.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART,
+              f"UNKNOWN_TOPIC_OR_PARTITION: {error}")
+
+
+def main():
+    client, bootstrap, topic, group = sys.argv[1:5]
+    if client == "kafka-python":
+        kafka_python(bootstrap, topic, group)
+    elif client == "confluent":
+        confluent(bootstrap, topic, group)
+    else:
+        sys.exit(f"unknown client {client}")
+    print("ok", client)
+
+
+if __name__ == "__main__":
+    main()

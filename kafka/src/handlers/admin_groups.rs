@@ -1,0 +1,160 @@
+//! Group administration: ListGroups and DescribeGroups, answered from the coordinator's view
+//! of every group (members and their assignments, or only committed offsets). A group the
+//! client may not describe is left out of a listing and refused by name.
+//!
+//! Admin clients send ListGroups to every broker and merge the answers (Kafka spreads groups
+//! over coordinators); every broker here can answer for every group, so each lists only the
+//! groups whose name hashes to it among the live Kafka brokers, and a merge lists each once.
+
+use super::{Answer, encode, str_bytes};
+use crate::shared::Kafka;
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::{
+    DescribeGroupsRequest, DescribeGroupsResponse, GroupId, ListGroupsRequest, ListGroupsResponse,
+};
+use std::sync::Arc;
+use tailstream_identity::Access;
+use tailstream_wire::messages::{AclOperation, GroupDescription};
+
+/// Groups one DescribeGroups request may name (the coordinator's own bound).
+const DESCRIBED_GROUPS_MAX: usize = 1000;
+
+pub(crate) fn list(
+    kafka: Arc<Kafka>,
+    access: Access,
+    version: i16,
+    _request: ListGroupsRequest,
+) -> Answer {
+    Answer::Later(Box::pin(async move {
+        let response = match kafka.group_calls.describe_groups(Vec::new()).await {
+            Ok(answer) => ListGroupsResponse::default().with_groups(
+                answer
+                    .groups
+                    .into_iter()
+                    .filter(|g| access.group(AclOperation::Describe, &g.group))
+                    .filter(|g| lists_here(&kafka, &g.group))
+                    .map(|g| {
+                        ListedGroup::default()
+                            .with_group_id(GroupId(str_bytes(&g.group)))
+                            .with_protocol_type(str_bytes(&g.protocol_type))
+                    })
+                    .collect(),
+            ),
+            Err(error) => {
+                tracing::debug!(%error, "ListGroups: the coordinator could not be asked");
+                ListGroupsResponse::default()
+                    .with_error_code(ResponseError::CoordinatorNotAvailable.code())
+            }
+        };
+        encode(&response, version)
+    }))
+}
+
+/// Whether this broker lists `group`: the live Kafka broker its name hashes to (every broker
+/// when this one is not among them: better listed twice than not at all).
+fn lists_here(kafka: &Kafka, group: &str) -> bool {
+    let Some(own) = kafka.cluster.server_id() else {
+        return true;
+    };
+    let mut live: Vec<u32> = {
+        let members = kafka.cluster.brokers();
+        let members = members.borrow();
+        members
+            .iter()
+            .filter(|b| b.alive && !b.crashed && !b.kafka_addr.is_empty())
+            .map(|b| b.server_id.index)
+            .collect()
+    };
+    live.sort_unstable();
+    live.dedup();
+    if !live.contains(&own.index) {
+        return true;
+    }
+    let at = crc32fast::hash(group.as_bytes()) as usize % live.len();
+    live[at] == own.index
+}
+
+pub(crate) fn describe(
+    kafka: Arc<Kafka>,
+    access: Access,
+    version: i16,
+    request: DescribeGroupsRequest,
+) -> Answer {
+    Answer::Later(Box::pin(async move {
+        let named: Vec<String> = request
+            .groups
+            .iter()
+            .map(|g| g.as_str().to_owned())
+            .collect();
+        let refused = |group: &str, code: i16| {
+            DescribedGroup::default()
+                .with_group_id(GroupId(str_bytes(group)))
+                .with_error_code(code)
+        };
+        if named.len() > DESCRIBED_GROUPS_MAX {
+            let code = ResponseError::InvalidRequest.code();
+            let groups = named.iter().map(|g| refused(g, code)).collect();
+            return encode(
+                &DescribeGroupsResponse::default().with_groups(groups),
+                version,
+            );
+        }
+        let allowed: Vec<String> = named
+            .iter()
+            .filter(|g| access.group(AclOperation::Describe, g))
+            .cloned()
+            .collect();
+        let described = if allowed.is_empty() {
+            Ok(Vec::new())
+        } else {
+            kafka
+                .group_calls
+                .describe_groups(allowed)
+                .await
+                .map(|answer| answer.groups)
+        };
+        let groups = named
+            .iter()
+            .map(|name| {
+                if !access.group(AclOperation::Describe, name) {
+                    return refused(name, crate::errors::group_denied(&access));
+                }
+                match &described {
+                    Ok(found) => match found.iter().find(|g| &g.group == name) {
+                        Some(group) => described_group(group),
+                        None => refused(name, ResponseError::CoordinatorNotAvailable.code()),
+                    },
+                    Err(_) => refused(name, ResponseError::CoordinatorNotAvailable.code()),
+                }
+            })
+            .collect();
+        encode(
+            &DescribeGroupsResponse::default().with_groups(groups),
+            version,
+        )
+    }))
+}
+
+fn described_group(group: &GroupDescription) -> DescribedGroup {
+    let members = group
+        .members
+        .iter()
+        .map(|m| {
+            DescribedGroupMember::default()
+                .with_member_id(str_bytes(&m.member_id))
+                .with_client_id(str_bytes(&m.client_id))
+                // The coordinator does not learn a member's address (a broker forwards it).
+                .with_client_host(str_bytes(""))
+                .with_member_metadata(m.metadata.clone())
+                .with_member_assignment(m.assignment.clone())
+        })
+        .collect();
+    DescribedGroup::default()
+        .with_group_id(GroupId(str_bytes(&group.group)))
+        .with_group_state(str_bytes(group.phase.kafka_name()))
+        .with_protocol_type(str_bytes(&group.protocol_type))
+        .with_protocol_data(str_bytes(&group.protocol))
+        .with_members(members)
+}

@@ -1,0 +1,286 @@
+//! Topic administration: CreateTopics, DeleteTopics and DescribeConfigs, mapped onto the
+//! coordinator's streams (`topic_configs` says how Kafka's settings become a stream's).
+//!
+//! Creating is Create on the topic or the cluster, as auto-creation is, and spends the same
+//! per-principal budget on this broker (`kafka.auto_creates_per_second`); deleting is Delete
+//! on the topic; describing is Describe on it.
+
+use super::{Answer, encode, str_bytes};
+use crate::shared::Kafka;
+use crate::topic_configs::{Refusal, described, stream_shape};
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult,
+};
+use kafka_protocol::messages::{
+    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    DescribeConfigsRequest, DescribeConfigsResponse,
+};
+use std::sync::Arc;
+use tailstream_auth::Principal;
+use tailstream_identity::Access;
+use tailstream_stubs::StubError;
+use tailstream_wire::Status;
+use tailstream_wire::messages::AclOperation;
+
+/// DescribeConfigs' resource types (Kafka's `ConfigResource.Type`).
+const RESOURCE_TOPIC: i8 = 2;
+const RESOURCE_BROKER: i8 = 4;
+/// DescribeConfigs' config source for a topic's own setting.
+const SOURCE_TOPIC: i8 = 1;
+
+/// Topics one CreateTopics, DeleteTopics or DescribeConfigs request may name: each costs the
+/// coordinator a call.
+const TOPICS_PER_REQUEST_MAX: usize = 1000;
+
+fn refusal(code: ResponseError, message: impl Into<String>) -> Refusal {
+    Refusal {
+        code,
+        message: message.into(),
+    }
+}
+
+/// A coordinator refusal of a create or delete, in Kafka's terms.
+fn stream_refusal(error: &StubError) -> Refusal {
+    let code = match error.status() {
+        Some(Status::StreamExists) => ResponseError::TopicAlreadyExists,
+        Some(Status::UnknownStream) => ResponseError::UnknownTopicOrPartition,
+        Some(Status::InvalidArgument) => ResponseError::InvalidTopicException,
+        Some(Status::QuotaExceeded) => ResponseError::PolicyViolation,
+        Some(Status::NoBrokers) => ResponseError::InvalidReplicationFactor,
+        _ => ResponseError::RequestTimedOut,
+    };
+    refusal(code, error.to_string())
+}
+
+pub(crate) fn create(
+    kafka: Arc<Kafka>,
+    access: Access,
+    principal: &Principal,
+    version: i16,
+    request: CreateTopicsRequest,
+) -> Answer {
+    let principal = principal.clone();
+    Answer::Later(Box::pin(async move {
+        let too_many = request.topics.len() > TOPICS_PER_REQUEST_MAX;
+        let mut results = Vec::with_capacity(request.topics.len().min(TOPICS_PER_REQUEST_MAX));
+        for topic in request.topics.into_iter().take(TOPICS_PER_REQUEST_MAX) {
+            let name = topic.name.as_str().to_owned();
+            let outcome = if too_many {
+                Err(refusal(
+                    ResponseError::PolicyViolation,
+                    format!("at most {TOPICS_PER_REQUEST_MAX} topics per CreateTopics request"),
+                ))
+            } else if !access.may_create_topic(&name) {
+                Err(refusal(
+                    ResponseError::try_from_code(crate::errors::topic_denied(&access))
+                        .unwrap_or(ResponseError::TopicAuthorizationFailed),
+                    "",
+                ))
+            } else if !topic.assignments.is_empty() {
+                Err(refusal(
+                    ResponseError::InvalidReplicaAssignment,
+                    "manual replica assignment is not supported: the coordinator places streamlets",
+                ))
+            } else {
+                let configs: Vec<(String, Option<String>)> = topic
+                    .configs
+                    .iter()
+                    .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
+                    .collect();
+                create_one(
+                    &kafka,
+                    &principal,
+                    &name,
+                    topic.num_partitions,
+                    topic.replication_factor,
+                    &configs,
+                    request.validate_only,
+                )
+                .await
+            };
+            let result = CreatableTopicResult::default().with_name(topic.name);
+            results.push(match outcome {
+                Ok(()) => result,
+                Err(refused) => {
+                    tracing::info!(topic = name, error = %refused.message, "CreateTopics refused");
+                    result
+                        .with_error_code(refused.code.code())
+                        .with_error_message(
+                            (!refused.message.is_empty()).then(|| str_bytes(&refused.message)),
+                        )
+                }
+            });
+        }
+        encode(
+            &CreateTopicsResponse::default().with_topics(results),
+            version,
+        )
+    }))
+}
+
+async fn create_one(
+    kafka: &Kafka,
+    principal: &Principal,
+    name: &str,
+    partitions: i32,
+    replication_factor: i16,
+    configs: &[(String, Option<String>)],
+    validate_only: bool,
+) -> Result<(), Refusal> {
+    let brokers = kafka
+        .coordinator
+        .list_brokers()
+        .await
+        .map_err(|e| stream_refusal(&e))?;
+    let live = brokers.iter().filter(|b| b.alive && !b.crashed).count() as u32;
+    let (defaults, default_streamlets) = kafka.topics.defaults();
+    let default_replicas = tailstream_config::default_replicas(live);
+    let shape = stream_shape(
+        partitions,
+        replication_factor,
+        configs,
+        defaults,
+        default_streamlets,
+        default_replicas,
+    )?;
+    if shape.config.replicas + 1 > live.max(1) {
+        return Err(refusal(
+            ResponseError::InvalidReplicationFactor,
+            format!(
+                "replication factor {} needs {} live brokers; {live} are live",
+                shape.config.replicas + 1,
+                shape.config.replicas + 1
+            ),
+        ));
+    }
+    if validate_only {
+        return Ok(());
+    }
+    if !kafka.topics.charge_creation(principal) {
+        return Err(refusal(
+            ResponseError::ThrottlingQuotaExceeded,
+            format!(
+                "{principal}'s topic creation budget on this broker is spent (kafka.auto_creates_per_second)"
+            ),
+        ));
+    }
+    let created = kafka
+        .coordinator
+        .create_stream(name, shape.streamlets, shape.config.clone())
+        .await
+        .map_err(|e| stream_refusal(&e))?;
+    tracing::info!(
+        topic = name,
+        streamlets = shape.streamlets,
+        logs_per_streamlet = shape.config.logs_per_streamlet,
+        replicas = shape.config.replicas,
+        user = %principal,
+        "topic created (CreateTopics)"
+    );
+    kafka.topics.forget(&created.name);
+    Ok(())
+}
+
+pub(crate) fn delete(
+    kafka: Arc<Kafka>,
+    access: Access,
+    version: i16,
+    request: DeleteTopicsRequest,
+) -> Answer {
+    Answer::Later(Box::pin(async move {
+        let too_many = request.topic_names.len() > TOPICS_PER_REQUEST_MAX;
+        let mut responses = Vec::new();
+        for name in request.topic_names.into_iter().take(TOPICS_PER_REQUEST_MAX) {
+            let code = if too_many {
+                ResponseError::PolicyViolation.code()
+            } else if !access.topic(AclOperation::Delete, name.as_str()) {
+                crate::errors::topic_denied(&access)
+            } else {
+                match kafka.coordinator.delete_stream(name.as_str()).await {
+                    Ok(()) => {
+                        tracing::info!(topic = name.as_str(), "topic deleted (DeleteTopics)");
+                        0
+                    }
+                    Err(error) => stream_refusal(&error).code.code(),
+                }
+            };
+            kafka.topics.forget(name.as_str());
+            responses.push(
+                DeletableTopicResult::default()
+                    .with_name(Some(name))
+                    .with_error_code(code),
+            );
+        }
+        encode(
+            &DeleteTopicsResponse::default().with_responses(responses),
+            version,
+        )
+    }))
+}
+
+pub(crate) fn describe_configs(
+    kafka: Arc<Kafka>,
+    access: Access,
+    version: i16,
+    request: DescribeConfigsRequest,
+) -> Answer {
+    Answer::Later(Box::pin(async move {
+        let mut results = Vec::new();
+        for resource in request.resources.into_iter().take(TOPICS_PER_REQUEST_MAX) {
+            let result = DescribeConfigsResult::default()
+                .with_resource_type(resource.resource_type)
+                .with_resource_name(resource.resource_name.clone());
+            let name = resource.resource_name.as_str();
+            let wanted = |key: &str| {
+                resource
+                    .configuration_keys
+                    .as_ref()
+                    .is_none_or(|keys| keys.iter().any(|k| k.as_str() == key))
+            };
+            let outcome: Result<Vec<DescribeConfigsResourceResult>, Refusal> = match resource
+                .resource_type
+            {
+                RESOURCE_TOPIC if !access.topic(AclOperation::Describe, name) => Err(refusal(
+                    ResponseError::try_from_code(crate::errors::topic_denied(&access))
+                        .unwrap_or(ResponseError::TopicAuthorizationFailed),
+                    "",
+                )),
+                RESOURCE_TOPIC => match kafka.coordinator.refresh_stream(name).await {
+                    Ok(stream) => Ok(described(&stream.config)
+                        .into_iter()
+                        .filter(|(key, ..)| wanted(key))
+                        .map(|(key, value, read_only)| {
+                            DescribeConfigsResourceResult::default()
+                                .with_name(str_bytes(key))
+                                .with_value(Some(str_bytes(&value)))
+                                .with_read_only(read_only)
+                                .with_config_source(SOURCE_TOPIC)
+                        })
+                        .collect()),
+                    Err(error) => Err(stream_refusal(&error)),
+                },
+                // A broker's settings live in its config file, not behind this API.
+                RESOURCE_BROKER => Ok(Vec::new()),
+                other => Err(refusal(
+                    ResponseError::InvalidRequest,
+                    format!("resource type {other} is not described here (topics and brokers are)"),
+                )),
+            };
+            results.push(match outcome {
+                Ok(configs) => result.with_configs(configs),
+                Err(refused) => result
+                    .with_error_code(refused.code.code())
+                    .with_error_message(
+                        (!refused.message.is_empty()).then(|| str_bytes(&refused.message)),
+                    ),
+            });
+        }
+        encode(
+            &DescribeConfigsResponse::default().with_results(results),
+            version,
+        )
+    }))
+}
