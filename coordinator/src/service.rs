@@ -683,6 +683,8 @@ impl CoordinatorService {
                 Reply::Ready(Response::ok(&self.describe_consumer_groups()))
             }
             (_, Opcode::DescribeGroups) => Reply::Ready(self.groups.describe(request.body)),
+            (_, Opcode::DeleteGroups) => self.groups.delete_groups(request.body),
+            (_, Opcode::OffsetDelete) => self.groups.delete_offsets(request.body),
             (
                 Facing::Peers,
                 Opcode::CreateUser

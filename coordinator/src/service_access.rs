@@ -18,10 +18,10 @@ use tailstream_auth::acl::{Access, CLUSTER, rules_of};
 use tailstream_net::scram_server::CredentialSource;
 use tailstream_net::{Request, Response};
 use tailstream_wire::messages::{
-    AclOperation, AclResource, CreateStreamRequest, DeleteStreamRequest, DescribeStreamRequest,
-    GroupHeartbeatRequest, GroupJoinRequest, GroupLeaveRequest, GroupSyncRequest,
-    ListStreamsResponse, OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse,
-    ScramCredential,
+    AclOperation, AclResource, CreateStreamRequest, DeleteGroupsRequest, DeleteStreamRequest,
+    DescribeStreamRequest, GroupHeartbeatRequest, GroupJoinRequest, GroupLeaveRequest,
+    GroupSyncRequest, ListStreamsResponse, OffsetCommitRequest, OffsetDeleteRequest,
+    OffsetFetchRequest, OffsetFetchResponse, ScramCredential,
 };
 use tailstream_wire::{Decode, Opcode, Status};
 
@@ -123,6 +123,25 @@ impl CoordinatorService {
             Opcode::GroupHeartbeat => group(&decode::<GroupHeartbeatRequest>(body())?.group),
             Opcode::GroupLeave => group(&decode::<GroupLeaveRequest>(body())?.group),
             Opcode::OffsetFetch => group(&decode::<OffsetFetchRequest>(body())?.group),
+            Opcode::DeleteGroups => decode::<DeleteGroupsRequest>(body())?
+                .groups
+                .iter()
+                .try_for_each(|name| {
+                    allowed(access, AclOperation::Delete, AclResource::Group, name)
+                }),
+            Opcode::OffsetDelete => {
+                let request: OffsetDeleteRequest = decode(body())?;
+                allowed(
+                    access,
+                    AclOperation::Delete,
+                    AclResource::Group,
+                    &request.group,
+                )?;
+                request
+                    .partitions
+                    .iter()
+                    .try_for_each(|p| stream(AclOperation::Read, &p.topic))
+            }
             Opcode::OffsetCommit => {
                 let request: OffsetCommitRequest = decode(body())?;
                 group(&request.group)?;

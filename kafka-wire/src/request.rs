@@ -6,12 +6,12 @@ use super::shapes::request_shape;
 use super::versions::Api;
 use bytes::Bytes;
 use kafka_protocol::messages::{
-    ApiVersionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeClusterRequest,
-    DescribeConfigsRequest, DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest,
-    HeartbeatRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
-    ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
-    OffsetFetchRequest, ProduceRequest, SaslAuthenticateRequest, SaslHandshakeRequest,
-    SyncGroupRequest,
+    ApiVersionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteTopicsRequest,
+    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, FetchRequest,
+    FindCoordinatorRequest, HeartbeatRequest, InitProducerIdRequest, JoinGroupRequest,
+    LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
+    OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest, SaslAuthenticateRequest,
+    SaslHandshakeRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::Decodable;
 use thiserror::Error;
@@ -46,6 +46,8 @@ pub enum RequestBody {
     DeleteTopics(DeleteTopicsRequest),
     InitProducerId(InitProducerIdRequest),
     DescribeConfigs(DescribeConfigsRequest),
+    DeleteGroups(DeleteGroupsRequest),
+    OffsetDelete(OffsetDeleteRequest),
     SaslHandshake(SaslHandshakeRequest),
     SaslAuthenticate(SaslAuthenticateRequest),
     DescribeCluster(DescribeClusterRequest),
@@ -174,6 +176,8 @@ pub fn decode_request(frame: Bytes) -> Result<Decoded, DecodeError> {
         DeleteTopics => DeleteTopicsRequest,
         InitProducerId => InitProducerIdRequest,
         DescribeConfigs => DescribeConfigsRequest,
+        DeleteGroups => DeleteGroupsRequest,
+        OffsetDelete => OffsetDeleteRequest,
         SaslHandshake => SaslHandshakeRequest,
         SaslAuthenticate => SaslAuthenticateRequest,
         DescribeCluster => DescribeClusterRequest,
@@ -199,6 +203,9 @@ mod tests {
     use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
     use kafka_protocol::messages::offset_commit_request::{
         OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::offset_delete_request::{
+        OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
     };
     use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
     use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -356,6 +363,23 @@ mod tests {
                     2
                 ]),
             ),
+            Api::DeleteGroups => RequestBody::DeleteGroups(
+                DeleteGroupsRequest::default().with_groups_names(vec![GroupId(name("g")); 2]),
+            ),
+            Api::OffsetDelete => RequestBody::OffsetDelete(
+                OffsetDeleteRequest::default()
+                    .with_group_id(GroupId(name("g")))
+                    .with_topics(vec![
+                        OffsetDeleteRequestTopic::default()
+                            .with_name(topic("t"))
+                            .with_partitions(vec![
+                                OffsetDeleteRequestPartition::default()
+                                    .with_partition_index(3);
+                                2
+                            ]);
+                        2
+                    ]),
+            ),
             Api::ApiVersions => RequestBody::ApiVersions(ApiVersionsRequest::default()),
             Api::InitProducerId => RequestBody::InitProducerId(
                 // v3's producer id and epoch stay at their defaults (-1), which v0 can carry.
@@ -394,6 +418,8 @@ mod tests {
             RequestBody::DeleteTopics(r) => r.encode(out, version),
             RequestBody::InitProducerId(r) => r.encode(out, version),
             RequestBody::DescribeConfigs(r) => r.encode(out, version),
+            RequestBody::DeleteGroups(r) => r.encode(out, version),
+            RequestBody::OffsetDelete(r) => r.encode(out, version),
             RequestBody::SaslHandshake(r) => r.encode(out, version),
             RequestBody::SaslAuthenticate(r) => r.encode(out, version),
             RequestBody::DescribeCluster(r) => r.encode(out, version),

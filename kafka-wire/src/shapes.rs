@@ -217,6 +217,14 @@ const DESCRIBE_CONFIGS: &[Field] = &[
     since(3, I8),
 ];
 
+/// groups_names.
+const DELETE_GROUPS: &[Field] = &[f(Array(STR_ARRAY))];
+
+/// name, partitions (partition_index each).
+const OFFSET_DELETE_TOPIC: &[Field] = &[f(Str), f(Array(I32_ARRAY))];
+/// group_id, topics.
+const OFFSET_DELETE: &[Field] = &[f(Str), f(Array(OFFSET_DELETE_TOPIC))];
+
 /// include_cluster_authorized_operations, endpoint_type (v1), tagged fields.
 const DESCRIBE_CLUSTER: &[Field] = &[f(I8), since(1, I8), f(TaggedFields)];
 
@@ -246,6 +254,8 @@ pub(crate) fn request_shape(api: Api) -> &'static [Field] {
         Api::DeleteTopics => DELETE_TOPICS,
         Api::InitProducerId => INIT_PRODUCER_ID,
         Api::DescribeConfigs => DESCRIBE_CONFIGS,
+        Api::DeleteGroups => DELETE_GROUPS,
+        Api::OffsetDelete => OFFSET_DELETE,
         Api::SaslHandshake => SASL_HANDSHAKE,
         Api::SaslAuthenticate => SASL_AUTHENTICATE,
         Api::DescribeCluster => DESCRIBE_CLUSTER,

@@ -32,6 +32,8 @@ pub enum Api {
     DeleteTopics = 20,
     InitProducerId = 22,
     DescribeConfigs = 32,
+    DeleteGroups = 42,
+    OffsetDelete = 47,
     SaslAuthenticate = 36,
     DescribeCluster = 60,
 }
@@ -56,6 +58,8 @@ const SERVED: &[(Api, i16, i16, i16)] = &[
     (Api::DeleteTopics, 1, 1, 3),
     (Api::InitProducerId, 0, 0, 4),
     (Api::DescribeConfigs, 1, 1, 3),
+    (Api::DeleteGroups, 0, 0, 1),
+    (Api::OffsetDelete, 0, 0, 0),
     // v0 handshakes send the exchange's tokens unframed; only v1 (tokens in SaslAuthenticate
     // requests, which every current client sends) is served, as Kafka 4 does. Advertised from
     // v0 all the same: librdkafka turns SASL off on a broker whose range does not start there.
@@ -85,6 +89,8 @@ impl Api {
         Api::DeleteTopics,
         Api::InitProducerId,
         Api::DescribeConfigs,
+        Api::DeleteGroups,
+        Api::OffsetDelete,
         Api::SaslHandshake,
         Api::SaslAuthenticate,
         Api::DescribeCluster,
@@ -111,6 +117,8 @@ impl Api {
             Api::DeleteTopics => "DeleteTopics",
             Api::InitProducerId => "InitProducerId",
             Api::DescribeConfigs => "DescribeConfigs",
+            Api::DeleteGroups => "DeleteGroups",
+            Api::OffsetDelete => "OffsetDelete",
             Api::SaslHandshake => "SaslHandshake",
             Api::SaslAuthenticate => "SaslAuthenticate",
             Api::DescribeCluster => "DescribeCluster",

@@ -12,15 +12,15 @@ use tailstream_config::ClientConfig;
 use tailstream_net::{RpcClientConfig, RpcPool};
 use tailstream_wire::messages::{
     AclChangeRequest, AclRule, AllocateProducerIdRequest, AllocateProducerIdResponse, BrokerInfo,
-    CreateStreamRequest, CreateUserRequest, DeleteStreamRequest, DeleteUserRequest,
-    DescribeConsumerGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
-    DescribeLeadershipResponse, DescribeStreamRequest, Empty, GroupHeartbeatRequest,
-    GroupJoinRequest, GroupJoinResponse, GroupLeaveRequest, GroupSyncRequest, GroupSyncResponse,
-    ListAclsResponse, ListBrokersResponse, ListRecoveriesResponse, ListStreamsResponse,
-    ListUsersResponse, LookupCredentialsRequest, LookupCredentialsResponse, OffsetCommitRequest,
-    OffsetFetchRequest, OffsetFetchResponse, ProducerIdBindingKeyResponse, ProducerSession,
-    RecoverySummary, ScramCredential, SecurityListRequest, StreamConfig, StreamMetadata,
-    UserSummary,
+    CreateStreamRequest, CreateUserRequest, DeleteGroupsRequest, DeleteGroupsResponse,
+    DeleteStreamRequest, DeleteUserRequest, DescribeConsumerGroupsResponse, DescribeGroupsRequest,
+    DescribeGroupsResponse, DescribeLeadershipResponse, DescribeStreamRequest, Empty,
+    GroupHeartbeatRequest, GroupJoinRequest, GroupJoinResponse, GroupLeaveRequest, GroupRemoval,
+    GroupSyncRequest, GroupSyncResponse, ListAclsResponse, ListBrokersResponse,
+    ListRecoveriesResponse, ListStreamsResponse, ListUsersResponse, LookupCredentialsRequest,
+    LookupCredentialsResponse, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest,
+    OffsetFetchResponse, ProducerIdBindingKeyResponse, ProducerSession, RecoverySummary,
+    ScramCredential, SecurityListRequest, StreamConfig, StreamMetadata, UserSummary,
 };
 use tailstream_wire::{Decode, Encode, Opcode, Status};
 
@@ -357,6 +357,23 @@ impl CoordinatorClient {
     ) -> Result<DescribeGroupsResponse, StubError> {
         self.call(Opcode::DescribeGroups, &DescribeGroupsRequest { groups })
             .await
+    }
+
+    /// Removes the named groups' committed offsets (each must have no members).
+    pub async fn delete_groups(
+        &self,
+        groups: Vec<String>,
+    ) -> Result<DeleteGroupsResponse, StubError> {
+        self.call(Opcode::DeleteGroups, &DeleteGroupsRequest { groups })
+            .await
+    }
+
+    /// Removes some committed offsets of a group without members.
+    pub async fn delete_offsets(
+        &self,
+        request: &OffsetDeleteRequest,
+    ) -> Result<GroupRemoval, StubError> {
+        self.call(Opcode::OffsetDelete, request).await
     }
 
     /// A group's committed offsets.

@@ -163,6 +163,10 @@ opcodes! {
     DescribeConsumerGroups = 66,
     /// → coordinator: the named groups with their members, or every group's phase.
     DescribeGroups = 67,
+    /// → coordinator: remove groups without members and their committed offsets.
+    DeleteGroups = 68,
+    /// → coordinator: remove some committed offsets of a group without members.
+    OffsetDelete = 69,
 }
 
 impl Opcode {

@@ -87,6 +87,7 @@ mod tests {
                 offset,
                 metadata: String::new(),
             }],
+            removed: Default::default(),
         }
     }
 

@@ -12,8 +12,11 @@ script exits non-zero with why):
   2. Metadata shows TOPIC's 6 partitions; DescribeConfigs shows its settings.
   3. A consumer of GROUP reads what was produced; while it is a member, DescribeGroups shows
      it Stable with one member; ListGroups (sent to every broker, merged) lists GROUP once.
-  4. Once the consumer closed, GROUP is Empty; DeleteTopics deletes TOPIC, and a second delete
-     is UNKNOWN_TOPIC_OR_PARTITION.
+     DeleteGroups refuses GROUP while it has members (kafka-python).
+  4. Once the consumer closed, GROUP is Empty; OffsetDelete removes one partition's offset
+     (kafka-python; confluent-kafka for Python has no call for it),
+     DeleteGroups removes the group (then Dead, not listed); DeleteTopics deletes TOPIC, and a
+     second delete is UNKNOWN_TOPIC_OR_PARTITION.
 Prints "ok CLIENT" at the end.
 """
 import sys
@@ -99,10 +102,27 @@ def kafka_python(bootstrap, topic, group):
     check(info["protocol_type"] == "consumer", f"protocol type: {info}")
     listed = [g["group_id"] for g in admin.list_groups()]
     check(listed.count(group) == 1, f"{group} listed once: {listed}")
+    refused = admin.delete_groups([group])
+    check(refused == {group: "NonEmptyGroupError"}, f"a group with members stays: {refused}")
     consumer.close()
     empty = wait_for("an Empty group",
                      lambda: admin.describe_groups([group])[group]["group_state"] == "Empty")
     check(empty, "Empty")
+
+    from kafka.errors import NoError
+    before = admin.list_group_offsets({group: None})[group]
+    check(before, "offsets committed")
+    first = sorted(before)[0]
+    removed = admin.delete_group_offsets(group, [first])
+    check(removed == {first: NoError}, f"OffsetDelete: {removed}")
+    after = admin.list_group_offsets({group: None})[group]
+    check(first not in after and len(after) == len(before) - 1, f"{before} -> {after}")
+    deleted = admin.delete_groups([group])
+    check(deleted == {group: "OK"}, f"DeleteGroups: {deleted}")
+    check(admin.describe_groups([group])[group]["group_state"] == "Dead", "a deleted group is Dead")
+    check(group not in [g["group_id"] for g in admin.list_groups()], "a deleted group is not listed")
+    again = admin.delete_groups([group])
+    check(again == {group: "GroupIdNotFoundError"}, f"deleted twice: {again}")
 
     deleted = admin.delete_topics([topic], raise_errors=False)
     check([t["error_code"] for t in deleted["topics"]] == [0], f"deleted: {deleted}")
@@ -179,6 +199,12 @@ def confluent(bootstrap, topic, group):
     check(listed.count(group) == 1, f"{group} listed once: {listed}")
     consumer.close()
     wait_for("an Empty group", lambda: describe().state == ConsumerGroupState.EMPTY)
+
+    # (confluent-kafka for Python has no call for OffsetDelete: kafka-python's covers it.)
+    admin.delete_consumer_groups([group])[group].result(30)
+    check(describe().state == ConsumerGroupState.DEAD, "a deleted group is Dead")
+    listed = [g.group_id for g in admin.list_consumer_groups().result(30).valid]
+    check(group not in listed, f"a deleted group is not listed: {listed}")
 
     admin.delete_topics([topic])[topic].result(30)
     check(topic not in admin.list_topics(timeout=10).topics, "deleted topic not listed")

@@ -9,7 +9,7 @@
 
 use super::offsets::{
     Committed, CommittedOffsets, OffsetError, OffsetLimits, apply, check_commit, fetch_from,
-    snapshot_of,
+    removal_of, snapshot_of,
 };
 use crate::persist::EtcdStore;
 use crate::persist::layout::Op;
@@ -161,6 +161,7 @@ impl CommittedOffsets for EtcdOffsets {
             OffsetsRecord {
                 group: group.to_owned(),
                 offsets,
+                removed: Default::default(),
             },
         );
         Ok(())
@@ -182,6 +183,36 @@ impl CommittedOffsets for EtcdOffsets {
     }
     fn group_names(&self) -> Vec<String> {
         self.lock().keys().cloned().collect()
+    }
+    fn remove(
+        &self,
+        group: &str,
+        partitions: Option<&[TopicPartition]>,
+    ) -> Result<usize, OffsetError> {
+        let _writing = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        let removed = removal_of(&self.lock(), group, partitions);
+        if removed.is_empty() {
+            return Ok(0);
+        }
+        let ops: Vec<Op> = removed
+            .iter()
+            .map(|p| Op::Delete {
+                key: key(group, &p.topic, p.partition),
+            })
+            .collect();
+        self.store
+            .write(&ops)
+            .map_err(|why| OffsetError::Io(std::io::Error::other(why)))?;
+        let count = removed.len();
+        apply(
+            &mut self.lock(),
+            OffsetsRecord {
+                group: group.to_owned(),
+                offsets: Vec::new(),
+                removed: tailstream_wire::Appended(Some(removed)),
+            },
+        );
+        Ok(count)
     }
 }
 

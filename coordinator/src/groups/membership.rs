@@ -515,6 +515,13 @@ impl Groups {
         self.groups.contains_key(group)
     }
 
+    /// Whether `group` has members now (a group left empty is forgotten at the next tick).
+    pub fn has_members(&self, group: &str) -> bool {
+        self.groups
+            .get(group)
+            .is_some_and(|g| !g.members.is_empty())
+    }
+
     /// A group with members (or forming) as DescribeGroups shows it; `None` if it has none.
     pub fn describe(&self, name: &str) -> Option<GroupDescription> {
         let group = self.groups.get(name)?;

@@ -26,9 +26,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tailstream_net::{Reply, Response};
 use tailstream_wire::messages::{
-    DescribeGroupsRequest, DescribeGroupsResponse, GroupDescription, GroupHeartbeatRequest,
-    GroupJoinRequest, GroupLeaveRequest, GroupPhase, GroupSyncRequest, OffsetCommitRequest,
-    OffsetFetchRequest, OffsetFetchResponse, TopicPartition,
+    DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+    GroupDescription, GroupHeartbeatRequest, GroupJoinRequest, GroupLeaveRequest, GroupPhase,
+    GroupRemoval, GroupSyncRequest, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest,
+    OffsetFetchResponse, OffsetsRemoval, TopicPartition,
 };
 use tailstream_wire::{Decode, Status};
 use tokio::sync::{Notify, oneshot, watch};
@@ -238,6 +239,85 @@ impl GroupCoordinator {
         };
         self.owners().remove_partitions(&request.group, added);
         failed
+    }
+
+    /// Removes the committed offsets of each named group without members (DeleteGroups).
+    pub fn delete_groups(self: &Arc<Self>, body: Bytes) -> Reply {
+        let request: DeleteGroupsRequest = match decode(body) {
+            Ok(request) => request,
+            Err(response) => return Reply::Ready(response),
+        };
+        if request.groups.len() > DESCRIBED_GROUPS_MAX {
+            return Reply::Ready(Response::error(
+                Status::InvalidArgument,
+                format!("at most {DESCRIBED_GROUPS_MAX} groups per request"),
+            ));
+        }
+        let this = self.clone();
+        Reply::Later(Box::pin(async move {
+            let mut groups = Vec::with_capacity(request.groups.len());
+            for group in request.groups {
+                let outcome = match this.remove_offsets(&group, None).await {
+                    Ok(outcome) => outcome,
+                    Err(failed) => return failed,
+                };
+                groups.push(GroupRemoval { group, outcome });
+            }
+            Response::ok(&DeleteGroupsResponse { groups })
+        }))
+    }
+
+    /// Removes some committed offsets of a group without members (OffsetDelete).
+    pub fn delete_offsets(self: &Arc<Self>, body: Bytes) -> Reply {
+        let request: OffsetDeleteRequest = match decode(body) {
+            Ok(request) => request,
+            Err(response) => return Reply::Ready(response),
+        };
+        let this = self.clone();
+        Reply::Later(Box::pin(async move {
+            match this
+                .remove_offsets(&request.group, Some(request.partitions))
+                .await
+            {
+                Ok(outcome) => Response::ok(&GroupRemoval {
+                    group: request.group,
+                    outcome,
+                }),
+                Err(failed) => failed,
+            }
+        }))
+    }
+
+    /// Removes `group`'s offsets of `partitions` (all when `None`) in the commits' turn, so
+    /// owner counts stay exact; refused while the group has members (their offsets are in
+    /// use, as Kafka refuses).
+    async fn remove_offsets(
+        &self,
+        group: &str,
+        partitions: Option<Vec<TopicPartition>>,
+    ) -> Result<OffsetsRemoval, Response> {
+        let _turn = self.commit_turn.lock().await;
+        if self.membership().has_members(group) {
+            return Ok(OffsetsRemoval::GroupNotEmpty);
+        }
+        if !self.offsets.has_group(group) {
+            return Ok(OffsetsRemoval::UnknownGroup);
+        }
+        let (offsets, name) = (self.offsets.clone(), group.to_owned());
+        let removed =
+            tokio::task::spawn_blocking(move || offsets.remove(&name, partitions.as_deref())).await;
+        match removed {
+            Ok(Ok(count)) => {
+                self.owners().remove_partitions(group, count);
+                tracing::info!(group, partitions = count, "committed offsets removed");
+                Ok(OffsetsRemoval::Removed)
+            }
+            Ok(Err(error)) => Err(Response::error(error.status(), error.to_string())),
+            Err(join) => Err(Response::error(
+                Status::Internal,
+                format!("removing offsets failed: {join}"),
+            )),
+        }
     }
 
     /// Partitions `request` commits that its group has no offset for yet.

@@ -221,6 +221,7 @@ impl OffsetStore {
         let record = OffsetsRecord {
             group: group.to_owned(),
             offsets,
+            removed: Default::default(),
         };
         let encoded = encode_record(&record);
         inner.append_durably(&encoded)?;
@@ -230,6 +231,34 @@ impl OffsetStore {
             tracing::warn!(%error, "offsets file compaction failed; the file stays as it was");
         }
         Ok(())
+    }
+
+    /// Removes `group`'s offsets of `partitions` (all when `None`): on disk (fsynced) when
+    /// this returns. How many were removed (0: nothing to remove, nothing written).
+    pub fn remove(
+        &self,
+        group: &str,
+        partitions: Option<&[TopicPartition]>,
+    ) -> Result<usize, OffsetError> {
+        let mut inner = self.lock();
+        if let Some(why) = &inner.broken {
+            return Err(OffsetError::Io(std::io::Error::other(format!(
+                "offset changes are refused until the coordinator restarts: {why}"
+            ))));
+        }
+        let removed = removal_of(&self.groups(), group, partitions);
+        if removed.is_empty() {
+            return Ok(0);
+        }
+        let count = removed.len();
+        let record = OffsetsRecord {
+            group: group.to_owned(),
+            offsets: Vec::new(),
+            removed: tailstream_wire::Appended(Some(removed)),
+        };
+        inner.append_durably(&encode_record(&record))?;
+        apply(&mut self.groups(), record);
+        Ok(count)
     }
 
     /// The committed offsets of `group` for `partitions` (all when `None`); partitions never
@@ -254,6 +283,7 @@ impl OffsetStore {
                 encode_record(&OffsetsRecord {
                     group: group.clone(),
                     offsets: as_committed_offsets(committed),
+                    removed: Default::default(),
                 })
             })
             .collect();
@@ -325,6 +355,12 @@ pub trait CommittedOffsets: Send + Sync + std::fmt::Debug + 'static {
     fn has_group(&self, group: &str) -> bool;
     /// The groups with committed offsets.
     fn group_names(&self) -> Vec<String>;
+    /// Removes `group`'s offsets of `partitions` (all when `None`), durably; how many.
+    fn remove(
+        &self,
+        group: &str,
+        partitions: Option<&[TopicPartition]>,
+    ) -> Result<usize, OffsetError>;
 }
 
 impl CommittedOffsets for OffsetStore {
@@ -345,6 +381,13 @@ impl CommittedOffsets for OffsetStore {
     }
     fn group_names(&self) -> Vec<String> {
         self.groups().keys().cloned().collect()
+    }
+    fn remove(
+        &self,
+        group: &str,
+        partitions: Option<&[TopicPartition]>,
+    ) -> Result<usize, OffsetError> {
+        OffsetStore::remove(self, group, partitions)
     }
 }
 
@@ -450,13 +493,47 @@ fn sync_dir(dir: &Path) -> Result<(), std::io::Error> {
 }
 
 pub fn apply(groups: &mut HashMap<String, Committed>, record: OffsetsRecord) {
-    let committed = groups.entry(record.group).or_default();
+    let committed = groups.entry(record.group.clone()).or_default();
     for offset in record.offsets {
         committed.insert(
             (offset.topic, offset.partition),
             (offset.offset, offset.metadata),
         );
     }
+    for gone in record.removed.0.into_iter().flatten() {
+        committed.remove(&(gone.topic, gone.partition));
+    }
+    if committed.is_empty() {
+        groups.remove(&record.group);
+    }
+}
+
+/// The partitions of `group` that a removal of `partitions` (every one when `None`) takes
+/// away: those it has offsets for.
+pub fn removal_of(
+    groups: &HashMap<String, Committed>,
+    group: &str,
+    partitions: Option<&[TopicPartition]>,
+) -> Vec<TopicPartition> {
+    let Some(committed) = groups.get(group) else {
+        return Vec::new();
+    };
+    let mut removed: Vec<TopicPartition> = committed
+        .keys()
+        .filter(|(topic, partition)| {
+            partitions.is_none_or(|wanted| {
+                wanted
+                    .iter()
+                    .any(|w| &w.topic == topic && w.partition == *partition)
+            })
+        })
+        .map(|(topic, partition)| TopicPartition {
+            topic: topic.clone(),
+            partition: *partition,
+        })
+        .collect();
+    removed.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+    removed
 }
 
 #[cfg(test)]
@@ -496,6 +573,7 @@ mod tests {
             &encode_record(&OffsetsRecord {
                 group: "g".into(),
                 offsets: vec![offset("t", 0, 99)],
+                removed: Default::default(),
             })[..10],
         )
         .unwrap();
@@ -522,6 +600,41 @@ mod tests {
         let store = OffsetStore::open(dir.path(), limits()).unwrap();
         assert_eq!(store.fetch("g", None).len(), 3);
         assert_eq!(store.fetch("nobody", None), vec![]);
+    }
+
+    #[test]
+    fn removed_offsets_and_groups_stay_removed_after_a_reopen_and_free_their_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = OffsetStore::open(dir.path(), limits()).unwrap();
+        store
+            .commit("g", vec![offset("t", 0, 5), offset("t", 1, 7)])
+            .unwrap();
+        store.commit("h", vec![offset("u", 3, 1)]).unwrap();
+        let first = [TopicPartition {
+            topic: "t".into(),
+            partition: 0,
+        }];
+        assert_eq!(store.remove("g", Some(&first)).unwrap(), 1);
+        assert_eq!(
+            store.remove("g", Some(&first)).unwrap(),
+            0,
+            "nothing left to remove"
+        );
+        assert_eq!(store.remove("h", None).unwrap(), 1);
+        assert_eq!(store.remove("nobody", None).unwrap(), 0);
+        drop(store);
+        let store = OffsetStore::open(dir.path(), limits()).unwrap();
+        assert_eq!(store.fetch("g", None), vec![offset("t", 1, 7)]);
+        assert!(store.fetch("h", None).is_empty());
+        assert_eq!(
+            store.group_count(),
+            1,
+            "a group left with no offsets is gone"
+        );
+        // Its place counts again towards groups_max (4).
+        for group in ["a", "b", "c"] {
+            store.commit(group, vec![offset("t", 0, 1)]).unwrap();
+        }
     }
 
     #[test]

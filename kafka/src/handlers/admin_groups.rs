@@ -1,6 +1,8 @@
 //! Group administration: ListGroups and DescribeGroups, answered from the coordinator's view
-//! of every group (members and their assignments, or only committed offsets). A group the
-//! client may not describe is left out of a listing and refused by name.
+//! of every group (members and their assignments, or only committed offsets); DeleteGroups and
+//! OffsetDelete, which remove committed offsets of groups without members. A group the client
+//! may not describe is left out of a listing and refused by name; removing needs Delete on the
+//! group (and, for OffsetDelete, Read on each topic, as Kafka asks).
 //!
 //! Admin clients send ListGroups to every broker and merge the answers (Kafka spreads groups
 //! over coordinators); every broker here can answer for every group, so each lists only the
@@ -9,14 +11,19 @@
 use super::{Answer, encode, str_bytes};
 use crate::shared::Kafka;
 use kafka_protocol::ResponseError;
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
 use kafka_protocol::messages::{
-    DescribeGroupsRequest, DescribeGroupsResponse, GroupId, ListGroupsRequest, ListGroupsResponse,
+    DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+    GroupId, ListGroupsRequest, ListGroupsResponse, OffsetDeleteRequest, OffsetDeleteResponse,
 };
 use std::sync::Arc;
 use tailstream_identity::Access;
-use tailstream_wire::messages::{AclOperation, GroupDescription};
+use tailstream_wire::messages::{AclOperation, GroupDescription, OffsetsRemoval, TopicPartition};
 
 /// Groups one DescribeGroups request may name (the coordinator's own bound).
 const DESCRIBED_GROUPS_MAX: usize = 1000;
@@ -157,4 +164,139 @@ fn described_group(group: &GroupDescription) -> DescribedGroup {
         .with_protocol_type(str_bytes(&group.protocol_type))
         .with_protocol_data(str_bytes(&group.protocol))
         .with_members(members)
+}
+
+/// A removal's outcome as Kafka's error code.
+fn removal_code(outcome: OffsetsRemoval) -> i16 {
+    match outcome {
+        OffsetsRemoval::Removed => 0,
+        OffsetsRemoval::GroupNotEmpty => ResponseError::NonEmptyGroup.code(),
+        OffsetsRemoval::UnknownGroup => ResponseError::GroupIdNotFound.code(),
+    }
+}
+
+pub(crate) fn delete(
+    kafka: Arc<Kafka>,
+    access: Access,
+    version: i16,
+    request: DeleteGroupsRequest,
+) -> Answer {
+    Answer::Later(Box::pin(async move {
+        let named: Vec<String> = request
+            .groups_names
+            .iter()
+            .map(|g| g.as_str().to_owned())
+            .collect();
+        let may = |g: &str| access.group(AclOperation::Delete, g);
+        let allowed: Vec<String> = named.iter().filter(|g| may(g)).cloned().collect();
+        let removed = if allowed.is_empty() || named.len() > DESCRIBED_GROUPS_MAX {
+            Ok(Vec::new())
+        } else {
+            kafka
+                .group_calls
+                .delete_groups(allowed)
+                .await
+                .map(|answer| answer.groups)
+        };
+        let results = named
+            .iter()
+            .map(|name| {
+                let code = if named.len() > DESCRIBED_GROUPS_MAX {
+                    ResponseError::InvalidRequest.code()
+                } else if !may(name) {
+                    crate::errors::group_denied(&access)
+                } else {
+                    match &removed {
+                        Ok(groups) => groups
+                            .iter()
+                            .find(|g| &g.group == name)
+                            .map_or(ResponseError::CoordinatorNotAvailable.code(), |g| {
+                                removal_code(g.outcome)
+                            }),
+                        Err(_) => ResponseError::CoordinatorNotAvailable.code(),
+                    }
+                };
+                DeletableGroupResult::default()
+                    .with_group_id(GroupId(str_bytes(name)))
+                    .with_error_code(code)
+            })
+            .collect();
+        encode(
+            &DeleteGroupsResponse::default().with_results(results),
+            version,
+        )
+    }))
+}
+
+pub(crate) fn delete_offsets(
+    kafka: Arc<Kafka>,
+    access: Access,
+    version: i16,
+    request: OffsetDeleteRequest,
+) -> Answer {
+    Answer::Later(Box::pin(async move {
+        let group = request.group_id.as_str().to_owned();
+        // Per partition: refused where the topic may not be read, else the group's outcome.
+        let readable = |topic: &str| access.topic(AclOperation::Read, topic);
+        let partitions: Vec<TopicPartition> = request
+            .topics
+            .iter()
+            .filter(|t| readable(t.name.as_str()))
+            .flat_map(|t| {
+                t.partitions.iter().filter_map(|p| {
+                    Some(TopicPartition {
+                        topic: t.name.as_str().to_owned(),
+                        partition: u32::try_from(p.partition_index).ok()?,
+                    })
+                })
+            })
+            .collect();
+        let top = if !access.group(AclOperation::Delete, &group) {
+            crate::errors::group_denied(&access)
+        } else if partitions.is_empty() {
+            0
+        } else {
+            let native = tailstream_wire::messages::OffsetDeleteRequest {
+                group: group.clone(),
+                partitions,
+            };
+            match kafka.group_calls.delete_offsets(&native).await {
+                Ok(answer) => removal_code(answer.outcome),
+                Err(_) => ResponseError::CoordinatorNotAvailable.code(),
+            }
+        };
+        let topics = if top != 0 {
+            Vec::new()
+        } else {
+            request
+                .topics
+                .into_iter()
+                .map(|t| {
+                    let code = if readable(t.name.as_str()) {
+                        0
+                    } else {
+                        crate::errors::topic_denied(&access)
+                    };
+                    OffsetDeleteResponseTopic::default()
+                        .with_partitions(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    OffsetDeleteResponsePartition::default()
+                                        .with_partition_index(p.partition_index)
+                                        .with_error_code(code)
+                                })
+                                .collect(),
+                        )
+                        .with_name(t.name)
+                })
+                .collect()
+        };
+        encode(
+            &OffsetDeleteResponse::default()
+                .with_error_code(top)
+                .with_topics(topics),
+            version,
+        )
+    }))
 }

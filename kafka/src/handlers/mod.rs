@@ -110,6 +110,10 @@ pub(crate) async fn dispatch(
         RequestBody::CreateTopics(request) => {
             admin_topics::create(k(), access, principal, version, request)
         }
+        RequestBody::DeleteGroups(request) => admin_groups::delete(k(), access, version, request),
+        RequestBody::OffsetDelete(request) => {
+            admin_groups::delete_offsets(k(), access, version, request)
+        }
         RequestBody::DescribeCluster(request) => describe_cluster::answer(kafka, version, request),
         RequestBody::DeleteTopics(request) => admin_topics::delete(k(), access, version, request),
         RequestBody::DescribeConfigs(request) => {

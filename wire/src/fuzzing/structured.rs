@@ -106,6 +106,10 @@ fn decode_body(opcode: Option<Opcode>, is_response: bool, body: Bytes) {
         (Opcode::DescribeConsumerGroups, true) => decode!(DescribeConsumerGroupsResponse),
         (Opcode::DescribeGroups, false) => decode!(DescribeGroupsRequest),
         (Opcode::DescribeGroups, true) => decode!(DescribeGroupsResponse),
+        (Opcode::DeleteGroups, false) => decode!(DeleteGroupsRequest),
+        (Opcode::DeleteGroups, true) => decode!(DeleteGroupsResponse),
+        (Opcode::OffsetDelete, false) => decode!(OffsetDeleteRequest),
+        (Opcode::OffsetDelete, true) => decode!(GroupRemoval),
     }
 }
 

@@ -207,11 +207,17 @@ wire_message! {
 
 wire_message! {
     /// One record of the coordinator's offsets file: a commit of one group (see
-    /// `offsets_file`).
+    /// `offsets_file`), or a removal of some of its offsets.
     pub struct OffsetsRecord {
         pub group: String,
         #[cfg_attr(test, proptest(strategy = "small_vec::<CommittedOffset>()"))]
         pub offsets: Vec<CommittedOffset>,
+        /// Partitions whose offsets this record removes (DeleteGroups, OffsetDelete); a group
+        /// left with none is gone. Added after the file format shipped: older records end
+        /// before it, and a coordinator older than it stops reading the file at the first
+        /// removal (downgrade only after compaction, or lose later commits).
+        #[cfg_attr(test, proptest(strategy = "appended_partitions()"))]
+        pub removed: crate::Appended<Vec<TopicPartition>>,
     }
 }
 
@@ -297,5 +303,56 @@ wire_message! {
     pub struct DescribeGroupsResponse {
         #[cfg_attr(test, proptest(strategy = "small_vec::<GroupDescription>()"))]
         pub groups: Vec<GroupDescription>,
+    }
+}
+
+#[cfg(test)]
+fn appended_partitions()
+-> impl proptest::strategy::Strategy<Value = crate::Appended<Vec<TopicPartition>>> {
+    use proptest::strategy::Strategy;
+    proptest::option::of(small_vec::<TopicPartition>()).prop_map(crate::Appended)
+}
+
+crate::wire_enum! {
+    /// What removing a group's offsets came to. Discriminants are wire values.
+    pub enum OffsetsRemoval {
+        /// Removed (the group is gone when no offsets are left).
+        Removed = 1,
+        /// The group has members: their offsets are in use.
+        GroupNotEmpty = 2,
+        /// The coordinator knows no such group.
+        UnknownGroup = 3,
+    }
+}
+
+wire_message! {
+    /// Removes the named groups' committed offsets (Kafka's DeleteGroups): each must have no
+    /// members.
+    pub struct DeleteGroupsRequest {
+        #[cfg_attr(test, proptest(strategy = "small_vec::<String>()"))]
+        pub groups: Vec<String>,
+    }
+}
+
+wire_message! {
+    pub struct GroupRemoval {
+        pub group: String,
+        pub outcome: OffsetsRemoval,
+    }
+}
+
+wire_message! {
+    pub struct DeleteGroupsResponse {
+        #[cfg_attr(test, proptest(strategy = "small_vec::<GroupRemoval>()"))]
+        pub groups: Vec<GroupRemoval>,
+    }
+}
+
+wire_message! {
+    /// Removes some committed offsets of a group without members (Kafka's OffsetDelete).
+    pub struct OffsetDeleteRequest {
+        pub group: String,
+        #[cfg_attr(test, proptest(strategy = "small_vec::<TopicPartition>()"))]
+        pub partitions: Vec<TopicPartition>,
     }
 }
