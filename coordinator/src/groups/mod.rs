@@ -8,7 +8,9 @@
 //! `lag` (pure) turns committed offsets and the log ends brokers report into lag per group
 //! and partition; `owners` (pure) holds each user to their share of groups and committed
 //! partitions. Offsets live in the data directory (`offsets`), or on etcd with the metadata
-//! (`etcd_offsets`).
+//! (`etcd_offsets`). Admin calls describe groups (phase, protocol, members) and remove the
+//! committed offsets of groups without members (Kafka's DeleteGroups and OffsetDelete), in the
+//! commits' turn.
 
 pub mod etcd_offsets;
 pub mod lag;
