@@ -10,8 +10,8 @@ use kafka_protocol::messages::{
     DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, FetchRequest,
     FindCoordinatorRequest, HeartbeatRequest, InitProducerIdRequest, JoinGroupRequest,
     LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
-    OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest, SaslAuthenticateRequest,
-    SaslHandshakeRequest, SyncGroupRequest,
+    OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest,
+    SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::Decodable;
 use thiserror::Error;
@@ -48,6 +48,7 @@ pub enum RequestBody {
     DescribeConfigs(DescribeConfigsRequest),
     DeleteGroups(DeleteGroupsRequest),
     OffsetDelete(OffsetDeleteRequest),
+    OffsetForLeaderEpoch(OffsetForLeaderEpochRequest),
     SaslHandshake(SaslHandshakeRequest),
     SaslAuthenticate(SaslAuthenticateRequest),
     DescribeCluster(DescribeClusterRequest),
@@ -178,6 +179,7 @@ pub fn decode_request(frame: Bytes) -> Result<Decoded, DecodeError> {
         DescribeConfigs => DescribeConfigsRequest,
         DeleteGroups => DeleteGroupsRequest,
         OffsetDelete => OffsetDeleteRequest,
+        OffsetForLeaderEpoch => OffsetForLeaderEpochRequest,
         SaslHandshake => SaslHandshakeRequest,
         SaslAuthenticate => SaslAuthenticateRequest,
         DescribeCluster => DescribeClusterRequest,
@@ -208,6 +210,9 @@ mod tests {
         OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
     };
     use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::offset_for_leader_epoch_request::{
+        OffsetForLeaderPartition, OffsetForLeaderTopic,
+    };
     use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
     use kafka_protocol::messages::{BrokerId, GroupId, TopicName};
@@ -380,6 +385,19 @@ mod tests {
                         2
                     ]),
             ),
+            Api::OffsetForLeaderEpoch => RequestBody::OffsetForLeaderEpoch(
+                OffsetForLeaderEpochRequest::default().with_topics(vec![
+                    OffsetForLeaderTopic::default()
+                        .with_topic(topic("t"))
+                        .with_partitions(vec![
+                            OffsetForLeaderPartition::default()
+                                .with_current_leader_epoch(3)
+                                .with_leader_epoch(2);
+                            2
+                        ]);
+                    2
+                ]),
+            ),
             Api::ApiVersions => RequestBody::ApiVersions(ApiVersionsRequest::default()),
             Api::InitProducerId => RequestBody::InitProducerId(
                 // v3's producer id and epoch stay at their defaults (-1), which v0 can carry.
@@ -420,6 +438,7 @@ mod tests {
             RequestBody::DescribeConfigs(r) => r.encode(out, version),
             RequestBody::DeleteGroups(r) => r.encode(out, version),
             RequestBody::OffsetDelete(r) => r.encode(out, version),
+            RequestBody::OffsetForLeaderEpoch(r) => r.encode(out, version),
             RequestBody::SaslHandshake(r) => r.encode(out, version),
             RequestBody::SaslAuthenticate(r) => r.encode(out, version),
             RequestBody::DescribeCluster(r) => r.encode(out, version),

@@ -217,6 +217,12 @@ const DESCRIBE_CONFIGS: &[Field] = &[
     since(3, I8),
 ];
 
+/// partition, current_leader_epoch, leader_epoch.
+const LEADER_EPOCH_PARTITION: &[Field] = &[f(I32), f(I32), f(I32)];
+const LEADER_EPOCH_TOPIC: &[Field] = &[f(Str), f(Array(LEADER_EPOCH_PARTITION))];
+/// replica_id (v3), topics.
+const OFFSET_FOR_LEADER_EPOCH: &[Field] = &[since(3, I32), f(Array(LEADER_EPOCH_TOPIC))];
+
 /// groups_names.
 const DELETE_GROUPS: &[Field] = &[f(Array(STR_ARRAY))];
 
@@ -255,6 +261,7 @@ pub(crate) fn request_shape(api: Api) -> &'static [Field] {
         Api::InitProducerId => INIT_PRODUCER_ID,
         Api::DescribeConfigs => DESCRIBE_CONFIGS,
         Api::DeleteGroups => DELETE_GROUPS,
+        Api::OffsetForLeaderEpoch => OFFSET_FOR_LEADER_EPOCH,
         Api::OffsetDelete => OFFSET_DELETE,
         Api::SaslHandshake => SASL_HANDSHAKE,
         Api::SaslAuthenticate => SASL_AUTHENTICATE,

@@ -16,7 +16,8 @@
 //! - `topics`: topic = stream, partition = one log of one streamlet; metadata from the
 //!   coordinator; auto-creation within a `budget` (a token bucket); `topic_configs` (pure):
 //!   how CreateTopics' partition count, replication factor and configs become a stream's
-//!   streamlets × Q and config, and how DescribeConfigs shows them. `errors`: Kafka's names
+//!   streamlets × Q and config, and how DescribeConfigs shows them; `leader_epochs` (pure):
+//!   a streamlet's ownership epoch as Kafka's leader epoch, and the check of a request's. `errors`: Kafka's names
 //!   for Tailstream's refusals. `quotas`: produce and fetch byte rates per principal, with
 //!   Kafka's throttle_time_ms. `metrics`: metric names.
 mod authenticate;
@@ -27,6 +28,7 @@ mod errors;
 mod frames;
 pub mod front_end;
 mod handlers;
+mod leader_epochs;
 mod metrics;
 mod quotas;
 mod shared;

@@ -22,6 +22,7 @@ mod kafka_auth;
 mod kafka_clients;
 mod kafka_delivery;
 mod kafka_hostile;
+mod kafka_leader_epochs;
 mod kafka_quotas;
 mod memory_after_flood;
 mod native_auth;

@@ -6,6 +6,7 @@
 
 use super::Answer;
 use crate::errors::{NONE, data_error_code};
+use crate::leader_epochs::{check, leader_epoch};
 use crate::shared::Kafka;
 use crate::topics::TopicError;
 use crate::topics::{Partition, partition};
@@ -29,6 +30,8 @@ struct Wanted {
     target: Result<Partition, i16>,
     offset: i64,
     max_bytes: usize,
+    /// The leader epoch the client believes current (v9; -1: none, not checked).
+    leader_epoch: i32,
 }
 
 struct WantedTopic {
@@ -73,6 +76,7 @@ pub(crate) fn answer(
                             .ok_or(ResponseError::UnknownTopicOrPartition.code()),
                     },
                     offset: p.fetch_offset,
+                    leader_epoch: p.current_leader_epoch,
                     max_bytes: usize::try_from(p.partition_max_bytes).unwrap_or(0).max(1),
                 })
                 .collect();
@@ -153,6 +157,9 @@ fn read_partition(
         Ok(streamlet) => streamlet,
         Err(error) => return failed(data_error_code(&error)),
     };
+    if let Some(code) = check(wanted.leader_epoch, leader_epoch(streamlet.epoch())) {
+        return failed(code);
+    }
     let log = match streamlet.log(target.log) {
         Ok(log) => log,
         Err(_) => return failed(ResponseError::UnknownTopicOrPartition.code()),

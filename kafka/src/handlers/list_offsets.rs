@@ -5,6 +5,7 @@
 
 use super::{Answer, encode};
 use crate::errors::{NONE, data_error_code};
+use crate::leader_epochs::{check, leader_epoch};
 use crate::shared::Kafka;
 use crate::topics::TopicError;
 use crate::topics::partition;
@@ -59,23 +60,35 @@ pub(crate) fn answer(
                         .and_then(|streamlet| {
                             let log = streamlet.log(target.log)?;
                             let (first, committed) = log.bounds();
-                            Ok(match p.timestamp {
-                                LATEST => Some((committed, -1)),
-                                EARLIEST => Some((first, -1)),
-                                MAX_TIMESTAMP => log.offset_of_max_timestamp(),
-                                at => log.offset_for_timestamp(at),
-                            })
+                            let epoch = leader_epoch(streamlet.epoch());
+                            Ok((
+                                epoch,
+                                match p.timestamp {
+                                    LATEST => Some((committed, -1)),
+                                    EARLIEST => Some((first, -1)),
+                                    MAX_TIMESTAMP => log.offset_of_max_timestamp(),
+                                    at => log.offset_for_timestamp(at),
+                                },
+                            ))
                         });
                     match looked_up {
                         Err(error) => answer.with_error_code(data_error_code(&error)),
-                        Ok(found) => {
-                            let (offset, timestamp) =
-                                found.map_or((-1, -1), |(o, t)| (as_i64(o), t));
-                            answer
-                                .with_error_code(NONE)
-                                .with_offset(offset)
-                                .with_timestamp(timestamp)
-                        }
+                        Ok((epoch, found)) => match check(p.current_leader_epoch, epoch) {
+                            Some(code) => answer.with_error_code(code),
+                            None => {
+                                let answer = if version >= 4 {
+                                    answer.with_leader_epoch(epoch)
+                                } else {
+                                    answer
+                                };
+                                let (offset, timestamp) =
+                                    found.map_or((-1, -1), |(o, t)| (as_i64(o), t));
+                                answer
+                                    .with_error_code(NONE)
+                                    .with_offset(offset)
+                                    .with_timestamp(timestamp)
+                            }
+                        },
                     }
                 })
                 .collect();

@@ -4,6 +4,7 @@
 //! leaders moved, and this is how clients learn where.
 
 use super::{Answer, encode, str_bytes};
+use crate::leader_epochs::leader_epoch;
 use crate::shared::{Advertised, Kafka};
 use crate::topics::TopicError;
 use kafka_protocol::ResponseError;
@@ -133,7 +134,7 @@ pub(super) fn brokers(kafka: &Kafka) -> Vec<MetadataResponseBroker> {
         .collect()
 }
 
-fn topic(stream: &StreamMetadata, _version: i16) -> MetadataResponseTopic {
+fn topic(stream: &StreamMetadata, version: i16) -> MetadataResponseTopic {
     let logs = stream.config.logs_per_streamlet;
     let mut partitions = Vec::new();
     for placement in &stream.streamlets {
@@ -155,14 +156,17 @@ fn topic(stream: &StreamMetadata, _version: i16) -> MetadataResponseTopic {
             } else {
                 (Vec::new(), Vec::new())
             };
-            partitions.push(
-                MetadataResponsePartition::default()
-                    .with_error_code(error)
-                    .with_partition_index(i32::try_from(index).unwrap_or(i32::MAX))
-                    .with_leader_id(BrokerId(leader))
-                    .with_replica_nodes(replicas)
-                    .with_isr_nodes(isr),
-            );
+            let mut answer = MetadataResponsePartition::default()
+                .with_error_code(error)
+                .with_partition_index(i32::try_from(index).unwrap_or(i32::MAX))
+                .with_leader_id(BrokerId(leader))
+                .with_replica_nodes(replicas)
+                .with_isr_nodes(isr);
+            if version >= 7 {
+                // KIP-320: the streamlet's ownership epoch, which every change of owner moves.
+                answer = answer.with_leader_epoch(leader_epoch(placement.epoch));
+            }
+            partitions.push(answer);
         }
     }
     MetadataResponseTopic::default()

@@ -12,6 +12,7 @@ mod coordinator;
 mod describe_cluster;
 mod fetch;
 mod groups;
+mod leader_epochs;
 mod list_offsets;
 mod metadata;
 mod produce;
@@ -113,6 +114,9 @@ pub(crate) async fn dispatch(
         RequestBody::DeleteGroups(request) => admin_groups::delete(k(), access, version, request),
         RequestBody::OffsetDelete(request) => {
             admin_groups::delete_offsets(k(), access, version, request)
+        }
+        RequestBody::OffsetForLeaderEpoch(request) => {
+            leader_epochs::answer(k(), access, version, request)
         }
         RequestBody::DescribeCluster(request) => describe_cluster::answer(kafka, version, request),
         RequestBody::DeleteTopics(request) => admin_topics::delete(k(), access, version, request),
