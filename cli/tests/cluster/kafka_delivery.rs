@@ -7,7 +7,9 @@
 //!   the broker answered those batches as duplicates of the old epoch's and most "delivered"
 //!   records were in no log.
 //! - Case 3: R = 3 on four brokers, a partition leader killed mid-stream: nothing stalls past
-//!   the recovery and nothing the producer was told is delivered fails to be stored.
+//!   the recovery and nothing the producer was told is delivered fails to be stored; a
+//!   librdkafka consumer group member reading all along (across the leader change and its
+//!   leader epochs) reads every delivered record, each stored record once, in order.
 //! - A transactional producer is refused at once, with an error librdkafka does not retry.
 //!
 //! The ledger: every record reported delivered is in the log, at the partition and offset it
@@ -311,6 +313,15 @@ async fn librdkafka_through_a_leader_crash_with_no_broker_to_spare_stalls_nothin
             .create_stream("no-spare", 4, stream(&test, 3))
             .await
             .unwrap();
+        // A consumer group member reads all along, across the crash (librdkafka follows the
+        // leader epochs: the new leader fences the old epoch, and its position is validated).
+        let consumer = {
+            let (python, bootstrap) = (python.clone(), bootstrap.clone());
+            tokio::spawn(async move {
+                let args = [DELIVERY_PY, "consume", &bootstrap, "no-spare", "readers", "12"];
+                run(&python, &args, b"").await
+            })
+        };
         // 15 s of records; the leader of partitions 0 and 1 is killed 5 s in.
         let producer = produce(&python, &bootstrap, "no-spare", 15_000, 1_000, 30_000).await;
         tokio::time::sleep(Duration::from_secs(5)).await;
@@ -341,9 +352,35 @@ async fn librdkafka_through_a_leader_crash_with_no_broker_to_spare_stalls_nothin
         );
         let stored = read_stream(&test, "no-spare", reports.delivered.len()).await;
         let (records, twice, _) = check_ledger(&reports, &stored, 2);
+        // The consumer read every delivered record, each stored record once, each partition
+        // in offset order (a value stored twice is read at both its offsets).
+        let read = consumer.await.unwrap();
+        let mut seen: HashMap<String, Vec<(u32, u64)>> = HashMap::new();
+        let mut offsets_read: HashSet<(u32, u64)> = HashSet::new();
+        let mut last: HashMap<u32, u64> = HashMap::new();
+        for line in read.lines() {
+            let parts: Vec<&str> = line.splitn(3, ' ').collect();
+            assert_ne!(parts[0], "error", "the consumer saw {line}");
+            let (partition, offset): (u32, u64) = (parts[0].parse().unwrap(), parts[1].parse().unwrap());
+            if let Some(previous) = last.insert(partition, offset) {
+                assert!(previous < offset, "partition {partition}: {previous} then {offset}");
+            }
+            assert!(offsets_read.insert((partition, offset)), "{line} read twice");
+            seen.entry(parts[2].to_owned()).or_default().push((partition, offset));
+        }
+        for (value, (partition, offset, _)) in &reports.delivered {
+            let Some(read_at) = seen.get(value) else {
+                panic!("{value} delivered but never read by the group");
+            };
+            assert!(
+                read_at.iter().any(|(p, o)| p == partition && offset.is_none_or(|d| d == *o)),
+                "{value} delivered at {partition}/{offset:?}, read at {read_at:?}"
+            );
+        }
         eprintln!(
-            "{} delivered, longest pause {longest_gap:.2} s, {records} stored, {twice} stored twice",
-            reports.delivered.len()
+            "{} delivered, longest pause {longest_gap:.2} s, {records} stored, {twice} stored twice, {} read by the group",
+            reports.delivered.len(),
+            offsets_read.len()
         );
         let described = test.client().describe_stream("no-spare").await.unwrap();
         assert!(

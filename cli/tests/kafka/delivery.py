@@ -6,6 +6,10 @@
       Prints one line per delivery report: "ok PARTITION OFFSET VALUE SECONDS" (seconds since
       the start, when the report came) or "failed VALUE ERROR", "fatal ERROR" for a fatal
       producer error (after which it stops producing), and "unsettled N" last.
+  delivery.py consume BOOTSTRAP TOPIC GROUP IDLE_S
+      A subscribe() member of GROUP (auto commit) that prints "PARTITION OFFSET VALUE" for every
+      record it receives and leaves once it received some and then none for IDLE_S seconds
+      (at most 120 s in all); an error other than end-of-partition is printed "error NAME".
   delivery.py transactional BOOTSTRAP
       A transactional producer's init_transactions(30 s): prints
       "refused SECONDS CODE fatal=BOOL retriable=BOOL" or "initialized SECONDS".
@@ -16,7 +20,7 @@
 import sys
 import time
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 # Settings every client gets (--set).
 EXTRA = {}
@@ -74,6 +78,32 @@ def produce(bootstrap, topic, count, rate, message_timeout_ms):
     print(f"unsettled {len(producer)}")
 
 
+def consume(bootstrap, topic, group, idle_s):
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": 10000,
+        **EXTRA,
+    })
+    consumer.subscribe([topic])
+    started = time.monotonic()
+    last = None
+    while time.monotonic() - started < 120:
+        if last is not None and time.monotonic() - last > idle_s:
+            break
+        message = consumer.poll(0.2)
+        if message is None:
+            continue
+        if message.error() is not None:
+            if message.error().code() != KafkaError._PARTITION_EOF:
+                print(f"error {message.error().name()}", flush=True)
+            continue
+        last = time.monotonic()
+        print(message.partition(), message.offset(), message.value().decode(), flush=True)
+    consumer.close()
+
+
 def transactional(bootstrap):
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "refused"})
     started = time.monotonic()
@@ -95,6 +125,9 @@ def main():
     if command == "produce":
         bootstrap, topic, count, rate, timeout = sys.argv[2:7]
         produce(bootstrap, topic, int(count), int(rate), int(timeout))
+    elif command == "consume":
+        bootstrap, topic, group, idle = sys.argv[2:6]
+        consume(bootstrap, topic, group, float(idle))
     elif command == "transactional":
         transactional(sys.argv[2])
     else:
