@@ -10,7 +10,9 @@
 //! - Kafka's replication factor counts the leader; a stream's R counts backups: R = factor - 1.
 //! - `min.insync.replicas` counts the leader too: the stream's (in backup copies) is one less,
 //!   and at least one for a replicated stream (an ack always waits for a backup copy).
-//! - `retention.bytes` is per partition in Kafka and per streamlet here: Q times it.
+//! - `retention.bytes` is per partition in Kafka and per streamlet here: Q times it. Retention
+//!   frees a streamlet's oldest whole groups, so a partition that receives less than its
+//!   share keeps less than `retention.bytes`: the bound is the streamlet's, not each log's.
 //! - Kafka's -1 ("unlimited") is the stream's 0.
 
 use tailstream_config::{REPLICAS_MAX, STREAMLETS_MAX};
@@ -94,6 +96,7 @@ pub(crate) fn stream_shape(
     config.min_insync_replicas = 0;
     let mut explicit_q = None;
     let mut retention_bytes_per_partition = None;
+    let mut min_insync = None;
     for (name, value) in configs {
         let Some(value) = value.as_deref() else {
             continue; // Kafka: a null value leaves the default
@@ -112,7 +115,7 @@ pub(crate) fn stream_shape(
                 if replicas == 0 {
                     return Err(invalid(name, value));
                 }
-                config.min_insync_replicas = replicas.saturating_sub(1).max(1);
+                min_insync = Some(replicas);
             }
             "cleanup.policy" if value == "delete" => {}
             "cleanup.policy" => {
@@ -176,6 +179,23 @@ pub(crate) fn stream_shape(
                 config.logs_per_streamlet
             ),
         ));
+    }
+    // Counting the leader: one fewer backup copies, and at least one for a replicated stream
+    // (an unreplicated one takes 1, Kafka's default, as its only value).
+    if let Some(replicas) = min_insync {
+        config.min_insync_replicas = match config.replicas {
+            0 => 0,
+            _ => replicas.saturating_sub(1).max(1),
+        };
+        if replicas > config.replicas + 1 {
+            return Err(refused(
+                InvalidConfig,
+                format!(
+                    "min.insync.replicas={replicas} is more than the replication factor {}",
+                    config.replicas + 1
+                ),
+            ));
+        }
     }
     if let Some(per_partition) = retention_bytes_per_partition {
         config.retention_bytes = per_partition.saturating_mul(u64::from(config.logs_per_streamlet));
@@ -344,5 +364,14 @@ mod tests {
             ResponseError::InvalidConfig
         );
         assert_eq!(shape(4, 1, &[]).unwrap().config.replicas, 0);
+        // Kafka's default, set explicitly on an unreplicated topic.
+        let single = shape(4, 1, &[("min.insync.replicas", "1")]).unwrap();
+        assert_eq!(single.config.min_insync_replicas, 0);
+        assert_eq!(
+            shape(4, 2, &[("min.insync.replicas", "3")])
+                .unwrap_err()
+                .code,
+            ResponseError::InvalidConfig
+        );
     }
 }

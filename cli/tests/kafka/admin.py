@@ -67,6 +67,15 @@ def kafka_python(bootstrap, topic, group):
     dry = admin.create_topics({topic + "-dry": settings}, validate_only=True, raise_errors=False)
     check(dry["topics"][0]["error_code"] == 0, f"validate_only: {dry}")
     check(topic + "-dry" not in admin.list_topics(), "validate_only created nothing")
+    taken = admin.create_topics({topic: settings}, validate_only=True, raise_errors=False)
+    check(taken["topics"][0]["error_code"] == 36, f"validate_only of a taken name: {taken}")
+    # Kafka's default min.insync.replicas, set explicitly on an unreplicated topic.
+    single = admin.create_topics(
+        {topic + "-single": {"num_partitions": 2, "replication_factor": 1,
+                             "configs": {"min.insync.replicas": "1"}}},
+        raise_errors=False,
+    )
+    check(single["topics"][0]["error_code"] == 0, f"factor 1, min.insync.replicas 1: {single}")
 
     described = admin.describe_topics([topic])
     check(len(described[0]["partitions"]) == 6, f"6 partitions: {described}")
@@ -100,6 +109,9 @@ def kafka_python(bootstrap, topic, group):
     info = wait_for("a Stable group", stable)
     check(len(info["members"]) == 1, f"one member: {info}")
     check(info["protocol_type"] == "consumer", f"protocol type: {info}")
+    assigned = info["members"][0]["member_assignment"]["assigned_partitions"]
+    check([(a["topic"], sorted(a["partitions"])) for a in assigned] == [(topic, list(range(6)))],
+          f"the member's assignment, decoded: {assigned}")
     listed = [g["group_id"] for g in admin.list_groups()]
     check(listed.count(group) == 1, f"{group} listed once: {listed}")
     refused = admin.delete_groups([group])

@@ -35,13 +35,14 @@ pub(crate) fn list(
     _request: ListGroupsRequest,
 ) -> Answer {
     Answer::Later(Box::pin(async move {
+        let spread = listing_spread(&kafka);
         let response = match kafka.group_calls.describe_groups(Vec::new()).await {
             Ok(answer) => ListGroupsResponse::default().with_groups(
                 answer
                     .groups
                     .into_iter()
                     .filter(|g| access.group(AclOperation::Describe, &g.group))
-                    .filter(|g| lists_here(&kafka, &g.group))
+                    .filter(|g| lists_here(&spread, &g.group))
                     .map(|g| {
                         ListedGroup::default()
                             .with_group_id(GroupId(str_bytes(&g.group)))
@@ -59,12 +60,11 @@ pub(crate) fn list(
     }))
 }
 
-/// Whether this broker lists `group`: the live Kafka broker its name hashes to (every broker
-/// when this one is not among them: better listed twice than not at all).
-fn lists_here(kafka: &Kafka, group: &str) -> bool {
-    let Some(own) = kafka.cluster.server_id() else {
-        return true;
-    };
+/// Which groups this broker lists: the live Kafka brokers (sorted) and this one's index, or
+/// `None` (list every group) when this broker is not among them: better listed twice than
+/// not at all.
+fn listing_spread(kafka: &Kafka) -> Option<(Vec<u32>, u32)> {
+    let own = kafka.cluster.server_id()?.index;
     let mut live: Vec<u32> = {
         let members = kafka.cluster.brokers();
         let members = members.borrow();
@@ -76,11 +76,18 @@ fn lists_here(kafka: &Kafka, group: &str) -> bool {
     };
     live.sort_unstable();
     live.dedup();
-    if !live.contains(&own.index) {
-        return true;
+    live.contains(&own).then_some((live, own))
+}
+
+/// Whether `group` is this broker's to list: the live broker its name hashes to.
+fn lists_here(spread: &Option<(Vec<u32>, u32)>, group: &str) -> bool {
+    match spread {
+        None => true,
+        Some((live, own)) => {
+            let at = crc32fast::hash(group.as_bytes()) as usize % live.len();
+            live[at] == *own
+        }
     }
-    let at = crc32fast::hash(group.as_bytes()) as usize % live.len();
-    live[at] == own.index
 }
 
 pub(crate) fn describe(

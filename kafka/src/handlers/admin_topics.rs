@@ -28,8 +28,9 @@ use tailstream_wire::messages::AclOperation;
 /// DescribeConfigs' resource types (Kafka's `ConfigResource.Type`).
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
-/// DescribeConfigs' config source for a topic's own setting.
+/// DescribeConfigs' config sources: a topic's own setting, and a default.
 const SOURCE_TOPIC: i8 = 1;
+const SOURCE_DEFAULT: i8 = 5;
 
 /// Topics one CreateTopics, DeleteTopics or DescribeConfigs request may name: each costs the
 /// coordinator a call.
@@ -65,8 +66,9 @@ pub(crate) fn create(
     let principal = principal.clone();
     Answer::Later(Box::pin(async move {
         let too_many = request.topics.len() > TOPICS_PER_REQUEST_MAX;
-        let mut results = Vec::with_capacity(request.topics.len().min(TOPICS_PER_REQUEST_MAX));
-        for topic in request.topics.into_iter().take(TOPICS_PER_REQUEST_MAX) {
+        // Past the cap every topic is answered, refused: nothing is created.
+        let mut results = Vec::with_capacity(request.topics.len());
+        for topic in request.topics {
             let name = topic.name.as_str().to_owned();
             let outcome = if too_many {
                 Err(refusal(
@@ -157,11 +159,21 @@ async fn create_one(
         ));
     }
     if validate_only {
-        return Ok(());
+        // What a create would also be refused for: the name taken.
+        return match kafka.coordinator.refresh_stream(name).await {
+            Ok(_) => Err(refusal(
+                ResponseError::TopicAlreadyExists,
+                format!("topic {name:?} already exists"),
+            )),
+            Err(error) if error.status() == Some(Status::UnknownStream) => Ok(()),
+            Err(error) => Err(stream_refusal(&error)),
+        };
     }
     if !kafka.topics.charge_creation(principal) {
+        // THROTTLING_QUOTA_EXCEEDED is CreateTopics v6's (not served): a policy refusal with
+        // its reason instead.
         return Err(refusal(
-            ResponseError::ThrottlingQuotaExceeded,
+            ResponseError::PolicyViolation,
             format!(
                 "{principal}'s topic creation budget on this broker is spent (kafka.auto_creates_per_second)"
             ),
@@ -192,8 +204,8 @@ pub(crate) fn delete(
 ) -> Answer {
     Answer::Later(Box::pin(async move {
         let too_many = request.topic_names.len() > TOPICS_PER_REQUEST_MAX;
-        let mut responses = Vec::new();
-        for name in request.topic_names.into_iter().take(TOPICS_PER_REQUEST_MAX) {
+        let mut responses = Vec::with_capacity(request.topic_names.len());
+        for name in request.topic_names {
             let code = if too_many {
                 ResponseError::PolicyViolation.code()
             } else if !access.topic(AclOperation::Delete, name.as_str()) {
@@ -207,7 +219,9 @@ pub(crate) fn delete(
                     Err(error) => stream_refusal(&error).code.code(),
                 }
             };
-            kafka.topics.forget(name.as_str());
+            if !too_many {
+                kafka.topics.forget(name.as_str());
+            }
             responses.push(
                 DeletableTopicResult::default()
                     .with_name(Some(name))
@@ -228,8 +242,11 @@ pub(crate) fn describe_configs(
     request: DescribeConfigsRequest,
 ) -> Answer {
     Answer::Later(Box::pin(async move {
-        let mut results = Vec::new();
-        for resource in request.resources.into_iter().take(TOPICS_PER_REQUEST_MAX) {
+        let too_many = request.resources.len() > TOPICS_PER_REQUEST_MAX;
+        let (defaults, _) = kafka.topics.defaults();
+        let default_values = described(defaults);
+        let mut results = Vec::with_capacity(request.resources.len());
+        for resource in request.resources {
             let result = DescribeConfigsResult::default()
                 .with_resource_type(resource.resource_type)
                 .with_resource_name(resource.resource_name.clone());
@@ -243,6 +260,10 @@ pub(crate) fn describe_configs(
             let outcome: Result<Vec<DescribeConfigsResourceResult>, Refusal> = match resource
                 .resource_type
             {
+                _ if too_many => Err(refusal(
+                    ResponseError::PolicyViolation,
+                    format!("at most {TOPICS_PER_REQUEST_MAX} resources per request"),
+                )),
                 RESOURCE_TOPIC if !access.topic(AclOperation::Describe, name) => Err(refusal(
                     ResponseError::try_from_code(crate::errors::topic_denied(&access))
                         .unwrap_or(ResponseError::TopicAuthorizationFailed),
@@ -253,11 +274,19 @@ pub(crate) fn describe_configs(
                         .into_iter()
                         .filter(|(key, ..)| wanted(key))
                         .map(|(key, value, read_only)| {
+                            // A value the broker's defaults would give is shown as a default.
+                            let default = default_values
+                                .iter()
+                                .any(|(k, v, _)| *k == key && *v == value);
                             DescribeConfigsResourceResult::default()
                                 .with_name(str_bytes(key))
                                 .with_value(Some(str_bytes(&value)))
                                 .with_read_only(read_only)
-                                .with_config_source(SOURCE_TOPIC)
+                                .with_config_source(if default {
+                                    SOURCE_DEFAULT
+                                } else {
+                                    SOURCE_TOPIC
+                                })
                         })
                         .collect()),
                     Err(error) => Err(stream_refusal(&error)),
