@@ -11,9 +11,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 use tailstream_wire::Status;
 use tailstream_wire::messages::{
-    GroupDescription, GroupHeartbeatRequest, GroupJoinRequest, GroupJoinResponse,
-    GroupLeaveRequest, GroupMember, GroupMemberDescription, GroupMemberRef, GroupPhase,
-    GroupSyncRequest, GroupSyncResponse,
+    GroupHeartbeatRequest, GroupJoinRequest, GroupJoinResponse, GroupLeaveRequest, GroupMember,
+    GroupMemberRef, GroupSyncRequest, GroupSyncResponse,
 };
 
 /// A pending join or sync, as the shell numbers them.
@@ -522,34 +521,6 @@ impl Groups {
             .is_some_and(|g| !g.members.is_empty())
     }
 
-    /// A group with members (or forming) as DescribeGroups shows it; `None` if it has none.
-    pub fn describe(&self, name: &str) -> Option<GroupDescription> {
-        let group = self.groups.get(name)?;
-        let phase = match group.state {
-            State::Empty => GroupPhase::Empty,
-            State::PreparingRebalance => GroupPhase::PreparingRebalance,
-            State::CompletingRebalance => GroupPhase::CompletingRebalance,
-            State::Stable => GroupPhase::Stable,
-        };
-        let members = group
-            .members
-            .iter()
-            .map(|(id, member)| GroupMemberDescription {
-                member_id: id.clone(),
-                client_id: member.client_id.clone(),
-                metadata: member.metadata_for(&group.protocol),
-                assignment: member.assignment.clone(),
-            })
-            .collect();
-        Some(GroupDescription {
-            group: name.to_owned(),
-            phase,
-            protocol_type: group.protocol_type.clone(),
-            protocol: group.protocol.clone(),
-            members,
-        })
-    }
-
     /// Member counts by group (for metrics and the admin page).
     pub fn sizes(&self) -> Vec<(String, usize, u32)> {
         self.groups
@@ -572,6 +543,9 @@ fn sanitize(client_id: &str) -> String {
         cleaned
     }
 }
+
+#[path = "membership_describe.rs"]
+mod describe;
 
 #[cfg(test)]
 #[path = "membership_tests.rs"]

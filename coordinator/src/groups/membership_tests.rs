@@ -1,5 +1,5 @@
 use super::*;
-use tailstream_wire::messages::{GroupAssignment, GroupProtocol};
+use tailstream_wire::messages::{GroupAssignment, GroupPhase, GroupProtocol};
 
 const SECOND: Duration = Duration::from_secs(1);
 

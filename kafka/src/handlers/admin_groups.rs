@@ -1,7 +1,8 @@
 //! Group administration: ListGroups and DescribeGroups, answered from the coordinator's view
 //! of every group (members and their assignments, or only committed offsets); DeleteGroups and
 //! OffsetDelete, which remove committed offsets of groups without members. A group the client
-//! may not describe is left out of a listing and refused by name; removing needs Delete on the
+//! may not describe is left out of a listing (unless it may describe the cluster, which lists
+//! every group, as in Kafka) and refused by name; removing needs Delete on the
 //! group (and, for OffsetDelete, Read on each topic, as Kafka asks).
 //!
 //! Admin clients send ListGroups to every broker and merge the answers (Kafka spreads groups
@@ -23,7 +24,9 @@ use kafka_protocol::messages::{
 };
 use std::sync::Arc;
 use tailstream_identity::Access;
-use tailstream_wire::messages::{AclOperation, GroupDescription, OffsetsRemoval, TopicPartition};
+use tailstream_wire::messages::{
+    AclOperation, AclResource, GroupDescription, OffsetsRemoval, TopicPartition,
+};
 
 /// Groups one DescribeGroups request may name (the coordinator's own bound).
 const DESCRIBED_GROUPS_MAX: usize = 1000;
@@ -36,12 +39,19 @@ pub(crate) fn list(
 ) -> Answer {
     Answer::Later(Box::pin(async move {
         let spread = listing_spread(&kafka);
+        // As in Kafka, Describe on the cluster lists every group, else those the client may
+        // describe.
+        let every = access.allows(
+            AclOperation::Describe,
+            AclResource::Cluster,
+            tailstream_auth::acl::CLUSTER,
+        );
         let response = match kafka.group_calls.describe_groups(Vec::new()).await {
             Ok(answer) => ListGroupsResponse::default().with_groups(
                 answer
                     .groups
                     .into_iter()
-                    .filter(|g| access.group(AclOperation::Describe, &g.group))
+                    .filter(|g| every || access.group(AclOperation::Describe, &g.group))
                     .filter(|g| lists_here(&spread, &g.group))
                     .map(|g| {
                         ListedGroup::default()
