@@ -1,4 +1,4 @@
-//! Fetch answers (v4–v11), encoded here rather than through `kafka-protocol`: a partition's
+//! Fetch answers (v4–v12), encoded here rather than through `kafka-protocol`: a partition's
 //! records are the stored record batches themselves, sent as slices of the segments they live
 //! in (`parts`), never copied into one buffer or decoded.
 
@@ -22,9 +22,13 @@ pub struct TopicAnswer {
     pub partitions: Vec<PartitionAnswer>,
 }
 
-/// Encodes a fetch answer of `version` (4..=11) as body parts: the encoded fields between the
+/// The first flexible version (compact lengths, tagged fields).
+const FLEXIBLE: i16 = 12;
+
+/// Encodes a fetch answer of `version` (4..=12) as body parts: the encoded fields between the
 /// batches, and the batches as they are. No fetch sessions: session id 0.
 pub fn encode_fetch_response(version: i16, topics: &[TopicAnswer], throttle_ms: i32) -> Vec<Bytes> {
+    let flexible = version >= FLEXIBLE;
     let mut parts = Vec::new();
     let mut fields = BytesMut::with_capacity(256);
     fields.put_i32(throttle_ms);
@@ -32,10 +36,10 @@ pub fn encode_fetch_response(version: i16, topics: &[TopicAnswer], throttle_ms: 
         fields.put_i16(0); // error_code
         fields.put_i32(0); // session_id: sessions are not kept
     }
-    put_count(&mut fields, topics.len());
+    put_count(&mut fields, flexible, topics.len());
     for topic in topics {
-        put_string(&mut fields, &topic.topic);
-        put_count(&mut fields, topic.partitions.len());
+        put_string(&mut fields, flexible, &topic.topic);
+        put_count(&mut fields, flexible, topic.partitions.len());
         for partition in &topic.partitions {
             fields.put_i32(partition.partition);
             fields.put_i16(partition.error_code);
@@ -45,32 +49,71 @@ pub fn encode_fetch_response(version: i16, topics: &[TopicAnswer], throttle_ms: 
             if version >= 5 {
                 fields.put_i64(partition.log_start_offset);
             }
-            fields.put_i32(-1); // aborted_transactions: null
+            // aborted_transactions: null.
+            if flexible {
+                fields.put_u8(0);
+            } else {
+                fields.put_i32(-1);
+            }
             if version >= 11 {
                 fields.put_i32(-1); // preferred_read_replica: none
             }
             let records: usize = partition.batches.iter().map(Bytes::len).sum();
             // A fetch answer is bounded far below 2 GiB (fetch_bytes_max).
-            fields.put_i32(i32::try_from(records).unwrap_or(i32::MAX));
+            let records = u32::try_from(records).unwrap_or(i32::MAX as u32);
+            if flexible {
+                put_uvarint(&mut fields, records.saturating_add(1));
+            } else {
+                fields.put_u32(records.min(i32::MAX as u32));
+            }
             if !partition.batches.is_empty() {
                 parts.push(fields.split().freeze());
                 parts.extend(partition.batches.iter().cloned());
             }
+            put_no_tagged_fields(&mut fields, flexible); // the partition's
         }
+        put_no_tagged_fields(&mut fields, flexible); // the topic's
     }
+    put_no_tagged_fields(&mut fields, flexible); // the answer's
     parts.push(fields.freeze());
     parts
 }
 
-fn put_count(out: &mut BytesMut, count: usize) {
-    out.put_i32(i32::try_from(count).unwrap_or(i32::MAX));
+/// An array's count: i32 in a classic version, count + 1 as an unsigned varint in a flexible
+/// one.
+fn put_count(out: &mut BytesMut, flexible: bool, count: usize) {
+    let count = u32::try_from(count).unwrap_or(i32::MAX as u32);
+    if flexible {
+        put_uvarint(out, count.saturating_add(1));
+    } else {
+        out.put_u32(count.min(i32::MAX as u32));
+    }
 }
 
-fn put_string(out: &mut BytesMut, value: &str) {
+fn put_string(out: &mut BytesMut, flexible: bool, value: &str) {
     // Topic names are validated to at most 249 bytes when streams are created.
     let len = value.len().min(i16::MAX as usize);
-    out.put_i16(len as i16);
+    if flexible {
+        put_uvarint(out, len as u32 + 1);
+    } else {
+        out.put_i16(len as i16);
+    }
     out.put_slice(&value.as_bytes()[..len]);
+}
+
+fn put_uvarint(out: &mut BytesMut, mut value: u32) {
+    while value >= 0x80 {
+        out.put_u8(value as u8 | 0x80);
+        value >>= 7;
+    }
+    out.put_u8(value as u8);
+}
+
+/// A struct's tagged fields in a flexible version: none.
+fn put_no_tagged_fields(out: &mut BytesMut, flexible: bool) {
+    if flexible {
+        out.put_u8(0);
+    }
 }
 
 #[cfg(test)]
@@ -102,7 +145,7 @@ mod tests {
                 },
             ],
         }];
-        for version in 4..=11 {
+        for version in 4..=12 {
             let parts = encode_fetch_response(version, &topics, 0);
             let mut whole: Bytes = parts.concat().into();
             let decoded = FetchResponse::decode(&mut whole, version).unwrap();

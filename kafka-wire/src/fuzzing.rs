@@ -31,11 +31,19 @@ pub fn request_structured(data: &[u8]) {
     frame.put_i16(api as i16);
     frame.put_i16(version);
     frame.put_i32(source.u32() as i32);
-    put_string(&mut frame, &mut source);
+    put_string(&mut frame, false, &mut source);
     if api.request_header_version(version) >= 2 {
         frame.put_u8(0); // no tagged fields
     }
-    build(request_shape(api), version, &mut frame, &mut source, 0);
+    let flexible = api.flexible(version);
+    build(
+        request_shape(api),
+        version,
+        flexible,
+        &mut frame,
+        &mut source,
+        0,
+    );
     let damage = source.u8();
     let len = frame.len();
     match damage % 8 {
@@ -55,7 +63,7 @@ pub fn request_structured(data: &[u8]) {
         Ok(Decoded::ApiVersionsFallback { .. }) => {}
         // What the walk does not check (UTF-8, nulls where none are allowed) is the crate's
         // to refuse; a walk that fails on an undamaged request is a bug in a shape.
-        Err(DecodeError::Guard(error)) => {
+        Err(DecodeError::Guard(error) | DecodeError::Body { error, .. }) => {
             assert!(
                 !undamaged || !accepted(api, version),
                 "{api:?} v{version}: {error}"
@@ -70,43 +78,96 @@ fn accepted(api: Api, version: i16) -> bool {
     api.accepts(version)
 }
 
-fn put_string(out: &mut BytesMut, source: &mut Source<'_>) {
+/// A length or count: i16 or i32 in a classic version, an unsigned varint of length + 1
+/// (0: null) in a flexible one; `None` is null.
+fn put_length(out: &mut BytesMut, flexible: bool, short: bool, length: Option<usize>) {
+    match (flexible, length) {
+        (true, None) => out.put_u8(0),
+        (true, Some(n)) => put_uvarint(out, n as u32 + 1),
+        (false, None) if short => out.put_i16(-1),
+        (false, None) => out.put_i32(-1),
+        (false, Some(n)) if short => out.put_i16(n as i16),
+        (false, Some(n)) => out.put_i32(n as i32),
+    }
+}
+
+fn put_uvarint(out: &mut BytesMut, mut value: u32) {
+    while value >= 0x80 {
+        out.put_u8(value as u8 | 0x80);
+        value >>= 7;
+    }
+    out.put_u8(value as u8);
+}
+
+fn put_string(out: &mut BytesMut, flexible: bool, source: &mut Source<'_>) {
     match source.u8() % 8 {
-        0 => out.put_i16(-1),
+        0 => put_length(out, flexible, true, None),
         _ => {
             let text = source.chunk(16);
-            out.put_i16(text.len() as i16);
+            put_length(out, flexible, true, Some(text.len()));
             out.put_slice(text);
         }
     }
 }
 
-fn build(shape: &[Field], version: i16, out: &mut BytesMut, source: &mut Source<'_>, depth: usize) {
+fn build(
+    shape: &[Field],
+    version: i16,
+    flexible: bool,
+    out: &mut BytesMut,
+    source: &mut Source<'_>,
+    depth: usize,
+) {
     for field in shape.iter().filter(|f| f.present_in(version)) {
         match field.kind {
             Kind::I8 => out.put_u8(source.u8()),
             Kind::I16 => out.put_u16(source.u16()),
             Kind::I32 => out.put_u32(source.u32()),
             Kind::I64 => out.put_u64(source.u64()),
-            Kind::Str => put_string(out, source),
+            Kind::Uuid => {
+                out.put_u64(source.u64());
+                out.put_u64(source.u64());
+            }
+            Kind::Str => put_string(out, flexible, source),
             Kind::Bytes => {
                 let bytes = source.chunk(64);
-                out.put_i32(bytes.len() as i32);
+                put_length(out, flexible, false, Some(bytes.len()));
                 out.put_slice(bytes);
+            }
+            Kind::I32s => {
+                let count = source.below(4);
+                put_length(out, flexible, false, Some(count));
+                for _ in 0..count {
+                    out.put_u32(source.u32());
+                }
+            }
+            Kind::Strs => {
+                let count = source.below(4);
+                put_length(out, flexible, false, Some(count));
+                for _ in 0..count {
+                    put_string(out, flexible, source);
+                }
             }
             Kind::Array(element) => {
                 let count = if depth < 3 { source.below(4) } else { 0 };
-                out.put_i32(count as i32);
+                put_length(out, flexible, false, Some(count));
                 for _ in 0..count {
-                    build(element, version, out, source, depth + 1);
+                    build(element, version, flexible, out, source, depth + 1);
                 }
             }
-            Kind::CompactStr => {
-                let text = source.chunk(16);
-                out.put_u8(text.len() as u8 + 1);
-                out.put_slice(text);
+        }
+    }
+    if flexible {
+        // Sometimes one unknown tagged field, which the crate keeps as bytes.
+        match source.u8() % 4 {
+            0 => {
+                let bytes = source.chunk(8);
+                out.put_u8(1);
+                put_uvarint(out, 1000);
+                put_uvarint(out, bytes.len() as u32);
+                out.put_slice(bytes);
             }
-            Kind::TaggedFields => out.put_u8(0),
+            _ => out.put_u8(0),
         }
     }
 }

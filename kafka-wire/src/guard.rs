@@ -1,5 +1,8 @@
 //! Walks a request before `kafka-protocol` sees it: every length and count is checked against
-//! the bytes left in the frame, and the walk must end exactly at the frame's end.
+//! the bytes left in the frame. Bytes after the last field are left alone, as Kafka leaves
+//! them: librdkafka's all-topics Metadata from v9 on carries three (the rest of an array
+//! count's reserved room), and Kafka reads past nothing it does not need. The tests check that
+//! every shape walks a client's request to its last byte.
 //!
 //! The crate decodes an array by allocating room for as many elements as the wire claims
 //! (`Vec::with_capacity(n)`, n up to 2^31) before reading one, and a byte field by allocating
@@ -25,8 +28,6 @@ pub enum GuardError {
     NegativeLength { length: i64, at: usize },
     #[error("length {length} at byte {at} exceeds the {left} bytes left in the request")]
     BeyondFrame { length: u64, left: usize, at: usize },
-    #[error("{left} bytes left over after the request's last field")]
-    TrailingBytes { left: usize },
     #[error("a varint at byte {at} is longer than 5 bytes")]
     BadVarint { at: usize },
 }
@@ -140,19 +141,43 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// Checks that `body` is exactly one request of `shape` at `version`, every length within it.
-pub(crate) fn check_body(shape: &[Field], version: i16, body: &Bytes) -> Result<(), GuardError> {
+/// Checks that `body` starts with one request of `shape` at `version`, every length within
+/// it; returns how many bytes follow its last field (which nothing reads). `flexible` (KIP-482) is whether that version is a flexible one: then every string, byte
+/// field and array is compact (an unsigned varint length + 1, 0 for null) and every struct,
+/// the body included, ends with tagged fields.
+pub(crate) fn check_body(
+    shape: &[Field],
+    version: i16,
+    flexible: bool,
+    body: &Bytes,
+) -> Result<usize, GuardError> {
     let mut cursor = Cursor::new(body);
-    walk(shape, version, &mut cursor, 0)?;
-    match cursor.left() {
-        0 => Ok(()),
-        left => Err(GuardError::TrailingBytes { left }),
+    walk(shape, version, flexible, &mut cursor, 0)?;
+    Ok(cursor.left())
+}
+
+impl Cursor<'_> {
+    /// A length or count, i16 (`short`) or i32 in a classic version, a compact one in a
+    /// flexible version: what follows it (bytes or elements), 0 for null, at most what is
+    /// left.
+    fn count(&mut self, flexible: bool, short: bool) -> Result<usize, GuardError> {
+        let at = self.position();
+        let length = if flexible {
+            // Length + 1; 0 is null.
+            i64::from(self.uvarint()?) - 1
+        } else if short {
+            i64::from(self.i16()?)
+        } else {
+            i64::from(self.i32()?)
+        };
+        self.length(length, at)
     }
 }
 
 fn walk(
     shape: &[Field],
     version: i16,
+    flexible: bool,
     cursor: &mut Cursor<'_>,
     depth: usize,
 ) -> Result<(), GuardError> {
@@ -162,19 +187,31 @@ fn walk(
             Kind::I16 => cursor.skip_fixed(2)?,
             Kind::I32 => cursor.skip_fixed(4)?,
             Kind::I64 => cursor.skip_fixed(8)?,
+            Kind::Uuid => cursor.skip_fixed(16)?,
             Kind::Str => {
-                cursor.string()?;
+                let n = cursor.count(flexible, true)?;
+                cursor.take(n)?;
             }
             Kind::Bytes => {
-                let at = cursor.position();
-                let length = i64::from(cursor.i32()?);
-                let n = cursor.length(length, at)?;
+                let n = cursor.count(flexible, false)?;
                 cursor.take(n)?;
+            }
+            Kind::I32s => {
+                let count = cursor.count(flexible, false)?;
+                for _ in 0..count {
+                    cursor.skip_fixed(4)?;
+                }
+            }
+            Kind::Strs => {
+                let count = cursor.count(flexible, false)?;
+                for _ in 0..count {
+                    let n = cursor.count(flexible, true)?;
+                    cursor.take(n)?;
+                }
             }
             Kind::Array(element) => {
                 let at = cursor.position();
-                let length = i64::from(cursor.i32()?);
-                let count = cursor.length(length, at)?;
+                let count = cursor.count(flexible, false)?;
                 if depth >= DEPTH_MAX {
                     return Err(GuardError::BeyondFrame {
                         length: count as u64,
@@ -183,20 +220,15 @@ fn walk(
                     });
                 }
                 for _ in 0..count {
-                    walk(element, version, cursor, depth + 1)?;
+                    walk(element, version, flexible, cursor, depth + 1)?;
                 }
             }
-            Kind::CompactStr => {
-                let at = cursor.position();
-                // Length + 1; 0 is null.
-                let n = match cursor.uvarint()? {
-                    0 => 0,
-                    n => cursor.length(i64::from(n) - 1, at)?,
-                };
-                cursor.take(n)?;
-            }
-            Kind::TaggedFields => cursor.tagged_fields()?,
         }
+    }
+    if flexible {
+        // Every struct of a flexible version ends with its tagged fields: skipped here,
+        // bounded like everything else (the crate keeps unknown ones as byte strings).
+        cursor.tagged_fields()?;
     }
     Ok(())
 }
@@ -217,7 +249,7 @@ mod tests {
         // Metadata v0: topics array claiming 2^31 - 1 names in 4 bytes.
         let hostile = body(&i32::MAX.to_be_bytes());
         assert!(matches!(
-            check_body(shape, 0, &hostile),
+            check_body(shape, 0, false, &hostile),
             Err(GuardError::BeyondFrame { at: 0, .. })
         ));
         // A string claiming more than is left.
@@ -225,55 +257,62 @@ mod tests {
         short.extend_from_slice(&100i16.to_be_bytes());
         short.extend_from_slice(b"abc");
         assert!(matches!(
-            check_body(shape, 0, &body(&short)),
+            check_body(shape, 0, false, &body(&short)),
             Err(GuardError::BeyondFrame { .. })
         ));
         let mut negative = 1i32.to_be_bytes().to_vec();
         negative.extend_from_slice(&(-7i16).to_be_bytes());
         assert!(matches!(
-            check_body(shape, 0, &body(&negative)),
+            check_body(shape, 0, false, &body(&negative)),
             Err(GuardError::NegativeLength { length: -7, .. })
         ));
     }
 
     #[test]
-    fn a_request_must_end_exactly_at_its_last_field() {
+    fn a_walk_ends_at_the_last_field_and_counts_what_follows() {
         let shape = request_shape(Api::Metadata);
         let mut ok = 1i32.to_be_bytes().to_vec();
         ok.extend_from_slice(&3i16.to_be_bytes());
         ok.extend_from_slice(b"abc");
-        assert_eq!(check_body(shape, 0, &body(&ok)), Ok(()));
+        assert_eq!(check_body(shape, 0, false, &body(&ok)), Ok(0));
         let mut trailing = ok.clone();
         trailing.push(0);
-        assert_eq!(
-            check_body(shape, 0, &body(&trailing)),
-            Err(GuardError::TrailingBytes { left: 1 })
-        );
+        assert_eq!(check_body(shape, 0, false, &body(&trailing)), Ok(1));
         // v4 adds allow_auto_topic_creation: the same bytes are one short.
         assert!(matches!(
-            check_body(shape, 4, &body(&ok)),
+            check_body(shape, 4, false, &body(&ok)),
             Err(GuardError::Truncated { .. })
         ));
-        assert_eq!(check_body(shape, 0, &body(&(-1i32).to_be_bytes())), Ok(()));
+        assert_eq!(
+            check_body(shape, 0, false, &body(&(-1i32).to_be_bytes())),
+            Ok(0)
+        );
+        // librdkafka's all-topics Metadata v12: a null topics array in a four-byte count's
+        // room, then allow_auto_topic_creation, include_topic_authorized_operations, tags.
+        let librdkafka = body(&[0, 0, 0, 0, 1, 0, 0]);
+        assert_eq!(check_body(shape, 12, true, &librdkafka), Ok(3));
     }
 
     #[test]
     fn varints_and_tagged_fields_are_bounded_too() {
         let shape = request_shape(Api::ApiVersions);
         // v3: name "a", version "b", no tagged fields.
-        assert_eq!(check_body(shape, 3, &body(&[2, b'a', 2, b'b', 0])), Ok(()));
+        assert_eq!(
+            check_body(shape, 3, true, &body(&[2, b'a', 2, b'b', 0])),
+            Ok(0)
+        );
         assert!(matches!(
-            check_body(shape, 3, &body(&[0xff, 0xff, 0xff, 0xff, 0x0f])),
+            check_body(shape, 3, true, &body(&[0xff, 0xff, 0xff, 0xff, 0x0f])),
             Err(GuardError::BeyondFrame { .. })
         ));
         assert!(matches!(
-            check_body(shape, 3, &body(&[0xff, 0xff, 0xff, 0xff, 0xff, 0x01])),
+            check_body(shape, 3, true, &body(&[0xff, 0xff, 0xff, 0xff, 0xff, 0x01])),
             Err(GuardError::BadVarint { .. })
         ));
         assert!(matches!(
-            check_body(shape, 3, &body(&[1, 1, 0x7f])),
+            check_body(shape, 3, true, &body(&[1, 1, 0x7f])),
             Err(GuardError::BeyondFrame { .. })
         ));
-        assert_eq!(check_body(shape, 0, &body(&[])), Ok(()));
+        assert_eq!(check_body(shape, 0, false, &body(&[])), Ok(0));
     }
 }

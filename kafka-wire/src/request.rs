@@ -72,8 +72,14 @@ pub enum Decoded {
 /// requests a client should not have sent after ApiVersions).
 #[derive(Debug, Error)]
 pub enum DecodeError {
-    #[error("bad request: {0}")]
+    #[error("bad request header: {0}")]
     Guard(#[from] GuardError),
+    #[error("bad {api:?} v{version} request: {error}")]
+    Body {
+        api: Api,
+        version: i16,
+        error: GuardError,
+    },
     #[error("unknown or unserved API key {key} (correlation id {correlation_id})")]
     UnknownApi { key: i16, correlation_id: i32 },
     #[error("{api:?} v{version} is not served (correlation id {correlation_id})")]
@@ -141,7 +147,14 @@ pub fn decode_request(frame: Bytes) -> Result<Decoded, DecodeError> {
         });
     }
     let mut body = frame.slice(body_start..);
-    check_body(request_shape(api), version, &body)?;
+    // What follows the last field is left unread, as Kafka leaves it (see `guard`).
+    check_body(request_shape(api), version, api.flexible(version), &body).map_err(|error| {
+        DecodeError::Body {
+            api,
+            version,
+            error,
+        }
+    })?;
     let malformed = |error: anyhow::Error| DecodeError::Malformed {
         api,
         version,

@@ -6,6 +6,10 @@
 //! walk needs is kept: each field's wire type and the versions it is present in. Strings,
 //! byte fields and arrays are walked as nullable whatever the schema says: the guard only
 //! bounds lengths, the crate then refuses a null where none is allowed.
+//!
+//! A shape is written once for classic and flexible versions alike: in a flexible version
+//! (KIP-482) the guard reads each length compact and a struct's tagged fields after its last
+//! field, which is exactly how the protocol derives those versions.
 
 use super::versions::Api;
 
@@ -16,16 +20,19 @@ pub(crate) enum Kind {
     I16,
     I32,
     I64,
+    /// 16 bytes.
+    Uuid,
     /// i16 length (-1: null), then that many bytes.
     Str,
     /// i32 length (-1: null), then that many bytes.
     Bytes,
-    /// i32 count (-1: null), then that many elements of this shape.
+    /// i32 count (-1: null), then that many structs of this shape (each with its own tagged
+    /// fields in a flexible version).
     Array(&'static [Field]),
-    /// Unsigned varint length + 1 (0: null), then the bytes (flexible versions).
-    CompactStr,
-    /// Unsigned varint count, then (tag, size, bytes) each (flexible versions).
-    TaggedFields,
+    /// An array of i32s (no tagged fields per element).
+    I32s,
+    /// An array of strings (no tagged fields per element).
+    Strs,
 }
 
 /// A field present in versions `since..=until`.
@@ -66,19 +73,33 @@ const fn until(version: i16, kind: Kind) -> Field {
     }
 }
 
-use Kind::*;
+const fn between(first: i16, last: i16, kind: Kind) -> Field {
+    Field {
+        kind,
+        since: first,
+        until: last,
+    }
+}
 
-const I32_ARRAY: &[Field] = &[f(I32)];
+use Kind::*;
 
 const PRODUCE_PARTITION: &[Field] = &[f(I32), f(Bytes)];
 const PRODUCE_TOPIC: &[Field] = &[f(Str), f(Array(PRODUCE_PARTITION))];
 /// transactional_id, acks, timeout_ms, topic_data.
 const PRODUCE: &[Field] = &[f(Str), f(I16), f(I32), f(Array(PRODUCE_TOPIC))];
 
-/// partition, current_leader_epoch, fetch_offset, log_start_offset, partition_max_bytes.
-const FETCH_PARTITION: &[Field] = &[f(I32), since(9, I32), f(I64), since(5, I64), f(I32)];
+/// partition, current_leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset,
+/// partition_max_bytes.
+const FETCH_PARTITION: &[Field] = &[
+    f(I32),
+    since(9, I32),
+    f(I64),
+    since(12, I32),
+    since(5, I64),
+    f(I32),
+];
 const FETCH_TOPIC: &[Field] = &[f(Str), f(Array(FETCH_PARTITION))];
-const FETCH_FORGOTTEN: &[Field] = &[f(Str), f(Array(I32_ARRAY))];
+const FETCH_FORGOTTEN: &[Field] = &[f(Str), f(I32s)];
 /// replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, session_id,
 /// session_epoch, topics, forgotten_topics_data, rack_id.
 const FETCH: &[Field] = &[
@@ -100,13 +121,14 @@ const LIST_OFFSETS_TOPIC: &[Field] = &[f(Str), f(Array(LIST_OFFSETS_PARTITION))]
 /// replica_id, isolation_level, topics.
 const LIST_OFFSETS: &[Field] = &[f(I32), since(2, I8), f(Array(LIST_OFFSETS_TOPIC))];
 
-const METADATA_TOPIC: &[Field] = &[f(Str)];
-/// topics, allow_auto_topic_creation, include_cluster_authorized_operations,
+/// topic_id (v10), name.
+const METADATA_TOPIC: &[Field] = &[since(10, Uuid), f(Str)];
+/// topics, allow_auto_topic_creation, include_cluster_authorized_operations (v8-10),
 /// include_topic_authorized_operations.
 const METADATA: &[Field] = &[
     f(Array(METADATA_TOPIC)),
     since(4, I8),
-    since(8, I8),
+    between(8, 10, I8),
     since(8, I8),
 ];
 
@@ -116,7 +138,7 @@ const FIND_COORDINATOR: &[Field] = &[f(Str), since(1, I8)];
 /// name, metadata.
 const JOIN_GROUP_PROTOCOL: &[Field] = &[f(Str), f(Bytes)];
 /// group_id, session_timeout_ms, rebalance_timeout_ms, member_id, group_instance_id,
-/// protocol_type, protocols.
+/// protocol_type, protocols, reason.
 const JOIN_GROUP: &[Field] = &[
     f(Str),
     f(I32),
@@ -125,24 +147,28 @@ const JOIN_GROUP: &[Field] = &[
     since(5, Str),
     f(Str),
     f(Array(JOIN_GROUP_PROTOCOL)),
+    since(8, Str),
 ];
 
 /// member_id, assignment.
 const SYNC_GROUP_ASSIGNMENT: &[Field] = &[f(Str), f(Bytes)];
-/// group_id, generation_id, member_id, group_instance_id, assignments.
+/// group_id, generation_id, member_id, group_instance_id, protocol_type, protocol_name,
+/// assignments.
 const SYNC_GROUP: &[Field] = &[
     f(Str),
     f(I32),
     f(Str),
     since(3, Str),
+    since(5, Str),
+    since(5, Str),
     f(Array(SYNC_GROUP_ASSIGNMENT)),
 ];
 
 /// group_id, generation_id, member_id, group_instance_id.
 const HEARTBEAT: &[Field] = &[f(Str), f(I32), f(Str), since(3, Str)];
 
-/// member_id, group_instance_id.
-const LEAVE_GROUP_MEMBER: &[Field] = &[f(Str), f(Str)];
+/// member_id, group_instance_id, reason.
+const LEAVE_GROUP_MEMBER: &[Field] = &[f(Str), f(Str), since(5, Str)];
 /// group_id, member_id (up to v2), members (from v3).
 const LEAVE_GROUP: &[Field] = &[f(Str), until(2, Str), since(3, Array(LEAVE_GROUP_MEMBER))];
 
@@ -159,39 +185,26 @@ const OFFSET_COMMIT: &[Field] = &[
     f(Array(OFFSET_COMMIT_TOPIC)),
 ];
 
-const OFFSET_FETCH_TOPIC: &[Field] = &[f(Str), f(Array(I32_ARRAY))];
-/// group_id, topics.
-const OFFSET_FETCH: &[Field] = &[f(Str), f(Array(OFFSET_FETCH_TOPIC))];
+/// name, partition_indexes.
+const OFFSET_FETCH_TOPIC: &[Field] = &[f(Str), f(I32s)];
+/// group_id, topics, require_stable (v7).
+const OFFSET_FETCH: &[Field] = &[f(Str), f(Array(OFFSET_FETCH_TOPIC)), since(7, I8)];
 
-/// transactional_id, transaction_timeout_ms.
 /// transactional_id, transaction_timeout_ms, producer_id and producer_epoch (v3: the session
-/// to bump), tagged fields (v2 on, the first flexible version).
-const INIT_PRODUCER_ID: &[Field] = &[
-    until(1, Str),
-    since(2, CompactStr),
-    f(I32),
-    since(3, I64),
-    since(3, I16),
-    since(2, TaggedFields),
-];
+/// to bump).
+const INIT_PRODUCER_ID: &[Field] = &[f(Str), f(I32), since(3, I64), since(3, I16)];
 
-/// client_software_name, client_software_version, tagged fields (v3; empty before).
-const API_VERSIONS: &[Field] = &[
-    since(3, CompactStr),
-    since(3, CompactStr),
-    since(3, TaggedFields),
-];
-
-const STR_ARRAY: &[Field] = &[f(Str)];
+/// client_software_name, client_software_version (v3; empty before).
+const API_VERSIONS: &[Field] = &[since(3, Str), since(3, Str)];
 
 /// groups, include_authorized_operations.
-const DESCRIBE_GROUPS: &[Field] = &[f(Array(STR_ARRAY)), since(3, I8)];
+const DESCRIBE_GROUPS: &[Field] = &[f(Strs), since(3, I8)];
 
-/// Nothing (the states filter comes with v4, a flexible version).
-const LIST_GROUPS: &[Field] = &[];
+/// states_filter (v4).
+const LIST_GROUPS: &[Field] = &[since(4, Strs)];
 
 /// partition_index, broker_ids.
-const CREATE_TOPICS_ASSIGNMENT: &[Field] = &[f(I32), f(Array(I32_ARRAY))];
+const CREATE_TOPICS_ASSIGNMENT: &[Field] = &[f(I32), f(I32s)];
 /// name, value.
 const CREATE_TOPICS_CONFIG: &[Field] = &[f(Str), f(Str)];
 /// name, num_partitions, replication_factor, assignments, configs.
@@ -206,10 +219,10 @@ const CREATE_TOPICS_TOPIC: &[Field] = &[
 const CREATE_TOPICS: &[Field] = &[f(Array(CREATE_TOPICS_TOPIC)), f(I32), since(1, I8)];
 
 /// topic_names, timeout_ms.
-const DELETE_TOPICS: &[Field] = &[f(Array(STR_ARRAY)), f(I32)];
+const DELETE_TOPICS: &[Field] = &[f(Strs), f(I32)];
 
 /// resource_type, resource_name, configuration_keys.
-const DESCRIBE_CONFIGS_RESOURCE: &[Field] = &[f(I8), f(Str), f(Array(STR_ARRAY))];
+const DESCRIBE_CONFIGS_RESOURCE: &[Field] = &[f(I8), f(Str), f(Strs)];
 /// resources, include_synonyms, include_documentation.
 const DESCRIBE_CONFIGS: &[Field] = &[
     f(Array(DESCRIBE_CONFIGS_RESOURCE)),
@@ -224,15 +237,17 @@ const LEADER_EPOCH_TOPIC: &[Field] = &[f(Str), f(Array(LEADER_EPOCH_PARTITION))]
 const OFFSET_FOR_LEADER_EPOCH: &[Field] = &[since(3, I32), f(Array(LEADER_EPOCH_TOPIC))];
 
 /// groups_names.
-const DELETE_GROUPS: &[Field] = &[f(Array(STR_ARRAY))];
+const DELETE_GROUPS: &[Field] = &[f(Strs)];
 
-/// name, partitions (partition_index each).
-const OFFSET_DELETE_TOPIC: &[Field] = &[f(Str), f(Array(I32_ARRAY))];
+/// name, partitions (structs of one field, partition_index: OffsetDelete has no flexible
+/// version, so no tagged fields tell them apart from an i32 array).
+const OFFSET_DELETE_PARTITION: &[Field] = &[f(I32)];
+const OFFSET_DELETE_TOPIC: &[Field] = &[f(Str), f(Array(OFFSET_DELETE_PARTITION))];
 /// group_id, topics.
 const OFFSET_DELETE: &[Field] = &[f(Str), f(Array(OFFSET_DELETE_TOPIC))];
 
-/// include_cluster_authorized_operations, endpoint_type (v1), tagged fields.
-const DESCRIBE_CLUSTER: &[Field] = &[f(I8), since(1, I8), f(TaggedFields)];
+/// include_cluster_authorized_operations, endpoint_type (v1).
+const DESCRIBE_CLUSTER: &[Field] = &[f(I8), since(1, I8)];
 
 /// mechanism.
 const SASL_HANDSHAKE: &[Field] = &[f(Str)];

@@ -1,13 +1,12 @@
 //! Which Kafka APIs the listener serves, and at which versions.
 //!
-//! Non-flexible versions are served, plus ApiVersions v3 (which every modern client sends first),
-//! InitProducerId v2-4 (v3 is where a producer asks for its own session's next epoch) and
-//! DescribeCluster (flexible from its first version): clients negotiate down to them through
-//! ApiVersions, and a shape per version is what the guard walks. Produce is advertised from v0
-//! because older librdkafka turns compression off when a broker's Produce range does not start
-//! there; versions below 3 (message formats before record batches) are still refused. The admin
-//! APIs start where `kafka-protocol` does (CreateTopics v2, DeleteTopics and DescribeConfigs
-//! v1: Kafka 4 dropped the older ones too).
+//! Classic and flexible (KIP-482) versions are served, up to the newest whose meaning
+//! Tailstream keeps whole (`SERVED` names where each stops): clients negotiate down to them
+//! through ApiVersions, and a shape per version is what the guard walks. Produce is advertised
+//! from v0 because older librdkafka turns compression off when a broker's Produce range does
+//! not start there; versions below 3 (message formats before record batches) are still
+//! refused. The admin APIs start where `kafka-protocol` does (CreateTopics v2, DeleteTopics
+//! and DescribeConfigs v1: Kafka 4 dropped the older ones too).
 
 /// A Kafka API this listener serves. Discriminants are Kafka's API keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -40,33 +39,43 @@ pub enum Api {
 }
 
 /// Versions served: (api, advertised min, accepted min, max).
+///
+/// Each maximum is the newest version whose meaning Tailstream keeps whole. Where the next
+/// one up would change it:
+/// - Fetch v13 and Metadata's topic ids: streams have none, so Metadata answers the zero id
+///   and Fetch stays at v12, which names topics; DeleteTopics v6 likewise;
+/// - OffsetFetch v8 and FindCoordinator v4: several groups per request;
+/// - OffsetCommit v9: KIP-848 members;
+/// - DescribeGroups v6 and ListGroups v5: KIP-1043's group types and unknown-group answers;
+/// - Produce v12: KIP-890 transactions;
+/// - ListOffsets v8: tiered storage's offsets.
 const SERVED: &[(Api, i16, i16, i16)] = &[
-    (Api::Produce, 0, 3, 8),
-    (Api::Fetch, 4, 4, 11),
-    (Api::ListOffsets, 1, 1, 5),
-    (Api::Metadata, 0, 0, 8),
-    (Api::OffsetCommit, 2, 2, 7),
-    (Api::OffsetFetch, 1, 1, 5),
-    (Api::FindCoordinator, 0, 0, 2),
-    (Api::JoinGroup, 0, 0, 5),
-    (Api::Heartbeat, 0, 0, 3),
-    (Api::LeaveGroup, 0, 0, 3),
-    (Api::SyncGroup, 0, 0, 3),
-    (Api::DescribeGroups, 0, 0, 4),
-    (Api::ListGroups, 0, 0, 2),
+    (Api::Produce, 0, 3, 11),
+    (Api::Fetch, 4, 4, 12),
+    (Api::ListOffsets, 1, 1, 7),
+    (Api::Metadata, 0, 0, 12),
+    (Api::OffsetCommit, 2, 2, 8),
+    (Api::OffsetFetch, 1, 1, 7),
+    (Api::FindCoordinator, 0, 0, 3),
+    (Api::JoinGroup, 0, 0, 9),
+    (Api::Heartbeat, 0, 0, 4),
+    (Api::LeaveGroup, 0, 0, 5),
+    (Api::SyncGroup, 0, 0, 5),
+    (Api::DescribeGroups, 0, 0, 5),
+    (Api::ListGroups, 0, 0, 4),
     (Api::ApiVersions, 0, 0, 3),
-    (Api::CreateTopics, 2, 2, 4),
-    (Api::DeleteTopics, 1, 1, 3),
+    (Api::CreateTopics, 2, 2, 7),
+    (Api::DeleteTopics, 1, 1, 5),
     (Api::InitProducerId, 0, 0, 4),
-    (Api::OffsetForLeaderEpoch, 2, 2, 3),
-    (Api::DescribeConfigs, 1, 1, 3),
-    (Api::DeleteGroups, 0, 0, 1),
+    (Api::OffsetForLeaderEpoch, 2, 2, 4),
+    (Api::DescribeConfigs, 1, 1, 4),
+    (Api::DeleteGroups, 0, 0, 2),
     (Api::OffsetDelete, 0, 0, 0),
     // v0 handshakes send the exchange's tokens unframed; only v1 (tokens in SaslAuthenticate
     // requests, which every current client sends) is served, as Kafka 4 does. Advertised from
     // v0 all the same: librdkafka turns SASL off on a broker whose range does not start there.
     (Api::SaslHandshake, 0, 1, 1),
-    (Api::SaslAuthenticate, 0, 0, 1),
+    (Api::SaslAuthenticate, 0, 0, 2),
     // Flexible from its first version.
     (Api::DescribeCluster, 0, 0, 1),
 ];
@@ -154,14 +163,36 @@ impl Api {
         (min..=max).contains(&version)
     }
 
-    /// Whether this version of the API is a flexible one (compact strings, tagged fields).
-    fn flexible(self, version: i16) -> bool {
-        match self {
-            Api::ApiVersions => version >= 3,
-            Api::InitProducerId => version >= 2,
-            Api::DescribeCluster => true,
-            _ => false,
-        }
+    /// Whether this version of the API is a flexible one (KIP-482: compact strings and
+    /// arrays, tagged fields), from the first flexible version of each API's schema.
+    pub(crate) fn flexible(self, version: i16) -> bool {
+        let first = match self {
+            Api::Produce => 9,
+            Api::Fetch => 12,
+            Api::ListOffsets => 6,
+            Api::Metadata => 9,
+            Api::OffsetCommit => 8,
+            Api::OffsetFetch => 6,
+            Api::FindCoordinator => 3,
+            Api::JoinGroup => 6,
+            Api::Heartbeat => 4,
+            Api::LeaveGroup => 4,
+            Api::SyncGroup => 4,
+            Api::DescribeGroups => 5,
+            Api::ListGroups => 3,
+            Api::ApiVersions => 3,
+            Api::CreateTopics => 5,
+            Api::DeleteTopics => 4,
+            Api::InitProducerId => 2,
+            Api::OffsetForLeaderEpoch => 4,
+            Api::DescribeConfigs => 4,
+            Api::DeleteGroups => 2,
+            Api::SaslAuthenticate => 2,
+            Api::DescribeCluster => 0,
+            // No flexible version exists.
+            Api::OffsetDelete | Api::SaslHandshake => return false,
+        };
+        version >= first
     }
 
     /// The request header version: 2 (flexible, with tagged fields) for a flexible version,
@@ -197,7 +228,13 @@ mod tests {
         assert_eq!(Api::Produce.advertised().0, 0);
         assert!(!Api::Produce.accepts(2));
         assert!(Api::Produce.accepts(3));
-        assert!(!Api::Fetch.accepts(12), "flexible versions are not served");
+        assert!(
+            Api::Fetch.accepts(12) && !Api::Fetch.accepts(13),
+            "topic ids are not"
+        );
+        assert_eq!(Api::Fetch.request_header_version(12), 2);
+        assert_eq!(Api::Fetch.response_header_version(12), 1);
+        assert_eq!(Api::Fetch.response_header_version(11), 0);
         assert_eq!(Api::InitProducerId.request_header_version(3), 2);
         assert_eq!(Api::InitProducerId.response_header_version(3), 1);
         assert_eq!(Api::ApiVersions.response_header_version(3), 0);

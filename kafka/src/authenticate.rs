@@ -11,9 +11,9 @@
 
 use crate::authenticator::{Authenticator, DERIVATION_WAIT, Mechanism};
 use crate::frames::{Phase, read_frame, write_answer};
-use crate::handlers::api_versions;
 use crate::handlers::sasl::{authenticate_refused, handshake_refused};
 use crate::handlers::{Answer, Body, encode};
+use crate::handlers::{api_versions, headed};
 use crate::shared::{ConnectionLimits, Kafka};
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
@@ -129,7 +129,7 @@ pub(crate) async fn authenticate(
             if matches!(step, Step::Authenticated(..)) && !standing.proven() {
                 return Err(Closed::Evicted);
             }
-            send(out, correlation_id, answer).await?;
+            send(out, correlation_id, headed(api, version, answer)).await?;
             match step {
                 Step::Continue(next) => stage = next,
                 Step::Authenticated(user, stored_key) => {

@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tailstream_auth::Principal;
 use tailstream_config::KafkaConfig;
+use tailstream_identity::Access;
 use tailstream_stubs::{CoordinatorClient, StubError};
-use tailstream_wire::messages::{StreamConfig, StreamMetadata};
+use tailstream_wire::messages::{AclOperation, StreamConfig, StreamMetadata};
 use tailstream_wire::{LogId, Status, StreamId, StreamletId};
 
 /// Topics cached at most: beyond it, the cache starts afresh (a bound, not a policy).
@@ -127,6 +128,23 @@ impl Topics {
             return Ok(metadata);
         }
         self.fresh(name, create).await
+    }
+
+    /// What routing needs of `name` (cached, never creating it) if `access` allows
+    /// `operation` on it; else the refusal the client is owed (see `errors::topic_denied`).
+    pub async fn route_if(
+        &self,
+        access: &Access,
+        operation: AclOperation,
+        name: &str,
+    ) -> Result<Arc<StreamMetadata>, TopicError> {
+        if !access.topic(operation, name) {
+            return Err(TopicError {
+                code: crate::errors::topic_denied(access),
+                message: String::new(),
+            });
+        }
+        self.route(name, None).await
     }
 
     /// `name` as the coordinator has it now (owners and their states too), creating it if it

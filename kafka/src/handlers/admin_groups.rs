@@ -35,7 +35,7 @@ pub(crate) fn list(
     kafka: Arc<Kafka>,
     access: Access,
     version: i16,
-    _request: ListGroupsRequest,
+    request: ListGroupsRequest,
 ) -> Answer {
     Answer::Later(Box::pin(async move {
         let spread = listing_spread(&kafka);
@@ -46,6 +46,10 @@ pub(crate) fn list(
             AclResource::Cluster,
             tailstream_auth::acl::CLUSTER,
         );
+        // v4's filter: the states asked for (Kafka compares them ignoring case), or all.
+        let states = &request.states_filter;
+        let wanted =
+            |state: &str| states.is_empty() || states.iter().any(|s| s.eq_ignore_ascii_case(state));
         let response = match kafka.group_calls.describe_groups(Vec::new()).await {
             Ok(answer) => ListGroupsResponse::default().with_groups(
                 answer
@@ -53,10 +57,12 @@ pub(crate) fn list(
                     .into_iter()
                     .filter(|g| every || access.group(AclOperation::Describe, &g.group))
                     .filter(|g| lists_here(&spread, &g.group))
+                    .filter(|g| wanted(g.phase.kafka_name()))
                     .map(|g| {
                         ListedGroup::default()
                             .with_group_id(GroupId(str_bytes(&g.group)))
                             .with_protocol_type(str_bytes(&g.protocol_type))
+                            .with_group_state(str_bytes(g.phase.kafka_name()))
                     })
                     .collect(),
             ),

@@ -9,6 +9,7 @@ use super::{Answer, encode, str_bytes};
 use crate::shared::Kafka;
 use crate::topic_configs::{Refusal, described, stream_shape};
 use kafka_protocol::ResponseError;
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::describe_configs_response::{
@@ -87,25 +88,18 @@ pub(crate) fn create(
                     "manual replica assignment is not supported: the coordinator places streamlets",
                 ))
             } else {
-                let configs: Vec<(String, Option<String>)> = topic
-                    .configs
-                    .iter()
-                    .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
-                    .collect();
-                create_one(
-                    &kafka,
-                    &principal,
-                    &name,
-                    topic.num_partitions,
-                    topic.replication_factor,
-                    &configs,
-                    request.validate_only,
-                )
-                .await
+                let asked = Creation {
+                    version,
+                    validate_only: request.validate_only,
+                };
+                create_one(&kafka, &principal, asked, &topic).await
             };
             let result = CreatableTopicResult::default().with_name(topic.name);
             results.push(match outcome {
-                Ok(()) => result,
+                // v5 on tell what was made (without its configs, which DescribeConfigs lists).
+                Ok(made) => result
+                    .with_num_partitions(made.partitions)
+                    .with_replication_factor(made.replication_factor),
                 Err(refused) => {
                     tracing::info!(topic = name, error = %refused.message, "CreateTopics refused");
                     result
@@ -123,15 +117,31 @@ pub(crate) fn create(
     }))
 }
 
+/// How a CreateTopics asked.
+#[derive(Clone, Copy)]
+struct Creation {
+    version: i16,
+    validate_only: bool,
+}
+
+/// What a CreateTopics made (or would make, validating only), in Kafka's terms.
+struct Made {
+    partitions: i32,
+    replication_factor: i16,
+}
+
 async fn create_one(
     kafka: &Kafka,
     principal: &Principal,
-    name: &str,
-    partitions: i32,
-    replication_factor: i16,
-    configs: &[(String, Option<String>)],
-    validate_only: bool,
-) -> Result<(), Refusal> {
+    asked: Creation,
+    topic: &CreatableTopic,
+) -> Result<Made, Refusal> {
+    let name = topic.name.as_str();
+    let configs: Vec<(String, Option<String>)> = topic
+        .configs
+        .iter()
+        .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
+        .collect();
     let brokers = kafka
         .coordinator
         .list_brokers()
@@ -141,9 +151,9 @@ async fn create_one(
     let (defaults, default_streamlets) = kafka.topics.defaults();
     let default_replicas = tailstream_config::default_replicas(live);
     let shape = stream_shape(
-        partitions,
-        replication_factor,
-        configs,
+        topic.num_partitions,
+        topic.replication_factor,
+        &configs,
         defaults,
         default_streamlets,
         default_replicas,
@@ -158,22 +168,36 @@ async fn create_one(
             ),
         ));
     }
-    if validate_only {
+    let made = Made {
+        partitions: i32::try_from(
+            shape
+                .streamlets
+                .saturating_mul(shape.config.logs_per_streamlet),
+        )
+        .unwrap_or(i32::MAX),
+        replication_factor: i16::try_from(shape.config.replicas + 1).unwrap_or(i16::MAX),
+    };
+    if asked.validate_only {
         // What a create would also be refused for: the name taken.
         return match kafka.coordinator.refresh_stream(name).await {
             Ok(_) => Err(refusal(
                 ResponseError::TopicAlreadyExists,
                 format!("topic {name:?} already exists"),
             )),
-            Err(error) if error.status() == Some(Status::UnknownStream) => Ok(()),
+            Err(error) if error.status() == Some(Status::UnknownStream) => Ok(made),
             Err(error) => Err(stream_refusal(&error)),
         };
     }
     if !kafka.topics.charge_creation(principal) {
-        // THROTTLING_QUOTA_EXCEEDED is CreateTopics v6's (not served): a policy refusal with
-        // its reason instead.
+        // THROTTLING_QUOTA_EXCEEDED came with v6 (clients retry it); before, a policy refusal
+        // with its reason.
+        let code = if asked.version >= 6 {
+            ResponseError::ThrottlingQuotaExceeded
+        } else {
+            ResponseError::PolicyViolation
+        };
         return Err(refusal(
-            ResponseError::PolicyViolation,
+            code,
             format!(
                 "{principal}'s topic creation budget on this broker is spent (kafka.auto_creates_per_second)"
             ),
@@ -193,7 +217,7 @@ async fn create_one(
         "topic created (CreateTopics)"
     );
     kafka.topics.forget(&created.name);
-    Ok(())
+    Ok(made)
 }
 
 pub(crate) fn delete(

@@ -8,7 +8,6 @@ use super::Answer;
 use crate::errors::{NONE, data_error_code};
 use crate::leader_epochs::{check, leader_epoch};
 use crate::shared::Kafka;
-use crate::topics::TopicError;
 use crate::topics::{Partition, partition};
 use futures::FutureExt;
 use futures::future::select_all;
@@ -57,14 +56,10 @@ pub(crate) fn answer(
         let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
         let mut wanted = Vec::with_capacity(request.topics.len());
         for topic in request.topics {
-            let stream = if access.topic(AclOperation::Read, topic.topic.as_str()) {
-                kafka.topics.route(topic.topic.as_str(), None).await
-            } else {
-                Err(TopicError {
-                    code: crate::errors::topic_denied(&access),
-                    message: String::new(),
-                })
-            };
+            let stream = kafka
+                .topics
+                .route_if(&access, AclOperation::Read, topic.topic.as_str())
+                .await;
             let partitions = topic
                 .partitions
                 .into_iter()

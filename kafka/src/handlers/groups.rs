@@ -66,6 +66,8 @@ pub(crate) fn join(
                 .with_member_id(str_bytes(&member_id));
             return encode(&response, version);
         }
+        // v7 answers it back; a group's members all joined with the same one.
+        let protocol_type = request.protocol_type.clone();
         let native = native::GroupJoinRequest {
             group: request.group_id.as_str().to_owned(),
             member_id: member_id.clone(),
@@ -88,6 +90,7 @@ pub(crate) fn join(
             Ok(joined) => JoinGroupResponse::default()
                 .with_generation_id(i32::try_from(joined.generation).unwrap_or(i32::MAX))
                 .with_protocol_name(Some(str_bytes(&joined.protocol)))
+                .with_protocol_type(Some(protocol_type))
                 .with_leader(str_bytes(&joined.leader))
                 .with_member_id(str_bytes(&joined.member_id))
                 .with_members(

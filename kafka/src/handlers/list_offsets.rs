@@ -7,7 +7,6 @@ use super::{Answer, encode};
 use crate::errors::{NONE, data_error_code};
 use crate::leader_epochs::{check, leader_epoch};
 use crate::shared::Kafka;
-use crate::topics::TopicError;
 use crate::topics::partition;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::list_offsets_response::{
@@ -32,14 +31,10 @@ pub(crate) fn answer(
     Answer::Later(Box::pin(async move {
         let mut topics = Vec::with_capacity(request.topics.len());
         for topic in request.topics {
-            let stream = if access.topic(AclOperation::Describe, topic.name.as_str()) {
-                kafka.topics.route(topic.name.as_str(), None).await
-            } else {
-                Err(TopicError {
-                    code: crate::errors::topic_denied(&access),
-                    message: String::new(),
-                })
-            };
+            let stream = kafka
+                .topics
+                .route_if(&access, AclOperation::Describe, topic.name.as_str())
+                .await;
             let partitions = topic
                 .partitions
                 .iter()

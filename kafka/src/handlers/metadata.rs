@@ -8,6 +8,7 @@ use crate::leader_epochs::leader_epoch;
 use crate::shared::{Advertised, Kafka};
 use crate::topics::TopicError;
 use kafka_protocol::ResponseError;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
@@ -74,17 +75,20 @@ pub(crate) fn answer(
                 message: String::new(),
             };
             for wanted in request.topics.iter().flatten() {
-                if let Some(name) = wanted.name.as_ref() {
-                    topics.push(match by_name.get(name.as_str()) {
-                        _ if !describes(name.as_str()) => failed_topic(name.as_str(), &denied),
-                        Some(stream) => topic(stream, version),
-                        None => failed_topic(name.as_str(), &unknown),
-                    });
-                }
+                let Some(name) = wanted.name.as_ref() else {
+                    topics.push(unknown_id(wanted));
+                    continue;
+                };
+                topics.push(match by_name.get(name.as_str()) {
+                    _ if !describes(name.as_str()) => failed_topic(name.as_str(), &denied),
+                    Some(stream) => topic(stream, version),
+                    None => failed_topic(name.as_str(), &unknown),
+                });
             }
         } else {
             for wanted in request.topics.iter().flatten() {
                 let Some(name) = wanted.name.as_ref() else {
+                    topics.push(unknown_id(wanted));
                     continue;
                 };
                 if !describes(name.as_str()) {
@@ -113,6 +117,14 @@ pub(crate) fn answer(
         }
         encode(&response, version)
     }))
+}
+
+/// A topic asked for by id alone (v12): streams have no topic ids (Metadata answers the zero
+/// id), so none is known.
+fn unknown_id(wanted: &MetadataRequestTopic) -> MetadataResponseTopic {
+    MetadataResponseTopic::default()
+        .with_topic_id(wanted.topic_id)
+        .with_error_code(ResponseError::UnknownTopicId.code())
 }
 
 /// Live brokers that run a Kafka listener.

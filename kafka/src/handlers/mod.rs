@@ -143,6 +143,12 @@ pub(crate) async fn dispatch(
             "this connection is not in an authentication exchange",
         ),
     };
+    headed(api, version, answer)
+}
+
+/// `answer` with what its response header needs beyond the correlation id (which the
+/// connection's writer writes): for a flexible version (header v1), its tagged fields.
+pub(crate) fn headed(api: Api, version: i16, answer: Answer) -> Answer {
     if api.response_header_version(version) >= 1 {
         with_tagged_header(answer)
     } else {
@@ -151,7 +157,7 @@ pub(crate) async fn dispatch(
 }
 
 /// A flexible version's response header (v1) ends with tagged fields after the correlation
-/// id, which the connection's writer does not write: none, one zero byte, ahead of the body.
+/// id: none, one zero byte, ahead of the body.
 fn with_tagged_header(answer: Answer) -> Answer {
     fn prepend(body: Body) -> Body {
         body.map(|mut parts| {
