@@ -146,7 +146,7 @@ pub async fn run(config: Config, coordinator: &str, command: ClusterCommand) -> 
             ms(r.rereplicate_ms),
             ms(r.lease_wait_ms),
             ms(r.total_ms),
-            super::human::human_bytes(r.bytes),
+            tailstream_cli::human::human_bytes(r.bytes),
             r.segments_adopted,
             r.segments_copied,
             if r.lost.is_empty() {

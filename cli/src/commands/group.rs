@@ -62,7 +62,7 @@ pub async fn run(config: Config, coordinator: &str, command: GroupCommand) -> Re
                     "{name}: {count} members (generation {generation}), {} partitions committed, \
                      lag {}",
                     rows.len(),
-                    total_lag(rows).map_or("unknown".into(), super::human::human_count),
+                    total_lag(rows).map_or("unknown".into(), tailstream_cli::human::human_count),
                 );
             }
         }
@@ -110,7 +110,7 @@ pub fn print_lag(rows: &[PartitionLagInfo]) {
         println!(
             "  consumer group {group} on {}: lag {}",
             rows.first().map_or("", |r| r.stream.as_str()),
-            total_lag(&rows).map_or("unknown".into(), super::human::human_count)
+            total_lag(&rows).map_or("unknown".into(), tailstream_cli::human::human_count)
         );
         for row in rows {
             println!(

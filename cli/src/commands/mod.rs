@@ -5,7 +5,6 @@ pub mod cluster;
 pub mod consume;
 pub mod dev;
 pub mod group;
-pub mod human;
 pub mod produce;
 pub mod stream;
 pub mod user;

@@ -1,8 +1,8 @@
 //! `tailstream stream create|list|describe`.
 
-use super::human::{human_bytes, human_count};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
+use tailstream_cli::human::{human_bytes, human_count};
 use tailstream_client::{
     Client, LogGroups, LogReplicaSet, PartitionLagInfo, PlacementState, StreamMetadata, StreamletId,
 };
