@@ -99,6 +99,23 @@ impl Client {
             .await?)
     }
 
+    /// Grows stream `name` to `streamlets` streamlets (Kafka's CreatePartitions): the new
+    /// ones are placed like a creation's and existing records stay where they are. Producers
+    /// and consumers made after it see them (those running keep the count they started with,
+    /// and a group member picks them up when its group rebalances). Asking for the count the
+    /// stream has changes nothing; fewer is refused.
+    pub async fn add_streamlets(
+        &self,
+        name: &str,
+        streamlets: u32,
+    ) -> Result<Arc<StreamMetadata>, ClientError> {
+        Ok(self
+            .cluster
+            .coordinator()
+            .add_streamlets(name, streamlets)
+            .await?)
+    }
+
     /// Stream `name`'s settings and where its streamlets are (fresh from the coordinator).
     pub async fn describe_stream(&self, name: &str) -> Result<Arc<StreamMetadata>, ClientError> {
         self.cluster.refresh_stream(name).await

@@ -100,6 +100,8 @@ pub struct ServiceSettings {
 mod access;
 #[path = "service_offsets.rs"]
 mod offsets;
+#[path = "service_streams.rs"]
+mod streams;
 #[path = "service_users.rs"]
 mod users;
 
@@ -638,6 +640,7 @@ impl CoordinatorService {
                 Reply::Ready(self.producer_id_binding_key())
             }
             (_, Opcode::CreateStream) => self.create_stream(request.body),
+            (_, Opcode::AddStreamlets) => self.add_streamlets(request.body),
             (_, Opcode::DescribeStream) => ready(self.describe_stream(request.body)),
             (_, Opcode::DeleteStream) => self.delete_stream(request.body),
             (_, Opcode::DescribeLeadership) => {

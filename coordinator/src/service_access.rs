@@ -18,10 +18,10 @@ use tailstream_auth::acl::{Access, CLUSTER, rules_of};
 use tailstream_net::scram_server::CredentialSource;
 use tailstream_net::{Request, Response};
 use tailstream_wire::messages::{
-    AclOperation, AclResource, CreateStreamRequest, DeleteGroupsRequest, DeleteStreamRequest,
-    DescribeStreamRequest, GroupHeartbeatRequest, GroupJoinRequest, GroupLeaveRequest,
-    GroupSyncRequest, ListStreamsResponse, OffsetCommitRequest, OffsetDeleteRequest,
-    OffsetFetchRequest, OffsetFetchResponse, ScramCredential,
+    AclOperation, AclResource, AddStreamletsRequest, CreateStreamRequest, DeleteGroupsRequest,
+    DeleteStreamRequest, DescribeStreamRequest, GroupHeartbeatRequest, GroupJoinRequest,
+    GroupLeaveRequest, GroupSyncRequest, ListStreamsResponse, OffsetCommitRequest,
+    OffsetDeleteRequest, OffsetFetchRequest, OffsetFetchResponse, ScramCredential,
 };
 use tailstream_wire::{Decode, Opcode, Status};
 
@@ -117,6 +117,11 @@ impl CoordinatorService {
             Opcode::DeleteStream => {
                 let request: DeleteStreamRequest = decode(body())?;
                 stream(AclOperation::Delete, &request.name)
+            }
+            // Kafka's CreatePartitions needs Alter on the topic.
+            Opcode::AddStreamlets => {
+                let request: AddStreamletsRequest = decode(body())?;
+                stream(AclOperation::Alter, &request.name)
             }
             Opcode::GroupJoin => group(&decode::<GroupJoinRequest>(body())?.group),
             Opcode::GroupSync => group(&decode::<GroupSyncRequest>(body())?.group),

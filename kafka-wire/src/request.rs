@@ -6,12 +6,12 @@ use super::shapes::request_shape;
 use super::versions::Api;
 use bytes::Bytes;
 use kafka_protocol::messages::{
-    ApiVersionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteTopicsRequest,
-    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, FetchRequest,
-    FindCoordinatorRequest, HeartbeatRequest, InitProducerIdRequest, JoinGroupRequest,
-    LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
-    OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest,
-    SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
+    ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest,
+    DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
+    FetchRequest, FindCoordinatorRequest, HeartbeatRequest, InitProducerIdRequest,
+    JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest,
+    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest,
+    ProduceRequest, SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::Decodable;
 use thiserror::Error;
@@ -46,6 +46,7 @@ pub enum RequestBody {
     DeleteTopics(DeleteTopicsRequest),
     InitProducerId(InitProducerIdRequest),
     DescribeConfigs(DescribeConfigsRequest),
+    CreatePartitions(CreatePartitionsRequest),
     DeleteGroups(DeleteGroupsRequest),
     OffsetDelete(OffsetDeleteRequest),
     OffsetForLeaderEpoch(OffsetForLeaderEpochRequest),
@@ -190,6 +191,7 @@ pub fn decode_request(frame: Bytes) -> Result<Decoded, DecodeError> {
         DeleteTopics => DeleteTopicsRequest,
         InitProducerId => InitProducerIdRequest,
         DescribeConfigs => DescribeConfigsRequest,
+        CreatePartitions => CreatePartitionsRequest,
         DeleteGroups => DeleteGroupsRequest,
         OffsetDelete => OffsetDeleteRequest,
         OffsetForLeaderEpoch => OffsetForLeaderEpochRequest,

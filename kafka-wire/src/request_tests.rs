@@ -2,6 +2,9 @@
 
 use super::*;
 use bytes::BytesMut;
+use kafka_protocol::messages::create_partitions_request::{
+    CreatePartitionsAssignment, CreatePartitionsTopic,
+};
 use kafka_protocol::messages::create_topics_request::{
     CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
 };
@@ -181,6 +184,21 @@ fn sample(api: Api) -> RequestBody {
                 2
             ]))
         }
+        Api::CreatePartitions => {
+            let topic = CreatePartitionsTopic::default()
+                .with_name(topic("t"))
+                .with_count(8)
+                .with_assignments(Some(vec![
+                    CreatePartitionsAssignment::default()
+                        .with_broker_ids(vec![BrokerId(1); 2]);
+                    2
+                ]));
+            RequestBody::CreatePartitions(
+                CreatePartitionsRequest::default()
+                    .with_topics(vec![topic; 2])
+                    .with_validate_only(true),
+            )
+        }
         Api::DeleteGroups => {
             RequestBody::DeleteGroups(DeleteGroupsRequest::default().with_groups_names(vec![
                 GroupId(
@@ -254,6 +272,7 @@ fn encode_body(body: &RequestBody, version: i16, out: &mut BytesMut) {
         RequestBody::DeleteTopics(r) => r.encode(out, version),
         RequestBody::InitProducerId(r) => r.encode(out, version),
         RequestBody::DescribeConfigs(r) => r.encode(out, version),
+        RequestBody::CreatePartitions(r) => r.encode(out, version),
         RequestBody::DeleteGroups(r) => r.encode(out, version),
         RequestBody::OffsetDelete(r) => r.encode(out, version),
         RequestBody::OffsetForLeaderEpoch(r) => r.encode(out, version),

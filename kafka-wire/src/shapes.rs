@@ -236,6 +236,13 @@ const LEADER_EPOCH_TOPIC: &[Field] = &[f(Str), f(Array(LEADER_EPOCH_PARTITION))]
 /// replica_id (v3), topics.
 const OFFSET_FOR_LEADER_EPOCH: &[Field] = &[since(3, I32), f(Array(LEADER_EPOCH_TOPIC))];
 
+/// broker_ids (one assignment per new partition).
+const CREATE_PARTITIONS_ASSIGNMENT: &[Field] = &[f(I32s)];
+/// name, count, assignments.
+const CREATE_PARTITIONS_TOPIC: &[Field] = &[f(Str), f(I32), f(Array(CREATE_PARTITIONS_ASSIGNMENT))];
+/// topics, timeout_ms, validate_only.
+const CREATE_PARTITIONS: &[Field] = &[f(Array(CREATE_PARTITIONS_TOPIC)), f(I32), f(I8)];
+
 /// groups_names.
 const DELETE_GROUPS: &[Field] = &[f(Strs)];
 
@@ -275,6 +282,7 @@ pub(crate) fn request_shape(api: Api) -> &'static [Field] {
         Api::DeleteTopics => DELETE_TOPICS,
         Api::InitProducerId => INIT_PRODUCER_ID,
         Api::DescribeConfigs => DESCRIBE_CONFIGS,
+        Api::CreatePartitions => CREATE_PARTITIONS,
         Api::DeleteGroups => DELETE_GROUPS,
         Api::OffsetForLeaderEpoch => OFFSET_FOR_LEADER_EPOCH,
         Api::OffsetDelete => OFFSET_DELETE,

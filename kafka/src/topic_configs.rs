@@ -15,6 +15,7 @@
 //!   share keeps less than `retention.bytes`: the bound is the streamlet's, not each log's.
 //! - Kafka's -1 ("unlimited") is the stream's 0.
 
+use kafka_protocol::ResponseError;
 use tailstream_config::{REPLICAS_MAX, STREAMLETS_MAX};
 use tailstream_wire::messages::StreamConfig;
 
@@ -238,6 +239,41 @@ pub(crate) fn described(config: &StreamConfig) -> Vec<(&'static str, String, boo
     ]
 }
 
+/// The streamlet count a CreatePartitions for `count` partitions grows a stream of
+/// `streamlets` streamlets of `logs` logs to: partitions come in streamlets (a new streamlet
+/// brings Q new partitions, numbered after the existing ones), so `count` must be a multiple
+/// of Q above the current count.
+pub(crate) fn grown_streamlets(streamlets: u32, logs: u32, count: i32) -> Result<u32, Refusal> {
+    let logs = logs.max(1);
+    let current = u64::from(streamlets) * u64::from(logs);
+    let invalid = |message: String| refused(ResponseError::InvalidPartitions, message);
+    let count = u64::try_from(count).unwrap_or(0);
+    if count == current {
+        return Err(invalid(format!(
+            "the topic already has {current} partitions"
+        )));
+    }
+    if count < current {
+        return Err(invalid(format!(
+            "the topic has {current} partitions, more than the {count} asked for: a topic never shrinks"
+        )));
+    }
+    if count % u64::from(logs) != 0 {
+        return Err(invalid(format!(
+            "partitions come in streamlets of {logs} logs ({LOGS_PER_STREAMLET}): ask for a multiple of {logs}, such as {}",
+            current + u64::from(logs)
+        )));
+    }
+    let grown = count / u64::from(logs);
+    if grown > u64::from(STREAMLETS_MAX) {
+        return Err(invalid(format!(
+            "{count} partitions would be {grown} streamlets of {logs} logs; at most {STREAMLETS_MAX} streamlets"
+        )));
+    }
+    // At most STREAMLETS_MAX, just checked.
+    Ok(grown as u32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,5 +409,21 @@ mod tests {
                 .code,
             ResponseError::InvalidConfig
         );
+    }
+
+    #[test]
+    fn partitions_grow_by_whole_streamlets_and_never_shrink() {
+        assert_eq!(grown_streamlets(3, 4, 20).ok(), Some(5));
+        assert_eq!(grown_streamlets(1, 1, 7).ok(), Some(7));
+        let refused = |streamlets, logs, count| {
+            let refusal = grown_streamlets(streamlets, logs, count).unwrap_err();
+            assert_eq!(refusal.code, ResponseError::InvalidPartitions);
+            refusal.message
+        };
+        assert!(refused(3, 4, 12).contains("already has 12"));
+        assert!(refused(3, 4, 8).contains("never shrinks"));
+        assert!(refused(3, 4, -1).contains("never shrinks"));
+        assert!(refused(3, 4, 14).contains("such as 16"));
+        assert!(refused(1, 1, i32::MAX).contains("at most"));
     }
 }

@@ -1,15 +1,17 @@
 //! Topics as Kafka clients see them: a topic is a stream; partition `streamlet * Q + log` is
 //! one log of one streamlet (only a log has its own record offsets), and its leader is the
-//! streamlet's owner. Stream metadata comes from the coordinator; what routing needs never
-//! changes once a stream exists (its id, Q, its streamlet count), so that is cached, while a
-//! Metadata request asks the coordinator afresh (owners move when a broker crashes).
+//! streamlet's owner. Stream metadata comes from the coordinator. What routing needs (its id,
+//! Q, its streamlet count) is cached: the id and Q never change, and the count only grows
+//! (CreatePartitions), so a request for a partition past the cached count asks the
+//! coordinator again, at most once per `GROWTH_CHECK_INTERVAL` per topic. A Metadata request
+//! asks afresh every time (owners move when a broker crashes).
 
 use crate::budget::BucketsByPrincipal;
 use crate::errors::cluster_error_code;
 use kafka_protocol::ResponseError;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tailstream_auth::Principal;
 use tailstream_config::KafkaConfig;
 use tailstream_identity::Access;
@@ -19,6 +21,11 @@ use tailstream_wire::{LogId, Status, StreamId, StreamletId};
 
 /// Topics cached at most: beyond it, the cache starts afresh (a bound, not a policy).
 const CACHED_TOPICS_MAX: usize = 4096;
+
+/// How often a request naming a partition past a topic's cached count makes the broker ask
+/// the coordinator whether the topic grew: clients that name partitions that do not exist
+/// cost the coordinator one question per topic per interval, whatever their rate.
+const GROWTH_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Where a Kafka partition lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,7 +60,8 @@ pub(crate) fn partition_count(metadata: &StreamMetadata) -> i32 {
 #[derive(Debug)]
 pub(crate) struct Topics {
     coordinator: Arc<CoordinatorClient>,
-    cache: Mutex<HashMap<String, Arc<StreamMetadata>>>,
+    /// Each topic's metadata and when it was fetched.
+    cache: Mutex<HashMap<String, (Arc<StreamMetadata>, Instant)>>,
     auto_create: bool,
     auto_create_streamlets: u32,
     /// This broker's auto-creations, per principal: a client that names new topics without
@@ -101,7 +109,7 @@ impl Topics {
         }
     }
 
-    fn cached(&self, name: &str) -> Option<Arc<StreamMetadata>> {
+    fn cached(&self, name: &str) -> Option<(Arc<StreamMetadata>, Instant)> {
         self.cache
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -114,17 +122,22 @@ impl Topics {
         if cache.len() >= CACHED_TOPICS_MAX {
             cache.clear();
         }
-        cache.insert(metadata.name.clone(), metadata);
+        cache.insert(metadata.name.clone(), (metadata, Instant::now()));
     }
 
     /// What routing needs of `name` (cached), creating the topic if it does not exist and
-    /// `create` names who may (with auto-creation on; charged to their budget).
+    /// `create` names who may (with auto-creation on; charged to their budget). `highest` is
+    /// the highest partition the request names: past the cached count, the topic may have
+    /// grown since it was cached (see the module's note).
     pub async fn route(
         &self,
         name: &str,
         create: Option<&Principal>,
+        highest: i32,
     ) -> Result<Arc<StreamMetadata>, TopicError> {
-        if let Some(metadata) = self.cached(name) {
+        if let Some((metadata, fetched)) = self.cached(name)
+            && (highest < partition_count(&metadata) || fetched.elapsed() < GROWTH_CHECK_INTERVAL)
+        {
             return Ok(metadata);
         }
         self.fresh(name, create).await
@@ -137,6 +150,7 @@ impl Topics {
         access: &Access,
         operation: AclOperation,
         name: &str,
+        highest: i32,
     ) -> Result<Arc<StreamMetadata>, TopicError> {
         if !access.topic(operation, name) {
             return Err(TopicError {
@@ -144,7 +158,7 @@ impl Topics {
                 message: String::new(),
             });
         }
-        self.route(name, None).await
+        self.route(name, None, highest).await
     }
 
     /// `name` as the coordinator has it now (owners and their states too), creating it if it

@@ -11,16 +11,17 @@ use std::time::Duration;
 use tailstream_config::ClientConfig;
 use tailstream_net::{RpcClientConfig, RpcPool};
 use tailstream_wire::messages::{
-    AclChangeRequest, AclRule, AllocateProducerIdRequest, AllocateProducerIdResponse, BrokerInfo,
-    CreateStreamRequest, CreateUserRequest, DeleteGroupsRequest, DeleteGroupsResponse,
-    DeleteStreamRequest, DeleteUserRequest, DescribeConsumerGroupsResponse, DescribeGroupsRequest,
-    DescribeGroupsResponse, DescribeLeadershipResponse, DescribeStreamRequest, Empty,
-    GroupHeartbeatRequest, GroupJoinRequest, GroupJoinResponse, GroupLeaveRequest, GroupRemoval,
-    GroupSyncRequest, GroupSyncResponse, ListAclsResponse, ListBrokersResponse,
-    ListRecoveriesResponse, ListStreamsResponse, ListUsersResponse, LookupCredentialsRequest,
-    LookupCredentialsResponse, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest,
-    OffsetFetchResponse, ProducerIdBindingKeyResponse, ProducerSession, RecoverySummary,
-    ScramCredential, SecurityListRequest, StreamConfig, StreamMetadata, UserSummary,
+    AclChangeRequest, AclRule, AddStreamletsRequest, AllocateProducerIdRequest,
+    AllocateProducerIdResponse, BrokerInfo, CreateStreamRequest, CreateUserRequest,
+    DeleteGroupsRequest, DeleteGroupsResponse, DeleteStreamRequest, DeleteUserRequest,
+    DescribeConsumerGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+    DescribeLeadershipResponse, DescribeStreamRequest, Empty, GroupHeartbeatRequest,
+    GroupJoinRequest, GroupJoinResponse, GroupLeaveRequest, GroupRemoval, GroupSyncRequest,
+    GroupSyncResponse, ListAclsResponse, ListBrokersResponse, ListRecoveriesResponse,
+    ListStreamsResponse, ListUsersResponse, LookupCredentialsRequest, LookupCredentialsResponse,
+    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, OffsetFetchResponse,
+    ProducerIdBindingKeyResponse, ProducerSession, RecoverySummary, ScramCredential,
+    SecurityListRequest, StreamConfig, StreamMetadata, UserSummary,
 };
 use tailstream_wire::{Decode, Encode, Opcode, Status};
 
@@ -150,6 +151,21 @@ impl CoordinatorClient {
             config,
         };
         let metadata: StreamMetadata = self.call(Opcode::CreateStream, &request).await?;
+        self.cache(metadata)
+    }
+
+    /// Grows a stream to `streamlets` streamlets (the same count again changes nothing, so a
+    /// retry is harmless) and caches its metadata.
+    pub async fn add_streamlets(
+        &self,
+        name: &str,
+        streamlets: u32,
+    ) -> Result<Arc<StreamMetadata>, StubError> {
+        let request = AddStreamletsRequest {
+            name: name.to_string(),
+            streamlets,
+        };
+        let metadata: StreamMetadata = self.call(Opcode::AddStreamlets, &request).await?;
         self.cache(metadata)
     }
 

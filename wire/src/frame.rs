@@ -114,6 +114,8 @@ opcodes! {
     RemoveAcl = 35,
     /// → coordinator: every access control rule (brokers enforce them).
     ListAcls = 36,
+    /// Client → coordinator: grow a stream to more streamlets (answered with its metadata).
+    AddStreamlets = 37,
     /// Client → broker: append one record batch to a streamlet.
     Produce = 30,
     /// Client → broker: read committed entries of one segment of a group.

@@ -1,4 +1,4 @@
-//! `tailstream stream create|list|describe`.
+//! `tailstream stream create|alter|list|describe|delete`.
 
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
@@ -12,6 +12,15 @@ use tailstream_config::Config;
 pub enum StreamCommand {
     /// Create a stream.
     Create(CreateArgs),
+    /// Grow a stream to more streamlets (existing records stay where they are; settings are
+    /// fixed at creation).
+    Alter {
+        name: String,
+        /// The stream's new streamlet count: more than it has (the same count changes
+        /// nothing).
+        #[arg(long)]
+        streamlets: u32,
+    },
     /// List streams.
     List {
         /// One JSON object per stream.
@@ -104,6 +113,13 @@ pub async fn run(config: Config, coordinator: &str, command: StreamCommand) -> R
                 .await
                 .map_err(|e| e.to_string())?;
             print_stream(&created);
+        }
+        StreamCommand::Alter { name, streamlets } => {
+            let grown = cluster
+                .add_streamlets(&name, streamlets)
+                .await
+                .map_err(|e| e.to_string())?;
+            print_stream(&grown);
         }
         StreamCommand::List { json } => {
             for stream in cluster.list_streams().await.map_err(|e| e.to_string())? {

@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use common::{TEST_TIMEOUT, TestCluster};
+use common::{TEST_TIMEOUT, TestCluster, wait_until_serving};
 use std::time::Duration;
 use tailstream_client::ClientError;
 use tailstream_wire::Status;
@@ -40,6 +40,84 @@ async fn coordinator_metadata_survives_a_kill_and_restart() {
             .unwrap();
         let ack = producer.send(None, b"after restart").await.unwrap();
         ack.await.unwrap();
+        test.stop().await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grown_stream_keeps_its_records_and_serves_its_new_streamlets_after_a_restart() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let mut test = TestCluster::start(2, "").await;
+        let (ok, _, err) = test
+            .cli(&["stream", "create", "growing", "--streamlets", "1"], b"")
+            .await;
+        assert!(ok, "{err}");
+        let before: String = (0..100).map(|i| format!("{i}\n")).collect();
+        let (ok, _, err) = test.cli(&["produce", "growing"], before.as_bytes()).await;
+        assert!(ok, "{err}");
+
+        let alter =
+            |streamlets: &'static str| ["stream", "alter", "growing", "--streamlets", streamlets];
+        let (ok, out, err) = test.cli(&alter("3"), b"").await;
+        assert!(ok, "{err}");
+        assert!(String::from_utf8_lossy(&out).contains("streamlets=3"));
+        let (ok, _, err) = test.cli(&alter("3"), b"").await;
+        assert!(ok, "the same count again changes nothing: {err}");
+        let (ok, _, err) = test.cli(&alter("2"), b"").await;
+        assert!(!ok && err.contains("never shrinks"), "{err}");
+
+        // The growth is durable: a restarted coordinator has it, and every streamlet serves.
+        test.cluster.restart_coordinator().await.unwrap();
+        test.wait_for_brokers(2).await;
+        wait_until_serving(&test, "growing").await;
+        let described = test.client().describe_stream("growing").await.unwrap();
+        assert_eq!(described.streamlets.len(), 3);
+
+        // A producer made now routes keys over the three; every record is read back once.
+        let after: String = (100..400).map(|i| format!("{i}:{i}\n")).collect();
+        let (ok, _, err) = test
+            .cli(&["produce", "growing", "--key-sep", ":"], after.as_bytes())
+            .await;
+        assert!(ok, "{err}");
+        let (ok, out, err) = test
+            .cli(
+                &[
+                    "consume",
+                    "growing",
+                    "--from-beginning",
+                    "--max-records",
+                    "400",
+                ],
+                b"",
+            )
+            .await;
+        assert!(ok, "{err}");
+        let mut read: Vec<u32> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect();
+        read.sort_unstable();
+        assert!(read.iter().copied().eq(0..400), "each record once");
+        let (ok, out, err) = test
+            .cli(&["stream", "describe", "growing", "--json"], b"")
+            .await;
+        assert!(ok, "{err}");
+        let described: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let streamlets = described["streamlets"].as_array().unwrap();
+        let holding = streamlets
+            .iter()
+            .filter(|s| {
+                s["logs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|log| log["records"].as_u64().unwrap_or(0) > 0)
+            })
+            .count();
+        assert_eq!(holding, 3, "the new streamlets took records: {described:#}");
         test.stop().await;
     })
     .await

@@ -15,8 +15,11 @@ script exits non-zero with why):
      DeleteGroups refuses GROUP while it has members (kafka-python).
   4. Once the consumer closed, GROUP is Empty; OffsetDelete removes one partition's offset
      (kafka-python; confluent-kafka for Python has no call for it),
-     DeleteGroups removes the group (then Dead, not listed); DeleteTopics deletes TOPIC, and a
-     second delete is UNKNOWN_TOPIC_OR_PARTITION.
+     DeleteGroups removes the group (then Dead, not listed).
+  5. CreatePartitions grows TOPIC from 6 partitions (2 streamlets of 3 logs) to 9; 10 (not a
+     whole streamlet) and 9 again are INVALID_PARTITIONS; a record produced to new partition
+     8 is read back from it.
+  6. DeleteTopics deletes TOPIC, and a second delete is UNKNOWN_TOPIC_OR_PARTITION.
 Prints "ok CLIENT" at the end.
 """
 import sys
@@ -40,7 +43,7 @@ def wait_for(what, probe, timeout_s=30):
 
 
 def kafka_python(bootstrap, topic, group):
-    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
     from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","), request_timeout_ms=20000)
@@ -136,6 +139,28 @@ def kafka_python(bootstrap, topic, group):
     again = admin.delete_groups([group])
     check(again == {group: "GroupIdNotFoundError"}, f"deleted twice: {again}")
 
+    grown = admin.create_partitions({topic: 9}, raise_errors=False)
+    check([r.error_code for r in grown.results] == [0], f"grown to 9: {grown}")
+    for count in (10, 9):
+        refused = admin.create_partitions({topic: count}, raise_errors=False)
+        check([r.error_code for r in refused.results] == [37],
+              f"{count} partitions: INVALID_PARTITIONS: {refused}")
+    described = admin.describe_topics([topic])
+    check(len(described[0]["partitions"]) == 9, f"9 partitions: {described}")
+    producer = KafkaProducer(bootstrap_servers=bootstrap.split(","), acks="all")
+    producer.send(topic, value=b"in a new partition", partition=8).get(timeout=60)
+    producer.close()
+    reader = KafkaConsumer(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False,
+                           auto_offset_reset="earliest")
+    reader.assign([TopicPartition(topic, 8)])
+    values = []
+    deadline = time.monotonic() + 60
+    while not values and time.monotonic() < deadline:
+        for records in reader.poll(timeout_ms=500).values():
+            values.extend(r.value for r in records)
+    reader.close()
+    check(values == [b"in a new partition"], f"read back from partition 8: {values}")
+
     deleted = admin.delete_topics([topic], raise_errors=False)
     check([t["error_code"] for t in deleted["topics"]] == [0], f"deleted: {deleted}")
     check(topic not in admin.list_topics(), "deleted topic not listed")
@@ -145,8 +170,10 @@ def kafka_python(bootstrap, topic, group):
 
 
 def confluent(bootstrap, topic, group):
-    from confluent_kafka import Consumer, ConsumerGroupState, KafkaError, Producer
-    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+    from confluent_kafka import (OFFSET_BEGINNING, Consumer, ConsumerGroupState, KafkaError,
+                                 Producer, TopicPartition)
+    from confluent_kafka.admin import (AdminClient, ConfigResource, NewPartitions, NewTopic,
+                                       ResourceType)
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     cluster = admin.describe_cluster().result(30)
@@ -217,6 +244,31 @@ def confluent(bootstrap, topic, group):
     check(describe().state == ConsumerGroupState.DEAD, "a deleted group is Dead")
     listed = [g.group_id for g in admin.list_consumer_groups().result(30).valid]
     check(group not in listed, f"a deleted group is not listed: {listed}")
+
+    admin.create_partitions([NewPartitions(topic, 9)])[topic].result(30)
+    for count in (10, 9):
+        try:
+            admin.create_partitions([NewPartitions(topic, count)])[topic].result(30)
+            check(False, f"{count} partitions refused")
+        except Exception as error:
+            check(error.args[0].code() == KafkaError.INVALID_PARTITIONS,
+                  f"{count} partitions: INVALID_PARTITIONS: {error}")
+    metadata = admin.list_topics(topic, timeout=10)
+    check(len(metadata.topics[topic].partitions) == 9, "9 partitions")
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    producer.produce(topic, value="in a new partition", partition=8)
+    check(producer.flush(60) == 0, "the record to partition 8 delivered")
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group + "-reader",
+                       "enable.auto.commit": False})
+    reader.assign([TopicPartition(topic, 8, OFFSET_BEGINNING)])
+    values = []
+    deadline = time.monotonic() + 60
+    while not values and time.monotonic() < deadline:
+        message = reader.poll(0.5)
+        if message is not None and message.error() is None:
+            values.append(message.value())
+    reader.close()
+    check(values == [b"in a new partition"], f"read back from partition 8: {values}")
 
     admin.delete_topics([topic])[topic].result(30)
     check(topic not in admin.list_topics(timeout=10).topics, "deleted topic not listed")

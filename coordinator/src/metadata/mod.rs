@@ -142,8 +142,16 @@ pub struct StreamRecord {
 impl StreamRecord {
     /// Each owner's assignments of this stream's streamlets (lost ones are nobody's).
     pub fn assignments_by_owner(&self) -> HashMap<ServerId, Vec<StreamletAssignment>> {
+        self.assignments_from(StreamletId(0))
+    }
+
+    /// Each owner's assignments of the streamlets from `first` on (those a growth added).
+    pub fn assignments_from(
+        &self,
+        first: StreamletId,
+    ) -> HashMap<ServerId, Vec<StreamletAssignment>> {
         let mut by_owner: HashMap<ServerId, Vec<StreamletAssignment>> = HashMap::new();
-        for (streamlet, placement) in self.streamlet_ids() {
+        for (streamlet, placement) in self.streamlet_ids().skip(first.0 as usize) {
             if placement.state != PlacementState::Lost {
                 by_owner
                     .entry(placement.owner)

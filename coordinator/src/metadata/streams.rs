@@ -96,6 +96,71 @@ impl Metadata {
             .or_insert(Arc::new(record)))
     }
 
+    /// Grows a stream to `streamlets` streamlets, placing the new ones round-robin over `live`
+    /// brokers (continuing where the stream's placement left off); the existing ones stay where
+    /// they are. Returns the stream and how many streamlets it had before: the same count
+    /// again changes nothing (a retried request), fewer is refused (a streamlet's records
+    /// cannot move).
+    pub fn add_streamlets(
+        &mut self,
+        name: &str,
+        streamlets: u32,
+        live: &[ServerId],
+    ) -> Result<(Arc<StreamRecord>, u32), MetadataError> {
+        let stream = self
+            .streams
+            .get(name)
+            .ok_or_else(|| MetadataError::UnknownStream(name.to_string()))?;
+        let before = u32::try_from(stream.placements.len()).unwrap_or(u32::MAX);
+        if streamlets == before {
+            return Ok((stream.clone(), before));
+        }
+        if streamlets < before {
+            return Err(MetadataError::InvalidArgument(format!(
+                "stream {name:?} has {before} streamlets: a stream never shrinks"
+            )));
+        }
+        if streamlets > STREAMLETS_MAX {
+            return Err(MetadataError::InvalidArgument(format!(
+                "streamlets must be in 1..={STREAMLETS_MAX}"
+            )));
+        }
+        let mut live: Vec<ServerId> = live
+            .iter()
+            .copied()
+            .filter(|id| self.check_server(*id).is_ok())
+            .collect();
+        live.sort();
+        live.dedup();
+        if live.is_empty() {
+            return Err(MetadataError::NoBrokers);
+        }
+        if stream.config.replicas as usize > live.len() - 1 {
+            return Err(MetadataError::InvalidArgument(format!(
+                "{} replicas need {} live brokers; {} are alive",
+                stream.config.replicas,
+                stream.config.replicas + 1,
+                live.len()
+            )));
+        }
+        // Where a creation would have placed streamlet `before` had the stream been this big.
+        let start = (stream.id.0 % live.len() as u64) as usize;
+        let added = (before as usize..streamlets as usize).map(|i| Placement {
+            owner: live[(start + i) % live.len()],
+            epoch: OwnershipEpoch(1),
+            state: PlacementState::Serving,
+            detail: String::new(),
+            log_bounds: BTreeMap::new(),
+        });
+        let Some(stream) = self.streams.get_mut(name) else {
+            return Err(MetadataError::UnknownStream(name.to_string()));
+        };
+        Arc::make_mut(stream).placements.extend(added);
+        let grown = stream.clone();
+        self.version += 1;
+        Ok((grown, before))
+    }
+
     /// Deletes a stream: its owners drop its streamlets at the next assignment, and backups
     /// drop its replicas once heartbeats tell them. Refused while a streamlet of it is being
     /// recovered (the rebuild would race the deletion). Returns the stream's id and the brokers

@@ -50,6 +50,62 @@ fn streamlets_are_placed_round_robin_over_live_brokers() {
 }
 
 #[test]
+fn a_stream_grows_by_appending_placements_and_never_shrinks() {
+    let mut m = Metadata::default();
+    let a = broker(&mut m, "127.0.0.1:1");
+    let b = broker(&mut m, "127.0.0.1:2");
+    let c = broker(&mut m, "127.0.0.1:3");
+    let created = m
+        .create_stream("s", 2, config(), &[a, b, c])
+        .unwrap()
+        .clone();
+    let before = owners(&created);
+    let version = m.version;
+    let (grown, old) = m.add_streamlets("s", 5, &[a, b, c]).unwrap();
+    assert_eq!(old, 2);
+    assert_eq!(
+        owners(&grown)[..2],
+        before[..],
+        "existing streamlets stay put"
+    );
+    assert_eq!(grown.placements.len(), 5);
+    // Round-robin continues where the creation left off: as if created with 5.
+    let fresh = m
+        .create_stream("t", 5, config(), &[a, b, c])
+        .unwrap()
+        .clone();
+    let start = |r: &StreamRecord| r.id.0 as usize % 3;
+    let expected: Vec<ServerId> = (0..5).map(|i| [a, b, c][(start(&grown) + i) % 3]).collect();
+    assert_eq!(owners(&grown), expected);
+    assert_eq!(fresh.placements.len(), 5);
+    assert!(m.version > version);
+    let added = grown.assignments_from(StreamletId(2));
+    let sent: usize = added.values().map(Vec::len).sum();
+    assert_eq!(sent, 3, "only the new streamlets are sent");
+
+    // The same count again is a retry: nothing changes.
+    let version = m.version;
+    let (same, old) = m.add_streamlets("s", 5, &[a, b, c]).unwrap();
+    assert_eq!((same.placements.len(), old, m.version), (5, 5, version));
+    assert!(matches!(
+        m.add_streamlets("s", 4, &[a, b, c]),
+        Err(MetadataError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        m.add_streamlets("missing", 4, &[a, b, c]),
+        Err(MetadataError::UnknownStream(_))
+    ));
+    assert!(matches!(
+        m.add_streamlets("s", tailstream_config::STREAMLETS_MAX + 1, &[a, b, c]),
+        Err(MetadataError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        m.add_streamlets("s", 6, &[]),
+        Err(MetadataError::NoBrokers)
+    ));
+}
+
+#[test]
 fn replicas_need_as_many_other_live_brokers() {
     let mut m = Metadata::default();
     let a = broker(&mut m, "x:1");

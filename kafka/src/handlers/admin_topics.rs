@@ -33,11 +33,11 @@ const RESOURCE_BROKER: i8 = 4;
 const SOURCE_TOPIC: i8 = 1;
 const SOURCE_DEFAULT: i8 = 5;
 
-/// Topics one CreateTopics, DeleteTopics or DescribeConfigs request may name: each costs the
+/// Topics one CreateTopics, CreatePartitions, DeleteTopics or DescribeConfigs request may name: each costs the
 /// coordinator a call.
-const TOPICS_PER_REQUEST_MAX: usize = 1000;
+pub(super) const TOPICS_PER_REQUEST_MAX: usize = 1000;
 
-fn refusal(code: ResponseError, message: impl Into<String>) -> Refusal {
+pub(super) fn refusal(code: ResponseError, message: impl Into<String>) -> Refusal {
     Refusal {
         code,
         message: message.into(),
@@ -45,7 +45,7 @@ fn refusal(code: ResponseError, message: impl Into<String>) -> Refusal {
 }
 
 /// A coordinator refusal of a create or delete, in Kafka's terms.
-fn stream_refusal(error: &StubError) -> Refusal {
+pub(super) fn stream_refusal(error: &StubError) -> Refusal {
     let code = match error.status() {
         Some(Status::StreamExists) => ResponseError::TopicAlreadyExists,
         Some(Status::UnknownStream) => ResponseError::UnknownTopicOrPartition,

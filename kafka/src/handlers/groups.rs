@@ -252,7 +252,16 @@ pub(crate) fn commit(
             } else {
                 kafka
                     .topics
-                    .route(topic.name.as_str(), None)
+                    .route(
+                        topic.name.as_str(),
+                        None,
+                        topic
+                            .partitions
+                            .iter()
+                            .map(|p| p.partition_index)
+                            .max()
+                            .unwrap_or(-1),
+                    )
                     .await
                     .map_err(|error| error.code)
             };

@@ -28,7 +28,17 @@ pub(crate) fn answer(
         for topic in request.topics {
             let stream = kafka
                 .topics
-                .route_if(&access, AclOperation::Describe, topic.topic.as_str())
+                .route_if(
+                    &access,
+                    AclOperation::Describe,
+                    topic.topic.as_str(),
+                    topic
+                        .partitions
+                        .iter()
+                        .map(|p| p.partition)
+                        .max()
+                        .unwrap_or(-1),
+                )
                 .await;
             let partitions = topic
                 .partitions

@@ -6,6 +6,7 @@
 //! other handler returns at once with a future.
 
 mod admin_groups;
+mod admin_partitions;
 mod admin_topics;
 pub(crate) mod api_versions;
 mod coordinator;
@@ -112,6 +113,9 @@ pub(crate) async fn dispatch(
             admin_topics::create(k(), access, principal, version, request)
         }
         RequestBody::DeleteGroups(request) => admin_groups::delete(k(), access, version, request),
+        RequestBody::CreatePartitions(request) => {
+            admin_partitions::create(k(), access, principal, version, request)
+        }
         RequestBody::OffsetDelete(request) => {
             admin_groups::delete_offsets(k(), access, version, request)
         }

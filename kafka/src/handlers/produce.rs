@@ -147,7 +147,12 @@ pub(crate) async fn answer(
                 let create = access
                     .may_create_topic(topic.name.as_str())
                     .then_some(principal);
-                kafka.topics.route(topic.name.as_str(), create).await
+                let highest = topic.partition_data.iter().map(|p| p.index).max();
+                let highest = highest.unwrap_or(-1);
+                kafka
+                    .topics
+                    .route(topic.name.as_str(), create, highest)
+                    .await
             }
         };
         let mut partitions = Vec::with_capacity(topic.partition_data.len());

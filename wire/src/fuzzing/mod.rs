@@ -57,6 +57,7 @@ pub fn messages(data: &[u8]) {
         ProducerIdBindingKeyResponse,
         AllocateProducerIdRequestBeforeOwner,
         CreateStreamRequest,
+        AddStreamletsRequest,
         DescribeStreamRequest,
         ListStreamsResponse,
         ListBrokersResponse,

@@ -40,6 +40,7 @@ fn decode_body(opcode: Option<Opcode>, is_response: bool, body: Bytes) {
         (Opcode::AllocateProducerId, true) => decode!(AllocateProducerIdResponse),
         (Opcode::ProducerIdBindingKey, true) => decode!(ProducerIdBindingKeyResponse),
         (Opcode::CreateStream, false) => decode!(CreateStreamRequest),
+        (Opcode::AddStreamlets, false) => decode!(AddStreamletsRequest),
         (Opcode::DescribeStream, false) => decode!(DescribeStreamRequest),
         (Opcode::DeleteStream, false) => decode!(DeleteStreamRequest),
         (Opcode::DeleteStream, true) => decode!(Empty),
@@ -47,7 +48,9 @@ fn decode_body(opcode: Option<Opcode>, is_response: bool, body: Bytes) {
         (Opcode::ListRecoveries, true) => decode!(ListRecoveriesResponse),
         (Opcode::DescribeLeadership, false) => decode!(Empty),
         (Opcode::DescribeLeadership, true) => decode!(DescribeLeadershipResponse),
-        (Opcode::CreateStream | Opcode::DescribeStream, true) => decode!(StreamMetadata),
+        (Opcode::CreateStream | Opcode::AddStreamlets | Opcode::DescribeStream, true) => {
+            decode!(StreamMetadata)
+        }
         (Opcode::ListStreams, _) => decode!(ListStreamsResponse),
         (Opcode::ListBrokers, _) => decode!(ListBrokersResponse),
         (Opcode::CreateUser, false) => decode!(CreateUserRequest),

@@ -479,6 +479,17 @@ wire_message! {
 }
 
 wire_message! {
+    /// Grows a stream to `streamlets` streamlets (Kafka's CreatePartitions): the new ones are
+    /// placed like a creation's, the existing ones stay where they are. Never shrinks; asking
+    /// for the count the stream already has changes nothing (so a retry is harmless). Answered
+    /// with the stream's metadata.
+    pub struct AddStreamletsRequest {
+        pub name: String,
+        pub streamlets: u32,
+    }
+}
+
+wire_message! {
     pub struct DescribeStreamRequest {
         pub name: String,
     }

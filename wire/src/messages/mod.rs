@@ -99,6 +99,7 @@ mod tests {
         producer_id_binding_key: ProducerIdBindingKeyResponse,
         allocate_producer_id_before_owner: AllocateProducerIdRequestBeforeOwner,
         create_stream: CreateStreamRequest,
+        add_streamlets: AddStreamletsRequest,
         describe_stream: DescribeStreamRequest,
         delete_stream: DeleteStreamRequest,
         list_recoveries: ListRecoveriesResponse,

@@ -1,0 +1,62 @@
+//! Growing a stream (Kafka's CreatePartitions): the new streamlets are placed and made
+//! durable, then their owners are sent those alone, as a creation sends its own.
+
+use super::{CoordinatorService, decode, later};
+use bytes::Bytes;
+use std::time::Instant;
+use tailstream_net::{Reply, Response};
+use tailstream_wire::messages::AddStreamletsRequest;
+use tailstream_wire::{ServerId, StreamletId};
+
+impl CoordinatorService {
+    pub(super) fn add_streamlets(&self, body: Bytes) -> Reply {
+        let request: AddStreamletsRequest = match decode(body) {
+            Ok(request) => request,
+            Err(response) => return Reply::Ready(response),
+        };
+        let core = self.core.clone();
+        later(async move {
+            let live: Vec<ServerId> = {
+                let state = core.lock();
+                let now = Instant::now();
+                state
+                    .metadata
+                    .brokers
+                    .iter()
+                    .map(|b| b.server_id)
+                    .filter(|id| state.liveness.is_alive(*id, now))
+                    .collect()
+            };
+            let name = request.name.clone();
+            let grown = core
+                .change(move |m| {
+                    let base = m.version;
+                    let (record, before) =
+                        m.add_streamlets(&request.name, request.streamlets, &live)?;
+                    Ok((
+                        m.describe(&record),
+                        base,
+                        m.version,
+                        before,
+                        record.assignments_from(StreamletId(before)),
+                    ))
+                })
+                .await;
+            let (metadata, base, version, before, added) = match grown {
+                Ok(grown) => grown,
+                Err(error) => return error.response(),
+            };
+            if version != base {
+                tracing::info!(
+                    stream = %name,
+                    before,
+                    streamlets = metadata.streamlets.len(),
+                    "stream grown"
+                );
+                // Only the new streamlets' owners gain anything: they are sent those alone.
+                core.push_additions(base, version, added).await;
+            }
+            Response::ok(&metadata)
+        })
+    }
+}
