@@ -51,6 +51,17 @@ pub struct State {
 }
 
 impl State {
+    /// The registered brokers heard from recently enough to be alive: where new streamlets
+    /// may go.
+    pub fn live_brokers(&self, now: Instant) -> Vec<ServerId> {
+        self.metadata
+            .brokers
+            .iter()
+            .map(|b| b.server_id)
+            .filter(|id| self.liveness.is_alive(*id, now))
+            .collect()
+    }
+
     /// `server` registered (a new broker, or a new incarnation of one back at its address).
     /// What was last heard of an incarnation it replaces is kept while that one is listed as
     /// crashed: its lease ran from that last heartbeat, and recovery must wait it out before

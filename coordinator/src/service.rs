@@ -31,7 +31,7 @@ use tailstream_wire::messages::{
     RegisterBrokerResponse, ReportLogBoundsRequest, ReportLogBoundsResponse, ReportSuspectRequest,
     not_leader_message,
 };
-use tailstream_wire::{Decode, Opcode, ProducerEpoch, ServerId, Status};
+use tailstream_wire::{Decode, Opcode, ProducerEpoch, Status};
 
 /// The answer of a coordinator whose leadership may have lapsed: `NotLeader`, naming the term
 /// it led, so that a broker whose lease it renewed last (and only such a broker) may take it as
@@ -484,17 +484,7 @@ impl CoordinatorService {
         };
         let (core, streams_max) = (self.core.clone(), self.settings.streams_max);
         later(async move {
-            let live: Vec<ServerId> = {
-                let state = core.lock();
-                let now = Instant::now();
-                state
-                    .metadata
-                    .brokers
-                    .iter()
-                    .map(|b| b.server_id)
-                    .filter(|id| state.liveness.is_alive(*id, now))
-                    .collect()
-            };
+            let live = core.lock().live_brokers(Instant::now());
             let name = request.name.clone();
             let created = core
                 .change(move |m| {

@@ -5,8 +5,8 @@ use super::{CoordinatorService, decode, later};
 use bytes::Bytes;
 use std::time::Instant;
 use tailstream_net::{Reply, Response};
+use tailstream_wire::StreamletId;
 use tailstream_wire::messages::AddStreamletsRequest;
-use tailstream_wire::{ServerId, StreamletId};
 
 impl CoordinatorService {
     pub(super) fn add_streamlets(&self, body: Bytes) -> Reply {
@@ -16,17 +16,7 @@ impl CoordinatorService {
         };
         let core = self.core.clone();
         later(async move {
-            let live: Vec<ServerId> = {
-                let state = core.lock();
-                let now = Instant::now();
-                state
-                    .metadata
-                    .brokers
-                    .iter()
-                    .map(|b| b.server_id)
-                    .filter(|id| state.liveness.is_alive(*id, now))
-                    .collect()
-            };
+            let live = core.lock().live_brokers(Instant::now());
             let name = request.name.clone();
             let grown = core
                 .change(move |m| {

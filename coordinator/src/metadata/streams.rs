@@ -31,6 +31,30 @@ fn validate_name(name: &str) -> Result<(), MetadataError> {
 }
 
 impl Metadata {
+    /// The members of `live` streamlets may be placed on (registered, not crashed), sorted,
+    /// if they are enough for `replicas`: each segment needs R backups other than its primary.
+    fn placeable(&self, live: &[ServerId], replicas: u32) -> Result<Vec<ServerId>, MetadataError> {
+        let mut live: Vec<ServerId> = live
+            .iter()
+            .copied()
+            .filter(|id| self.check_server(*id).is_ok())
+            .collect();
+        live.sort();
+        live.dedup();
+        if live.is_empty() {
+            return Err(MetadataError::NoBrokers);
+        }
+        if replicas as usize > live.len() - 1 {
+            return Err(MetadataError::InvalidArgument(format!(
+                "{} replicas need {} live brokers; {} are alive",
+                replicas,
+                replicas + 1,
+                live.len()
+            )));
+        }
+        Ok(live)
+    }
+
     /// Creates a stream, placing its streamlets round-robin over `live` brokers (starting at a
     /// different broker for each stream, so small streams spread out too).
     pub fn create_stream(
@@ -52,25 +76,7 @@ impl Metadata {
         if self.streams.contains_key(name) {
             return Err(MetadataError::StreamExists(name.to_string()));
         }
-        let mut live: Vec<ServerId> = live
-            .iter()
-            .copied()
-            .filter(|id| self.check_server(*id).is_ok())
-            .collect();
-        live.sort();
-        live.dedup();
-        if live.is_empty() {
-            return Err(MetadataError::NoBrokers);
-        }
-        // Each segment needs R backups other than its primary.
-        if config.replicas as usize > live.len() - 1 {
-            return Err(MetadataError::InvalidArgument(format!(
-                "{} replicas need {} live brokers; {} are alive",
-                config.replicas,
-                config.replicas + 1,
-                live.len()
-            )));
-        }
+        let live = self.placeable(live, config.replicas)?;
         let id = StreamId(self.next_stream_id);
         self.next_stream_id += 1;
         let start = (id.0 % live.len() as u64) as usize;
@@ -125,24 +131,7 @@ impl Metadata {
                 "streamlets must be in 1..={STREAMLETS_MAX}"
             )));
         }
-        let mut live: Vec<ServerId> = live
-            .iter()
-            .copied()
-            .filter(|id| self.check_server(*id).is_ok())
-            .collect();
-        live.sort();
-        live.dedup();
-        if live.is_empty() {
-            return Err(MetadataError::NoBrokers);
-        }
-        if stream.config.replicas as usize > live.len() - 1 {
-            return Err(MetadataError::InvalidArgument(format!(
-                "{} replicas need {} live brokers; {} are alive",
-                stream.config.replicas,
-                stream.config.replicas + 1,
-                live.len()
-            )));
-        }
+        let live = self.placeable(live, stream.config.replicas)?;
         // Where a creation would have placed streamlet `before` had the stream been this big.
         let start = (stream.id.0 % live.len() as u64) as usize;
         let added = (before as usize..streamlets as usize).map(|i| Placement {
