@@ -50,6 +50,12 @@ pub(crate) fn partition(metadata: &StreamMetadata, index: i32) -> Option<Partiti
     })
 }
 
+/// The highest of the partitions a request names for one topic (-1 for none): what
+/// `Topics::route` checks the cached count against.
+pub(crate) fn highest(partitions: impl Iterator<Item = i32>) -> i32 {
+    partitions.max().unwrap_or(-1)
+}
+
 /// The partition count of a stream: its streamlets times Q.
 pub(crate) fn partition_count(metadata: &StreamMetadata) -> i32 {
     let count = metadata.streamlets.len() as u64 * u64::from(metadata.config.logs_per_streamlet);
@@ -135,12 +141,26 @@ impl Topics {
         create: Option<&Principal>,
         highest: i32,
     ) -> Result<Arc<StreamMetadata>, TopicError> {
-        if let Some((metadata, fetched)) = self.cached(name)
-            && (highest < partition_count(&metadata) || fetched.elapsed() < GROWTH_CHECK_INTERVAL)
-        {
+        let Some((metadata, fetched)) = self.cached(name) else {
+            return self.fresh(name, create).await;
+        };
+        if highest < partition_count(&metadata) || fetched.elapsed() < GROWTH_CHECK_INTERVAL {
             return Ok(metadata);
         }
-        self.fresh(name, create).await
+        // A growth check: it never creates, and one that fails keeps the cached copy for
+        // another interval (so a coordinator that cannot answer is asked once a second per
+        // topic, not once per request), unless the topic is gone.
+        match self.fresh(name, None).await {
+            Ok(fresh) => Ok(fresh),
+            Err(error) if error.code == ResponseError::UnknownTopicOrPartition.code() => {
+                self.forget(name);
+                Err(error)
+            }
+            Err(_) => {
+                self.remember(metadata.clone());
+                Ok(metadata)
+            }
+        }
     }
 
     /// What routing needs of `name` (cached, never creating it) if `access` allows

@@ -62,12 +62,7 @@ pub(crate) fn answer(
                     &access,
                     AclOperation::Read,
                     topic.topic.as_str(),
-                    topic
-                        .partitions
-                        .iter()
-                        .map(|p| p.partition)
-                        .max()
-                        .unwrap_or(-1),
+                    crate::topics::highest(topic.partitions.iter().map(|p| p.partition)),
                 )
                 .await;
             let partitions = topic

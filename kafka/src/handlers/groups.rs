@@ -255,12 +255,7 @@ pub(crate) fn commit(
                     .route(
                         topic.name.as_str(),
                         None,
-                        topic
-                            .partitions
-                            .iter()
-                            .map(|p| p.partition_index)
-                            .max()
-                            .unwrap_or(-1),
+                        crate::topics::highest(topic.partitions.iter().map(|p| p.partition_index)),
                     )
                     .await
                     .map_err(|error| error.code)

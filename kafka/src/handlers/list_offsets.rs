@@ -37,12 +37,7 @@ pub(crate) fn answer(
                     &access,
                     AclOperation::Describe,
                     topic.name.as_str(),
-                    topic
-                        .partitions
-                        .iter()
-                        .map(|p| p.partition_index)
-                        .max()
-                        .unwrap_or(-1),
+                    crate::topics::highest(topic.partitions.iter().map(|p| p.partition_index)),
                 )
                 .await;
             let partitions = topic

@@ -76,7 +76,10 @@ pub(crate) fn answer(
             };
             for wanted in request.topics.iter().flatten() {
                 let Some(name) = wanted.name.as_ref() else {
-                    topics.push(unknown_id(wanted));
+                    // Only v12 may name a topic by id alone (and carry a null name back).
+                    if version >= 12 {
+                        topics.push(unknown_id(wanted));
+                    }
                     continue;
                 };
                 topics.push(match by_name.get(name.as_str()) {
@@ -88,7 +91,10 @@ pub(crate) fn answer(
         } else {
             for wanted in request.topics.iter().flatten() {
                 let Some(name) = wanted.name.as_ref() else {
-                    topics.push(unknown_id(wanted));
+                    // Only v12 may name a topic by id alone (and carry a null name back).
+                    if version >= 12 {
+                        topics.push(unknown_id(wanted));
+                    }
                     continue;
                 };
                 if !describes(name.as_str()) {

@@ -147,8 +147,7 @@ pub(crate) async fn answer(
                 let create = access
                     .may_create_topic(topic.name.as_str())
                     .then_some(principal);
-                let highest = topic.partition_data.iter().map(|p| p.index).max();
-                let highest = highest.unwrap_or(-1);
+                let highest = crate::topics::highest(topic.partition_data.iter().map(|p| p.index));
                 kafka
                     .topics
                     .route(topic.name.as_str(), create, highest)
