@@ -385,8 +385,11 @@ async fn a_consumer_group_takes_over_from_a_member_killed_mid_stream() {
         let outputs: Vec<_> = (0..3)
             .map(|i| test.dir.path().join(format!("member-{i}.out")))
             .collect();
+        let errors: Vec<_> = (0..3)
+            .map(|i| test.dir.path().join(format!("member-{i}.err")))
+            .collect();
         let mut members = Vec::new();
-        for output in &outputs {
+        for (output, error) in outputs.iter().zip(&errors) {
             let file = std::fs::File::create(output).unwrap();
             let child = test
                 .cli_command(&[
@@ -398,12 +401,13 @@ async fn a_consumer_group_takes_over_from_a_member_killed_mid_stream() {
                     // Member 0 must still be running when the second phase reaches it: the
                     // test waits 2.5 s past its first 1,000 records, and on a loaded 2-core
                     // machine the second phase's first records can take seconds more (with
-                    // 6 s, member 0 once ran out of patience first and the test stalled).
+                    // 6 s, member 0 once ran out of patience first and the test stalled;
+                    // with 12 s it once stalled in CI, cause unseen: hence its stderr below).
                     "--idle-timeout-ms",
-                    "12000",
+                    "20000",
                 ])
                 .stdout(file)
-                .stderr(std::process::Stdio::null())
+                .stderr(std::fs::File::create(error).unwrap())
                 .spawn()
                 .unwrap();
             members.push(child);
@@ -417,28 +421,54 @@ async fn a_consumer_group_takes_over_from_a_member_killed_mid_stream() {
         };
         // Member 0 prints some of its share and commits it (the stream idles past the commit
         // interval); then the stream grows again and member 0 is killed while printing.
-        let wait_for = |at_least: usize| {
-            let path = outputs[0].clone();
-            async move {
-                let deadline = std::time::Instant::now() + Duration::from_secs(60);
-                while lines(&path).len() < at_least {
-                    assert!(std::time::Instant::now() < deadline, "member 0 stalled");
-                    tokio::time::sleep(Duration::from_millis(5)).await;
+        // A stall names what member 0 printed and said, and whether it is still running.
+        async fn wait_for(
+            member: &mut tokio::process::Child,
+            output: &std::path::Path,
+            error: &std::path::Path,
+            at_least: usize,
+        ) {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                let printed = std::fs::read_to_string(output)
+                    .unwrap_or_default()
+                    .lines()
+                    .count();
+                if printed >= at_least {
+                    return;
                 }
+                let exited = member.try_wait().unwrap();
+                assert!(
+                    exited.is_none() && std::time::Instant::now() < deadline,
+                    "member 0 stalled at {printed} of {at_least} lines (exit status {exited:?}); \
+                     its stderr: {}",
+                    std::fs::read_to_string(error).unwrap_or_default()
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
             }
-        };
-        wait_for(1000).await;
+        }
+        wait_for(&mut members[0], &outputs[0], &errors[0], 1000).await;
         tokio::time::sleep(Duration::from_millis(2500)).await;
         let committed_before = lines(&outputs[0]).len();
         let second_phase = tokio::spawn(produce(1));
-        wait_for(committed_before + 200).await;
+        wait_for(
+            &mut members[0],
+            &outputs[0],
+            &errors[0],
+            committed_before + 200,
+        )
+        .await;
         members[0].start_kill().unwrap();
         members[0].wait().await.unwrap();
         let printed_by_killed = lines(&outputs[0]);
         second_phase.await.unwrap();
-        for member in &mut members[1..] {
+        for (member, error) in members[1..].iter_mut().zip(&errors[1..]) {
             let status = member.wait().await.unwrap();
-            assert!(status.success(), "a surviving member failed: {status}");
+            assert!(
+                status.success(),
+                "a surviving member failed: {status}; its stderr: {}",
+                std::fs::read_to_string(error).unwrap_or_default()
+            );
         }
 
         let mut seen = std::collections::HashMap::<u64, u32>::new();
