@@ -116,6 +116,22 @@ impl Client {
             .await?)
     }
 
+    /// Sets stream `name`'s retention limits, the settings that change after creation:
+    /// `None` leaves one as it is, 0 is none, and `retention_bytes` is per streamlet. Its
+    /// owners free by them from their next assignment (at once, or at their next heartbeat).
+    pub async fn alter_retention(
+        &self,
+        name: &str,
+        retention_ms: Option<u64>,
+        retention_bytes: Option<u64>,
+    ) -> Result<Arc<StreamMetadata>, ClientError> {
+        Ok(self
+            .cluster
+            .coordinator()
+            .alter_retention(name, retention_ms, retention_bytes)
+            .await?)
+    }
+
     /// Stream `name`'s settings and where its streamlets are (fresh from the coordinator).
     pub async fn describe_stream(&self, name: &str) -> Result<Arc<StreamMetadata>, ClientError> {
         self.cluster.refresh_stream(name).await

@@ -18,10 +18,11 @@ use tailstream_auth::acl::{Access, CLUSTER, rules_of};
 use tailstream_net::scram_server::CredentialSource;
 use tailstream_net::{Request, Response};
 use tailstream_wire::messages::{
-    AclOperation, AclResource, AddStreamletsRequest, CreateStreamRequest, DeleteGroupsRequest,
-    DeleteStreamRequest, DescribeStreamRequest, GroupHeartbeatRequest, GroupJoinRequest,
-    GroupLeaveRequest, GroupSyncRequest, ListStreamsResponse, OffsetCommitRequest,
-    OffsetDeleteRequest, OffsetFetchRequest, OffsetFetchResponse, ScramCredential,
+    AclOperation, AclResource, AddStreamletsRequest, AlterRetentionRequest, CreateStreamRequest,
+    DeleteGroupsRequest, DeleteStreamRequest, DescribeStreamRequest, GroupHeartbeatRequest,
+    GroupJoinRequest, GroupLeaveRequest, GroupSyncRequest, ListStreamsResponse,
+    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, OffsetFetchResponse,
+    ScramCredential,
 };
 use tailstream_wire::{Decode, Opcode, Status};
 
@@ -121,6 +122,11 @@ impl CoordinatorService {
             // Kafka's CreatePartitions needs Alter on the topic.
             Opcode::AddStreamlets => {
                 let request: AddStreamletsRequest = decode(body())?;
+                stream(AclOperation::Alter, &request.name)
+            }
+            // Kafka's AlterConfigs on a topic; Tailstream's rules have Alter for both.
+            Opcode::AlterRetention => {
+                let request: AlterRetentionRequest = decode(body())?;
                 stream(AclOperation::Alter, &request.name)
             }
             Opcode::GroupJoin => group(&decode::<GroupJoinRequest>(body())?.group),

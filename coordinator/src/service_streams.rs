@@ -1,12 +1,14 @@
-//! Growing a stream (Kafka's CreatePartitions): the new streamlets are placed and made
-//! durable, then their owners are sent those alone, as a creation sends its own.
+//! Changing a stream after creation: growing it (Kafka's CreatePartitions: the new streamlets
+//! are placed and made durable, then their owners are sent those alone, as a creation sends
+//! its own) and setting its retention (IncrementalAlterConfigs: durable, then its owners are
+//! sent their assignments, which carry it).
 
 use super::{CoordinatorService, decode, later};
 use bytes::Bytes;
 use std::time::Instant;
 use tailstream_net::{Reply, Response};
 use tailstream_wire::StreamletId;
-use tailstream_wire::messages::AddStreamletsRequest;
+use tailstream_wire::messages::{AddStreamletsRequest, AlterRetentionRequest};
 
 impl CoordinatorService {
     pub(super) fn add_streamlets(&self, body: Bytes) -> Reply {
@@ -45,6 +47,45 @@ impl CoordinatorService {
                 );
                 // Only the new streamlets' owners gain anything: they are sent those alone.
                 core.push_additions(base, version, added).await;
+            }
+            Response::ok(&metadata)
+        })
+    }
+
+    pub(super) fn alter_retention(&self, body: Bytes) -> Reply {
+        let request: AlterRetentionRequest = match decode(body) {
+            Ok(request) => request,
+            Err(response) => return Reply::Ready(response),
+        };
+        let core = self.core.clone();
+        later(async move {
+            let name = request.name.clone();
+            let altered = core
+                .change(move |m| {
+                    let base = m.version;
+                    let record = m.alter_retention(
+                        &request.name,
+                        request.retention_ms,
+                        request.retention_bytes,
+                    )?;
+                    Ok((m.describe(&record), base, m.version, record))
+                })
+                .await;
+            let (metadata, base, version, record) = match altered {
+                Ok(altered) => altered,
+                Err(error) => return error.response(),
+            };
+            if version != base {
+                tracing::info!(
+                    stream = %name,
+                    retention_ms = record.config.retention_ms,
+                    retention_bytes = record.config.retention_bytes,
+                    "stream retention changed"
+                );
+                // The owners free by it from their next assignment (a missed push: from the
+                // next heartbeat's).
+                let owners = record.assignments_by_owner().into_keys().collect();
+                core.push_assignments(owners).await;
             }
             Response::ok(&metadata)
         })

@@ -6,12 +6,13 @@ use super::shapes::request_shape;
 use super::versions::Api;
 use bytes::Bytes;
 use kafka_protocol::messages::{
-    ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest,
-    DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
-    FetchRequest, FindCoordinatorRequest, HeartbeatRequest, InitProducerIdRequest,
-    JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest,
-    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest,
-    ProduceRequest, SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
+    AlterConfigsRequest, ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest,
+    DeleteGroupsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
+    DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
+    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
+    ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
+    OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest,
+    SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::Decodable;
 use thiserror::Error;
@@ -46,6 +47,8 @@ pub enum RequestBody {
     DeleteTopics(DeleteTopicsRequest),
     InitProducerId(InitProducerIdRequest),
     DescribeConfigs(DescribeConfigsRequest),
+    AlterConfigs(AlterConfigsRequest),
+    IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
     CreatePartitions(CreatePartitionsRequest),
     DeleteGroups(DeleteGroupsRequest),
     OffsetDelete(OffsetDeleteRequest),
@@ -191,6 +194,8 @@ pub fn decode_request(frame: Bytes) -> Result<Decoded, DecodeError> {
         DeleteTopics => DeleteTopicsRequest,
         InitProducerId => InitProducerIdRequest,
         DescribeConfigs => DescribeConfigsRequest,
+        AlterConfigs => AlterConfigsRequest,
+        IncrementalAlterConfigs => IncrementalAlterConfigsRequest,
         CreatePartitions => CreatePartitionsRequest,
         DeleteGroups => DeleteGroupsRequest,
         OffsetDelete => OffsetDeleteRequest,

@@ -184,6 +184,49 @@ fn sample(api: Api) -> RequestBody {
                 2
             ]))
         }
+        Api::AlterConfigs => {
+            use kafka_protocol::messages::alter_configs_request::{
+                AlterConfigsResource, AlterableConfig,
+            };
+            let config = AlterableConfig::default()
+                .with_name(name("retention.ms"))
+                .with_value(Some(name("60000")));
+            let unset = AlterableConfig::default().with_name(name("retention.bytes"));
+            RequestBody::AlterConfigs(
+                kafka_protocol::messages::AlterConfigsRequest::default()
+                    .with_resources(vec![
+                        AlterConfigsResource::default()
+                            .with_resource_type(2)
+                            .with_resource_name(name("t"))
+                            .with_configs(vec![config, unset]);
+                        2
+                    ])
+                    .with_validate_only(true),
+            )
+        }
+        Api::IncrementalAlterConfigs => {
+            use kafka_protocol::messages::incremental_alter_configs_request::{
+                AlterConfigsResource, AlterableConfig,
+            };
+            let config = AlterableConfig::default()
+                .with_name(name("retention.ms"))
+                .with_config_operation(0)
+                .with_value(Some(name("60000")));
+            let deleted = AlterableConfig::default()
+                .with_name(name("retention.bytes"))
+                .with_config_operation(1);
+            RequestBody::IncrementalAlterConfigs(
+                kafka_protocol::messages::IncrementalAlterConfigsRequest::default()
+                    .with_resources(vec![
+                        AlterConfigsResource::default()
+                            .with_resource_type(2)
+                            .with_resource_name(name("t"))
+                            .with_configs(vec![config, deleted]);
+                        2
+                    ])
+                    .with_validate_only(true),
+            )
+        }
         Api::CreatePartitions => {
             let topic = CreatePartitionsTopic::default()
                 .with_name(topic("t"))
@@ -272,6 +315,8 @@ fn encode_body(body: &RequestBody, version: i16, out: &mut BytesMut) {
         RequestBody::DeleteTopics(r) => r.encode(out, version),
         RequestBody::InitProducerId(r) => r.encode(out, version),
         RequestBody::DescribeConfigs(r) => r.encode(out, version),
+        RequestBody::AlterConfigs(r) => r.encode(out, version),
+        RequestBody::IncrementalAlterConfigs(r) => r.encode(out, version),
         RequestBody::CreatePartitions(r) => r.encode(out, version),
         RequestBody::DeleteGroups(r) => r.encode(out, version),
         RequestBody::OffsetDelete(r) => r.encode(out, version),

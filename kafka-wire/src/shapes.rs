@@ -230,6 +230,21 @@ const DESCRIBE_CONFIGS: &[Field] = &[
     since(3, I8),
 ];
 
+/// name, value.
+const ALTER_CONFIGS_CONFIG: &[Field] = &[f(Str), f(Str)];
+/// resource_type, resource_name, configs.
+const ALTER_CONFIGS_RESOURCE: &[Field] = &[f(I8), f(Str), f(Array(ALTER_CONFIGS_CONFIG))];
+/// resources, validate_only.
+const ALTER_CONFIGS: &[Field] = &[f(Array(ALTER_CONFIGS_RESOURCE)), f(I8)];
+
+/// name, config_operation, value.
+const INCREMENTAL_ALTER_CONFIGS_CONFIG: &[Field] = &[f(Str), f(I8), f(Str)];
+/// resource_type, resource_name, configs.
+const INCREMENTAL_ALTER_CONFIGS_RESOURCE: &[Field] =
+    &[f(I8), f(Str), f(Array(INCREMENTAL_ALTER_CONFIGS_CONFIG))];
+/// resources, validate_only.
+const INCREMENTAL_ALTER_CONFIGS: &[Field] = &[f(Array(INCREMENTAL_ALTER_CONFIGS_RESOURCE)), f(I8)];
+
 /// partition, current_leader_epoch, leader_epoch.
 const LEADER_EPOCH_PARTITION: &[Field] = &[f(I32), f(I32), f(I32)];
 const LEADER_EPOCH_TOPIC: &[Field] = &[f(Str), f(Array(LEADER_EPOCH_PARTITION))];
@@ -282,6 +297,8 @@ pub(crate) fn request_shape(api: Api) -> &'static [Field] {
         Api::DeleteTopics => DELETE_TOPICS,
         Api::InitProducerId => INIT_PRODUCER_ID,
         Api::DescribeConfigs => DESCRIBE_CONFIGS,
+        Api::AlterConfigs => ALTER_CONFIGS,
+        Api::IncrementalAlterConfigs => INCREMENTAL_ALTER_CONFIGS,
         Api::CreatePartitions => CREATE_PARTITIONS,
         Api::DeleteGroups => DELETE_GROUPS,
         Api::OffsetForLeaderEpoch => OFFSET_FOR_LEADER_EPOCH,

@@ -16,8 +16,10 @@
 //! - `topics`: topic = stream, partition = one log of one streamlet; metadata from the
 //!   coordinator; auto-creation within a `budget` (a token bucket); `topic_configs` (pure):
 //!   how CreateTopics' partition count, replication factor and configs become a stream's
-//!   streamlets × Q and config, and how DescribeConfigs shows them; `leader_epochs` (pure):
-//!   a streamlet's ownership epoch as Kafka's leader epoch, and the check of a request's. `errors`: Kafka's names
+//!   streamlets × Q and config, and how DescribeConfigs shows them; `topic_alter` (pure):
+//!   what IncrementalAlterConfigs and AlterConfigs ask of a topic, as a retention change;
+//!   `leader_epochs` (pure): a streamlet's ownership epoch as Kafka's leader epoch, and the
+//!   check of a request's. `errors`: Kafka's names
 //!   for Tailstream's refusals. `quotas`: produce and fetch byte rates per principal, with
 //!   Kafka's throttle_time_ms. `metrics`: metric names.
 mod authenticate;
@@ -32,6 +34,7 @@ mod leader_epochs;
 mod metrics;
 mod quotas;
 mod shared;
+mod topic_alter;
 mod topic_configs;
 mod topics;
 

@@ -206,7 +206,8 @@ pub(crate) fn stream_shape(
     Ok(StreamShape { streamlets, config })
 }
 
-/// A stream's config as DescribeConfigs shows it: (Kafka name, value, read-only).
+/// A stream's config as DescribeConfigs shows it: (Kafka name, value, read-only). Only
+/// retention changes after creation (`topic_alter`).
 pub(crate) fn described(config: &StreamConfig) -> Vec<(&'static str, String, bool)> {
     let or_unlimited = |value: u64| {
         if value == 0 {
@@ -221,11 +222,11 @@ pub(crate) fn described(config: &StreamConfig) -> Vec<(&'static str, String, boo
         _ => config.min_insync() + 1,
     };
     vec![
-        ("retention.ms", or_unlimited(config.retention_ms), true),
+        ("retention.ms", or_unlimited(config.retention_ms), false),
         (
             "retention.bytes",
             or_unlimited(config.retention_bytes / q),
-            true,
+            false,
         ),
         ("segment.bytes", config.segment_size_bytes.to_string(), true),
         ("min.insync.replicas", min_insync.to_string(), true),

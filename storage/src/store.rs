@@ -143,6 +143,16 @@ impl Store {
         let key = (assignment.stream, assignment.streamlet);
         if let Some(existing) = streamlets.get(&key) {
             existing.set_ownership(assignment.epoch, !assignment.recovering);
+            let config = &assignment.config;
+            if existing.set_retention(config.retention_ms, config.retention_bytes) {
+                tracing::info!(
+                    stream = %assignment.stream_name,
+                    streamlet = assignment.streamlet.0,
+                    retention_ms = config.retention_ms,
+                    retention_bytes = config.retention_bytes,
+                    "retention changed"
+                );
+            }
             return None;
         }
         if assignment.recovering {

@@ -47,12 +47,40 @@ impl IdAllocator {
     }
 }
 
+/// A streamlet's retention limits (0: none). The only settings that change after creation
+/// (Kafka's IncrementalAlterConfigs, `stream alter`): the coordinator's next assignment
+/// carries them, and the next retention pass frees by them.
+#[derive(Debug)]
+pub struct RetentionLimits {
+    ms: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl RetentionLimits {
+    fn of(config: &StreamConfig) -> Self {
+        Self {
+            ms: AtomicU64::new(config.retention_ms),
+            bytes: AtomicU64::new(config.retention_bytes),
+        }
+    }
+
+    pub fn ms(&self) -> u64 {
+        self.ms.load(Ordering::Relaxed)
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+}
+
 /// What every log of a streamlet shares.
 #[derive(Debug)]
 pub struct StreamletShared {
     pub stream: StreamId,
     pub streamlet: StreamletId,
+    /// The settings the streamlet was created with; its retention is `retention`'s.
     pub config: StreamConfig,
+    pub retention: RetentionLimits,
     pub memory: SegmentMemory,
     pub ids: IdAllocator,
     /// Appended but not yet replicated bytes a log may hold (replicated streams only).
@@ -119,6 +147,7 @@ impl Streamlet {
             shared: StreamletShared {
                 stream,
                 streamlet,
+                retention: RetentionLimits::of(&config),
                 config,
                 memory,
                 ids: IdAllocator::default(),
@@ -191,7 +220,6 @@ impl Streamlet {
         self.serving.load(Ordering::Acquire)
     }
 
-    /// The coordinator's word on this streamlet: its epoch, and whether it serves.
     /// The store let go of this streamlet: it serves nothing more and its replicators stop.
     pub fn retire(&self) {
         self.serving.store(false, Ordering::Release);
@@ -205,6 +233,7 @@ impl Streamlet {
         self.retired.load(Ordering::Acquire)
     }
 
+    /// The coordinator's word on this streamlet: its epoch, and whether it serves.
     pub fn set_ownership(&self, epoch: OwnershipEpoch, serving: bool) {
         self.epoch.store(epoch.0, Ordering::Release);
         self.serving.store(serving, Ordering::Release);
@@ -222,8 +251,24 @@ impl Streamlet {
         self.shared.streamlet
     }
 
+    /// The settings the streamlet was created with (retention may have changed since: see
+    /// `retention`).
     pub fn config(&self) -> &StreamConfig {
         &self.shared.config
+    }
+
+    /// The retention limits in force.
+    pub fn retention(&self) -> &RetentionLimits {
+        &self.shared.retention
+    }
+
+    /// Takes the stream's current retention limits (an assignment's); the next retention pass
+    /// frees by them. Returns whether they changed.
+    pub fn set_retention(&self, retention_ms: u64, retention_bytes: u64) -> bool {
+        let limits = &self.shared.retention;
+        let ms = limits.ms.swap(retention_ms, Ordering::Relaxed);
+        let bytes = limits.bytes.swap(retention_bytes, Ordering::Relaxed);
+        ms != retention_ms || bytes != retention_bytes
     }
 
     pub fn logs(&self) -> &[Log] {
@@ -267,7 +312,7 @@ impl Streamlet {
         // Size-based retention as soon as a log grows by a segment (the periodic pass is for
         // age): the streamlet stays within `retention_bytes` plus one segment per log, and a
         // freed segment's buffer is reused by the next one instead of fresh memory.
-        if appended.rolled && self.shared.config.retention_bytes > 0 {
+        if appended.rolled && self.shared.retention.bytes() > 0 {
             self.enforce_retention(now);
         }
         Ok(appended)
@@ -288,11 +333,12 @@ impl Streamlet {
     }
 
     fn free_past_retention(&self, now: Instant) -> u64 {
-        let config = &self.shared.config;
-        if config.retention_bytes == 0 && config.retention_ms == 0 {
+        let (retention_ms, retention_bytes) =
+            (self.shared.retention.ms(), self.shared.retention.bytes());
+        if retention_bytes == 0 && retention_ms == 0 {
             return 0;
         }
-        let max_age = Duration::from_millis(config.retention_ms);
+        let max_age = Duration::from_millis(retention_ms);
         let mut total: u64 = self.logs.iter().map(Log::written_bytes).sum();
         let mut freed = 0;
         loop {
@@ -301,9 +347,9 @@ impl Streamlet {
                 .iter()
                 .filter_map(|log| Some((log, log.oldest_sealed_group()?)));
             let expired = |sealed_at: Instant| {
-                config.retention_ms > 0 && now.saturating_duration_since(sealed_at) >= max_age
+                retention_ms > 0 && now.saturating_duration_since(sealed_at) >= max_age
             };
-            let over_size = config.retention_bytes > 0 && total > config.retention_bytes;
+            let over_size = retention_bytes > 0 && total > retention_bytes;
             // Among the logs' oldest sealed groups, the lowest id is the oldest in the streamlet.
             let victim = candidates
                 .filter(|(_, (_, _, sealed_at))| over_size || expired(*sealed_at))

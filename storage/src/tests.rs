@@ -355,6 +355,38 @@ fn a_full_memory_budget_answers_backpressure_until_retention_frees_groups() {
 }
 
 #[test]
+fn retention_set_after_creation_frees_by_the_new_limits_and_unset_frees_nothing() {
+    let s = streamlet(config(1, 4096, 1), 64 * 4096);
+    let value = "q".repeat(1000);
+    for seq in 0..20u32 {
+        append(&s, &batch(1, seq, &[&value])).unwrap();
+    }
+    let written = |s: &Streamlet| -> u64 { s.logs().iter().map(Log::written_bytes).sum() };
+    let before = written(&s);
+    assert_eq!(s.enforce_retention(Instant::now()), 0, "no limits yet");
+    assert!(s.set_retention(0, 3 * 4096));
+    assert!(
+        !s.set_retention(0, 3 * 4096),
+        "the same limits again change nothing"
+    );
+    assert!(s.enforce_retention(Instant::now()) > 0);
+    assert!(written(&s) <= 4 * 4096, "{} of {before}", written(&s));
+    // Lifted again: what is left stays, and so does what comes next.
+    assert!(s.set_retention(0, 0));
+    let kept = written(&s);
+    for seq in 20..30u32 {
+        append(&s, &batch(1, seq, &[&value])).unwrap();
+    }
+    assert_eq!(s.enforce_retention(Instant::now()), 0);
+    assert!(written(&s) > kept);
+    assert_eq!(
+        s.config().retention_bytes,
+        0,
+        "the creation's settings stay as they were"
+    );
+}
+
+#[test]
 fn size_retention_runs_on_roll_and_freed_segments_lend_their_buffers_to_new_ones() {
     let mut cfg = config(1, 4096, 1);
     cfg.retention_bytes = 3 * 4096;

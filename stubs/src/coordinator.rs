@@ -12,16 +12,16 @@ use tailstream_config::ClientConfig;
 use tailstream_net::{RpcClientConfig, RpcPool};
 use tailstream_wire::messages::{
     AclChangeRequest, AclRule, AddStreamletsRequest, AllocateProducerIdRequest,
-    AllocateProducerIdResponse, BrokerInfo, CreateStreamRequest, CreateUserRequest,
-    DeleteGroupsRequest, DeleteGroupsResponse, DeleteStreamRequest, DeleteUserRequest,
-    DescribeConsumerGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
-    DescribeLeadershipResponse, DescribeStreamRequest, Empty, GroupHeartbeatRequest,
-    GroupJoinRequest, GroupJoinResponse, GroupLeaveRequest, GroupRemoval, GroupSyncRequest,
-    GroupSyncResponse, ListAclsResponse, ListBrokersResponse, ListRecoveriesResponse,
-    ListStreamsResponse, ListUsersResponse, LookupCredentialsRequest, LookupCredentialsResponse,
-    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, OffsetFetchResponse,
-    ProducerIdBindingKeyResponse, ProducerSession, RecoverySummary, ScramCredential,
-    SecurityListRequest, StreamConfig, StreamMetadata, UserSummary,
+    AllocateProducerIdResponse, AlterRetentionRequest, BrokerInfo, CreateStreamRequest,
+    CreateUserRequest, DeleteGroupsRequest, DeleteGroupsResponse, DeleteStreamRequest,
+    DeleteUserRequest, DescribeConsumerGroupsResponse, DescribeGroupsRequest,
+    DescribeGroupsResponse, DescribeLeadershipResponse, DescribeStreamRequest, Empty,
+    GroupHeartbeatRequest, GroupJoinRequest, GroupJoinResponse, GroupLeaveRequest, GroupRemoval,
+    GroupSyncRequest, GroupSyncResponse, ListAclsResponse, ListBrokersResponse,
+    ListRecoveriesResponse, ListStreamsResponse, ListUsersResponse, LookupCredentialsRequest,
+    LookupCredentialsResponse, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest,
+    OffsetFetchResponse, ProducerIdBindingKeyResponse, ProducerSession, RecoverySummary,
+    ScramCredential, SecurityListRequest, StreamConfig, StreamMetadata, UserSummary,
 };
 use tailstream_wire::{Decode, Encode, Opcode, Status};
 
@@ -166,6 +166,23 @@ impl CoordinatorClient {
             streamlets,
         };
         let metadata: StreamMetadata = self.call(Opcode::AddStreamlets, &request).await?;
+        self.cache(metadata)
+    }
+
+    /// Sets a stream's retention limits (`None` leaves one as it is, 0 is none; the same
+    /// again changes nothing, so a retry is harmless) and caches its metadata.
+    pub async fn alter_retention(
+        &self,
+        name: &str,
+        retention_ms: Option<u64>,
+        retention_bytes: Option<u64>,
+    ) -> Result<Arc<StreamMetadata>, StubError> {
+        let request = AlterRetentionRequest {
+            name: name.to_string(),
+            retention_ms,
+            retention_bytes,
+        };
+        let metadata: StreamMetadata = self.call(Opcode::AlterRetention, &request).await?;
         self.cache(metadata)
     }
 

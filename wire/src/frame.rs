@@ -116,6 +116,8 @@ opcodes! {
     ListAcls = 36,
     /// Client → coordinator: grow a stream to more streamlets (answered with its metadata).
     AddStreamlets = 37,
+    /// Client → coordinator: change a stream's retention (answered with its metadata).
+    AlterRetention = 38,
     /// Client → broker: append one record batch to a streamlet.
     Produce = 30,
     /// Client → broker: read committed entries of one segment of a group.

@@ -12,14 +12,20 @@ use tailstream_config::Config;
 pub enum StreamCommand {
     /// Create a stream.
     Create(CreateArgs),
-    /// Grow a stream to more streamlets (existing records stay where they are; settings are
-    /// fixed at creation).
+    /// Grow a stream to more streamlets (existing records stay where they are) or change its
+    /// retention; its other settings are fixed at creation.
     Alter {
         name: String,
         /// The stream's new streamlet count: more than it has (the same count changes
         /// nothing).
         #[arg(long)]
-        streamlets: u32,
+        streamlets: Option<u32>,
+        /// Per streamlet; 0 = unlimited.
+        #[arg(long)]
+        retention_bytes: Option<u64>,
+        /// 0 = unlimited.
+        #[arg(long)]
+        retention_ms: Option<u64>,
     },
     /// List streams.
     List {
@@ -114,12 +120,38 @@ pub async fn run(config: Config, coordinator: &str, command: StreamCommand) -> R
                 .map_err(|e| e.to_string())?;
             print_stream(&created);
         }
-        StreamCommand::Alter { name, streamlets } => {
-            let grown = cluster
-                .add_streamlets(&name, streamlets)
-                .await
-                .map_err(|e| e.to_string())?;
-            print_stream(&grown);
+        StreamCommand::Alter {
+            name,
+            streamlets,
+            retention_bytes,
+            retention_ms,
+        } => {
+            let retention = retention_bytes.is_some() || retention_ms.is_some();
+            if streamlets.is_none() && !retention {
+                return Err(
+                    "say what to change: --streamlets, --retention-bytes or --retention-ms".into(),
+                );
+            }
+            let mut altered = None;
+            if let Some(streamlets) = streamlets {
+                altered = Some(
+                    cluster
+                        .add_streamlets(&name, streamlets)
+                        .await
+                        .map_err(|e| e.to_string())?,
+                );
+            }
+            if retention {
+                altered = Some(
+                    cluster
+                        .alter_retention(&name, retention_ms, retention_bytes)
+                        .await
+                        .map_err(|e| e.to_string())?,
+                );
+            }
+            if let Some(altered) = altered {
+                print_stream(&altered);
+            }
         }
         StreamCommand::List { json } => {
             for stream in cluster.list_streams().await.map_err(|e| e.to_string())? {

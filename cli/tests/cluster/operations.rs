@@ -174,13 +174,16 @@ async fn retention_keeps_memory_within_budget_while_producers_write_far_more() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_retention_a_full_budget_answers_backpressure() {
+async fn without_retention_a_full_budget_answers_backpressure_until_retention_is_set() {
     tokio::time::timeout(TEST_TIMEOUT, async {
         let test = TestCluster::start(1, SMALL_MEMORY_SHORT_DELIVERY).await;
         let cluster = test.client();
         let mut stream = test.stream_config();
         stream.logs_per_streamlet = 1;
         stream.segment_size_bytes = 256 * 1024;
+        // Groups of 512 KiB: retention frees whole sealed groups, so the budget must hold
+        // several.
+        stream.segments_per_group = 2;
         cluster.create_stream("full", 1, stream).await.unwrap();
         let producer = cluster
             .producer("full")
@@ -218,6 +221,43 @@ async fn without_retention_a_full_budget_answers_backpressure() {
             metrics.contains("tailstream_produce_backpressure_total"),
             "{metrics}"
         );
+
+        // Retention set now (as Kafka's IncrementalAlterConfigs sets it) reaches the owner:
+        // the oldest groups are freed and the stream takes records again.
+        let (ok, out, err) = test
+            .cli(
+                &["stream", "alter", "full", "--retention-bytes", "1048576"],
+                b"",
+            )
+            .await;
+        assert!(ok, "{err}");
+        assert!(
+            String::from_utf8_lossy(&out).contains("retention_bytes=1048576"),
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
+        let described = cluster.describe_stream("full").await.unwrap();
+        assert_eq!(described.config.retention_bytes, 1_048_576);
+        assert_eq!(
+            described.config.segment_size_bytes,
+            256 * 1024,
+            "the rest as it was"
+        );
+        let mut acks = Vec::new();
+        for _ in 0..8_000 {
+            acks.push(producer.send(None, &value).await.unwrap());
+        }
+        for ack in acks {
+            ack.await.expect("retention frees room for every record");
+        }
+        let metrics =
+            TestCluster::http_get(test.cluster.broker(0).unwrap().admin_addr, "/metrics").await;
+        assert!(
+            metrics.contains("tailstream_retention_freed_bytes_total"),
+            "{metrics}"
+        );
+        let (ok, _, err) = test.cli(&["stream", "alter", "full"], b"").await;
+        assert!(!ok && err.contains("say what to change"), "{err}");
         test.stop().await;
     })
     .await

@@ -10,6 +10,10 @@ script exits non-zero with why):
      same name again is TOPIC_ALREADY_EXISTS; a compacted topic is INVALID_CONFIG naming
      cleanup.policy; validate_only creates nothing.
   2. Metadata shows TOPIC's 6 partitions; DescribeConfigs shows its settings.
+     IncrementalAlterConfigs changes retention.ms (DescribeConfigs shows the new value, and
+     retention.bytes as it was); a fixed setting (segment.bytes) is INVALID_CONFIG saying so;
+     DELETE puts retention.ms back to the default (-1). kafka-python also sends AlterConfigs
+     (the whole config) for retention.bytes.
   3. A consumer of GROUP reads what was produced; while it is a member, DescribeGroups shows
      it Stable with one member; ListGroups (sent to every broker, merged) lists GROUP once.
      DeleteGroups refuses GROUP while it has members (kafka-python).
@@ -88,6 +92,30 @@ def kafka_python(bootstrap, topic, group):
     check(values.get("retention.ms") == "3600000", f"retention.ms: {values}")
     check(values.get("retention.bytes") == "1048576", f"retention.bytes: {values}")
     check(values.get("min.insync.replicas") == "2", f"min.insync.replicas: {values}")
+
+    def configs_now():
+        described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)],
+                                           config_filter="all")
+        return {name: c["value"] for name, c in described["topic"][topic].items()}
+
+    def alter(configs, **options):
+        resource = ConfigResource(ConfigResourceType.TOPIC, topic, configs=configs)
+        return admin.alter_configs([resource], **options)["topic"][topic]
+
+    result = alter({"retention.ms": "7200000"})  # IncrementalAlterConfigs (the broker has it)
+    check(result == "OK", f"retention.ms altered: {result}")
+    values = configs_now()
+    check(values.get("retention.ms") == "7200000", f"retention.ms altered: {values}")
+    check(values.get("retention.bytes") == "1048576", f"retention.bytes as it was: {values}")
+    result = alter({"retention.bytes": "2097152", "retention.ms": "7200000"}, incremental=False)
+    check(result == "OK", f"AlterConfigs: {result}")
+    check(configs_now().get("retention.bytes") == "2097152", "retention.bytes altered")
+    result = alter({"segment.bytes": "1"}, raise_on_unknown=False)
+    check("InvalidConfig" in result and "fixed" in result, f"segment.bytes is fixed: {result}")
+    reset = admin.reset_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
+                                                configs=["retention.ms"])])
+    check(reset["topic"][topic] == "OK", f"reset: {reset}")
+    check(configs_now().get("retention.ms") == "-1", "retention.ms back to the default")
 
     producer = KafkaProducer(bootstrap_servers=bootstrap.split(","), acks="all")
     for i in range(12):
@@ -172,8 +200,8 @@ def kafka_python(bootstrap, topic, group):
 def confluent(bootstrap, topic, group):
     from confluent_kafka import (OFFSET_BEGINNING, Consumer, ConsumerGroupState, KafkaError,
                                  Producer, TopicPartition)
-    from confluent_kafka.admin import (AdminClient, ConfigResource, NewPartitions, NewTopic,
-                                       ResourceType)
+    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
+                                       ConfigResource, NewPartitions, NewTopic, ResourceType)
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     cluster = admin.describe_cluster().result(30)
@@ -210,6 +238,31 @@ def confluent(bootstrap, topic, group):
     check(values.get("retention.ms") == "3600000", f"retention.ms: {values}")
     check(values.get("retention.bytes") == "1048576", f"retention.bytes: {values}")
     check(values.get("min.insync.replicas") == "2", f"min.insync.replicas: {values}")
+
+    def alter(name, value, operation=AlterConfigOpType.SET):
+        entry = ConfigEntry(name, value, incremental_operation=operation)
+        altered = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
+        try:
+            admin.incremental_alter_configs([altered])[altered].result(30)
+            return None
+        except Exception as error:  # KafkaException(KafkaError)
+            return error.args[0]
+
+    def configs_now():
+        entries = admin.describe_configs([resource])[resource].result(30)
+        return {name: entry.value for name, entry in entries.items()}
+
+    error = alter("retention.ms", "7200000")
+    check(error is None, f"retention.ms altered: {error}")
+    values = configs_now()
+    check(values.get("retention.ms") == "7200000", f"retention.ms altered: {values}")
+    check(values.get("retention.bytes") == "1048576", f"retention.bytes as it was: {values}")
+    error = alter("segment.bytes", "1")
+    check(error is not None and error.code() == KafkaError.INVALID_CONFIG
+          and "fixed" in error.str(), f"segment.bytes is fixed: {error}")
+    error = alter("retention.ms", None, AlterConfigOpType.DELETE)
+    check(error is None, f"retention.ms deleted: {error}")
+    check(configs_now().get("retention.ms") == "-1", "retention.ms back to the default")
 
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
     for i in range(12):

@@ -6,6 +6,8 @@
 //!   owner per epoch);
 //! - a serving streamlet's owner is a current member (a crashed generation serves nothing);
 //! - a log's kept segments only grow, and its oldest is never past its head;
+//! - a stream never loses a streamlet (it only grows), and of its settings only retention
+//!   changes;
 //! - the metadata version never goes back.
 
 use super::Metadata;
@@ -23,6 +25,23 @@ pub fn check_transition(previous: &Metadata, next: &Metadata) -> Result<(), Stri
         let old_stream = previous.streams.get(name).filter(|s| s.id == stream.id);
         if members_unchanged && old_stream.is_some_and(|old| Arc::ptr_eq(old, stream)) {
             continue;
+        }
+        if let Some(old) = old_stream {
+            if stream.placements.len() < old.placements.len() {
+                return Err(format!(
+                    "{name:?} went from {} streamlets to {}",
+                    old.placements.len(),
+                    stream.placements.len()
+                ));
+            }
+            let retention_aside = |c: &tailstream_wire::messages::StreamConfig| {
+                let mut c = c.clone();
+                (c.retention_ms, c.retention_bytes) = (0, 0);
+                c
+            };
+            if retention_aside(&stream.config) != retention_aside(&old.config) {
+                return Err(format!("{name:?}'s settings changed beyond retention"));
+            }
         }
         let before = old_stream
             .map(|s| s.placements.as_slice())

@@ -150,6 +150,33 @@ impl Metadata {
         Ok((grown, before))
     }
 
+    /// Sets a stream's retention limits (`None` leaves one as it is; 0 is none), the only
+    /// settings that change after creation. Returns the stream as it is now; setting what it
+    /// has changes nothing (no new version).
+    pub fn alter_retention(
+        &mut self,
+        name: &str,
+        retention_ms: Option<u64>,
+        retention_bytes: Option<u64>,
+    ) -> Result<Arc<StreamRecord>, MetadataError> {
+        let stream = self
+            .streams
+            .get_mut(name)
+            .ok_or_else(|| MetadataError::UnknownStream(name.to_string()))?;
+        let config = &stream.config;
+        let ms = retention_ms.unwrap_or(config.retention_ms);
+        let bytes = retention_bytes.unwrap_or(config.retention_bytes);
+        if (ms, bytes) == (config.retention_ms, config.retention_bytes) {
+            return Ok(stream.clone());
+        }
+        let record = Arc::make_mut(stream);
+        record.config.retention_ms = ms;
+        record.config.retention_bytes = bytes;
+        let altered = stream.clone();
+        self.version += 1;
+        Ok(altered)
+    }
+
     /// Deletes a stream: its owners drop its streamlets at the next assignment, and backups
     /// drop its replicas once heartbeats tell them. Refused while a streamlet of it is being
     /// recovered (the rebuild would race the deletion). Returns the stream's id and the brokers

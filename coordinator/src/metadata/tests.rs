@@ -106,6 +106,49 @@ fn a_stream_grows_by_appending_placements_and_never_shrinks() {
 }
 
 #[test]
+fn retention_changes_alone_and_reaches_the_owners_assignments() {
+    let mut m = Metadata::default();
+    let a = broker(&mut m, "127.0.0.1:1");
+    let b = broker(&mut m, "127.0.0.1:2");
+    let created = m.create_stream("s", 2, config(), &[a, b]).unwrap().clone();
+    let version = m.version;
+    let altered = m.alter_retention("s", Some(60_000), None).unwrap();
+    assert_eq!(altered.config.retention_ms, 60_000);
+    assert_eq!(
+        altered.config.retention_bytes,
+        created.config.retention_bytes
+    );
+    let unchanged_but_retention = StreamConfig {
+        retention_ms: created.config.retention_ms,
+        ..altered.config.clone()
+    };
+    assert_eq!(unchanged_but_retention, created.config);
+    assert_eq!(altered.placements, created.placements);
+    assert_eq!(m.version, version + 1);
+    let assigned = m.assignments_for(a, Vec::new());
+    assert!(
+        assigned
+            .assignments
+            .iter()
+            .all(|s| s.config.retention_ms == 60_000),
+        "owners learn it from their next assignment"
+    );
+    // The same again (a retry) is no change; `None` leaves a limit as it is.
+    m.alter_retention("s", Some(60_000), None).unwrap();
+    m.alter_retention("s", None, None).unwrap();
+    assert_eq!(m.version, version + 1);
+    let lifted = m.alter_retention("s", Some(0), Some(1 << 30)).unwrap();
+    assert_eq!(
+        (lifted.config.retention_ms, lifted.config.retention_bytes),
+        (0, 1 << 30)
+    );
+    assert!(matches!(
+        m.alter_retention("missing", Some(1), None),
+        Err(MetadataError::UnknownStream(_))
+    ));
+}
+
+#[test]
 fn replicas_need_as_many_other_live_brokers() {
     let mut m = Metadata::default();
     let a = broker(&mut m, "x:1");
@@ -526,6 +569,28 @@ fn transitions_that_move_epochs_back_or_give_one_epoch_two_owners_are_refused() 
         check_transition(&m, &crashed_owner)
             .unwrap_err()
             .contains("not a member")
+    );
+    let mut grown = m.clone();
+    grown.add_streamlets("s", 2, &[a, b]).unwrap();
+    assert_eq!(check_transition(&m, &grown), Ok(()));
+    let mut shrunk_back = m.clone();
+    shrunk_back.version = grown.version + 1;
+    assert!(
+        check_transition(&grown, &shrunk_back)
+            .unwrap_err()
+            .contains("from 2 streamlets to 1")
+    );
+    let mut retained = m.clone();
+    retained.alter_retention("s", Some(1), Some(2)).unwrap();
+    assert_eq!(check_transition(&m, &retained), Ok(()));
+    let mut resized = m.clone();
+    std::sync::Arc::make_mut(resized.streams.get_mut("s").unwrap())
+        .config
+        .segment_size_bytes *= 2;
+    assert!(
+        check_transition(&m, &resized)
+            .unwrap_err()
+            .contains("beyond retention")
     );
 }
 

@@ -5,6 +5,7 @@
 //! before the next request is read, so a producer's pipelined batches land in order); every
 //! other handler returns at once with a future.
 
+mod admin_configs;
 mod admin_groups;
 mod admin_partitions;
 mod admin_topics;
@@ -127,6 +128,10 @@ pub(crate) async fn dispatch(
         RequestBody::DescribeConfigs(request) => {
             admin_topics::describe_configs(k(), access, version, request)
         }
+        RequestBody::IncrementalAlterConfigs(request) => {
+            admin_configs::incremental_alter(k(), access, version, request)
+        }
+        RequestBody::AlterConfigs(request) => admin_configs::alter(k(), access, version, request),
         // The exchange happens before the first request reaches here (`authenticate`):
         // now it is out of turn, or authentication is off.
         RequestBody::SaslHandshake(_) => {

@@ -58,6 +58,7 @@ pub fn messages(data: &[u8]) {
         AllocateProducerIdRequestBeforeOwner,
         CreateStreamRequest,
         AddStreamletsRequest,
+        AlterRetentionRequest,
         DescribeStreamRequest,
         ListStreamsResponse,
         ListBrokersResponse,

@@ -41,6 +41,7 @@ fn decode_body(opcode: Option<Opcode>, is_response: bool, body: Bytes) {
         (Opcode::ProducerIdBindingKey, true) => decode!(ProducerIdBindingKeyResponse),
         (Opcode::CreateStream, false) => decode!(CreateStreamRequest),
         (Opcode::AddStreamlets, false) => decode!(AddStreamletsRequest),
+        (Opcode::AlterRetention, false) => decode!(AlterRetentionRequest),
         (Opcode::DescribeStream, false) => decode!(DescribeStreamRequest),
         (Opcode::DeleteStream, false) => decode!(DeleteStreamRequest),
         (Opcode::DeleteStream, true) => decode!(Empty),
@@ -48,7 +49,13 @@ fn decode_body(opcode: Option<Opcode>, is_response: bool, body: Bytes) {
         (Opcode::ListRecoveries, true) => decode!(ListRecoveriesResponse),
         (Opcode::DescribeLeadership, false) => decode!(Empty),
         (Opcode::DescribeLeadership, true) => decode!(DescribeLeadershipResponse),
-        (Opcode::CreateStream | Opcode::AddStreamlets | Opcode::DescribeStream, true) => {
+        (
+            Opcode::CreateStream
+            | Opcode::AddStreamlets
+            | Opcode::AlterRetention
+            | Opcode::DescribeStream,
+            true,
+        ) => {
             decode!(StreamMetadata)
         }
         (Opcode::ListStreams, _) => decode!(ListStreamsResponse),

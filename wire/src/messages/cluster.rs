@@ -490,6 +490,19 @@ wire_message! {
 }
 
 wire_message! {
+    /// Changes a stream's retention limits (Kafka's IncrementalAlterConfigs and AlterConfigs,
+    /// `stream alter`), the only settings that change after creation: `None` leaves a limit
+    /// as it is, 0 is none. Its owners free by the new limits from the assignment the change
+    /// sends them. Setting what the stream has changes nothing (so a retry is harmless).
+    /// Answered with the stream's metadata.
+    pub struct AlterRetentionRequest {
+        pub name: String,
+        pub retention_ms: Option<u64>,
+        pub retention_bytes: Option<u64>,
+    }
+}
+
+wire_message! {
     pub struct DescribeStreamRequest {
         pub name: String,
     }

@@ -100,6 +100,7 @@ mod tests {
         allocate_producer_id_before_owner: AllocateProducerIdRequestBeforeOwner,
         create_stream: CreateStreamRequest,
         add_streamlets: AddStreamletsRequest,
+        alter_retention: AlterRetentionRequest,
         describe_stream: DescribeStreamRequest,
         delete_stream: DeleteStreamRequest,
         list_recoveries: ListRecoveriesResponse,
