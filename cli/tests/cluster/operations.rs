@@ -47,7 +47,7 @@ async fn coordinator_metadata_survives_a_kill_and_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_grown_stream_keeps_its_records_and_serves_its_new_streamlets_after_a_restart() {
+async fn a_grown_stream_keeps_its_records_retention_and_new_streamlets_after_a_restart() {
     tokio::time::timeout(TEST_TIMEOUT, async {
         let mut test = TestCluster::start(2, "").await;
         let (ok, _, err) = test
@@ -67,13 +67,22 @@ async fn a_grown_stream_keeps_its_records_and_serves_its_new_streamlets_after_a_
         assert!(ok, "the same count again changes nothing: {err}");
         let (ok, _, err) = test.cli(&alter("2"), b"").await;
         assert!(!ok && err.contains("never shrinks"), "{err}");
+        let (ok, _, err) = test
+            .cli(
+                &["stream", "alter", "growing", "--retention-ms", "86400000"],
+                b"",
+            )
+            .await;
+        assert!(ok, "{err}");
 
-        // The growth is durable: a restarted coordinator has it, and every streamlet serves.
+        // The growth and the retention are durable: a restarted coordinator has them, and
+        // every streamlet serves.
         test.cluster.restart_coordinator().await.unwrap();
         test.wait_for_brokers(2).await;
         wait_until_serving(&test, "growing").await;
         let described = test.client().describe_stream("growing").await.unwrap();
         assert_eq!(described.streamlets.len(), 3);
+        assert_eq!(described.config.retention_ms, 86_400_000);
 
         // A producer made now routes keys over the three; every record is read back once.
         let after: String = (100..400).map(|i| format!("{i}:{i}\n")).collect();
