@@ -13,11 +13,13 @@ use crate::shared::Kafka;
 use crate::topic_alter::{Incremental, RetentionChange, incremental, whole};
 use crate::topic_configs::Refusal;
 use kafka_protocol::ResponseError;
+use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse as WholeResourceResponse;
 use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{
     AlterConfigsRequest, AlterConfigsResponse, IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 };
+use kafka_protocol::protocol::StrBytes;
 use std::sync::Arc;
 use tailstream_identity::Access;
 use tailstream_wire::messages::{AclOperation, StreamConfig};
@@ -51,32 +53,15 @@ pub(crate) fn incremental_alter(
     request: IncrementalAlterConfigsRequest,
 ) -> Answer {
     Answer::Later(Box::pin(async move {
-        let too_many = request.resources.len() > TOPICS_PER_REQUEST_MAX;
-        let mut responses = Vec::with_capacity(request.resources.len());
-        for resource in &request.resources {
-            let asked = Asked::Incremental(
-                resource
-                    .configs
-                    .iter()
-                    .map(|c| {
-                        let value = c.value.as_ref().map(|v| v.as_str());
-                        (c.name.as_str(), c.config_operation, value)
-                    })
-                    .collect(),
-            );
-            let target = Target {
-                resource_type: resource.resource_type,
-                name: resource.resource_name.as_str(),
-                validate_only: request.validate_only,
-                too_many,
-            };
-            let outcome = alter_one(&kafka, &access, target, &asked).await;
-            responses.push(answered(
-                resource.resource_type,
-                &resource.resource_name,
-                outcome,
-            ));
-        }
+        let resources = request.resources.iter().map(|resource| {
+            let changes = resource.configs.iter().map(|c| {
+                let value = c.value.as_ref().map(|v| v.as_str());
+                (c.name.as_str(), c.config_operation, value)
+            });
+            let asked = Asked::Incremental(changes.collect());
+            (resource.resource_type, &resource.resource_name, asked)
+        });
+        let responses = alter_all(&kafka, &access, request.validate_only, resources).await;
         encode(
             &IncrementalAlterConfigsResponse::default().with_responses(responses),
             version,
@@ -91,38 +76,51 @@ pub(crate) fn alter(
     request: AlterConfigsRequest,
 ) -> Answer {
     Answer::Later(Box::pin(async move {
-        let too_many = request.resources.len() > TOPICS_PER_REQUEST_MAX;
-        let mut responses = Vec::with_capacity(request.resources.len());
-        for resource in &request.resources {
+        let resources = request.resources.iter().map(|resource| {
+            let configs = resource.configs.iter();
             let asked = Asked::Whole(
-                resource
-                    .configs
-                    .iter()
+                configs
                     .map(|c| (c.name.as_str(), c.value.as_ref().map(|v| v.as_str())))
                     .collect(),
             );
-            let target = Target {
-                resource_type: resource.resource_type,
-                name: resource.resource_name.as_str(),
-                validate_only: request.validate_only,
-                too_many,
-            };
-            let outcome = alter_one(&kafka, &access, target, &asked).await;
-            // The two APIs' per-resource answers have the same fields.
-            let answer = answered(resource.resource_type, &resource.resource_name, outcome);
-            responses.push(
-                kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse::default()
-                    .with_error_code(answer.error_code)
-                    .with_error_message(answer.error_message)
-                    .with_resource_type(answer.resource_type)
-                    .with_resource_name(answer.resource_name),
-            );
-        }
+            (resource.resource_type, &resource.resource_name, asked)
+        });
+        let responses = alter_all(&kafka, &access, request.validate_only, resources).await;
+        // The two APIs' per-resource answers have the same fields.
+        let responses = responses.into_iter().map(|answer| {
+            WholeResourceResponse::default()
+                .with_error_code(answer.error_code)
+                .with_error_message(answer.error_message)
+                .with_resource_type(answer.resource_type)
+                .with_resource_name(answer.resource_name)
+        });
         encode(
-            &AlterConfigsResponse::default().with_responses(responses),
+            &AlterConfigsResponse::default().with_responses(responses.collect()),
             version,
         )
     }))
+}
+
+/// Each resource's changes, in request order, answered in IncrementalAlterConfigs' form.
+async fn alter_all<'a>(
+    kafka: &Kafka,
+    access: &Access,
+    validate_only: bool,
+    resources: impl ExactSizeIterator<Item = (i8, &'a StrBytes, Asked<'a>)>,
+) -> Vec<AlterConfigsResourceResponse> {
+    let too_many = resources.len() > TOPICS_PER_REQUEST_MAX;
+    let mut responses = Vec::with_capacity(resources.len());
+    for (resource_type, name, asked) in resources {
+        let target = Target {
+            resource_type,
+            name: name.as_str(),
+            validate_only,
+            too_many,
+        };
+        let outcome = alter_one(kafka, access, target, &asked).await;
+        responses.push(answered(resource_type, name, outcome));
+    }
+    responses
 }
 
 /// The resource a change is for, and how the request asked.
@@ -195,7 +193,7 @@ async fn alter_one(
 
 fn answered(
     resource_type: i8,
-    name: &kafka_protocol::protocol::StrBytes,
+    name: &StrBytes,
     outcome: Result<(), Refusal>,
 ) -> AlterConfigsResourceResponse {
     let response = AlterConfigsResourceResponse::default()
