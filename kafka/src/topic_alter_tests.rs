@@ -200,3 +200,25 @@ fn a_whole_config_resets_the_retention_it_does_not_name() {
         ResponseError::InvalidRequest
     );
 }
+
+#[test]
+fn a_described_retention_written_back_keeps_a_limit() {
+    // 6 bytes over Q = 4 logs: described as 2 per partition (rounded up), never -1.
+    let tiny = StreamConfig {
+        retention_bytes: 6,
+        ..current()
+    };
+    let shown = described(&tiny)
+        .into_iter()
+        .find(|(name, ..)| *name == "retention.bytes")
+        .unwrap()
+        .1;
+    assert_eq!(shown, "2");
+    let change = incremental(
+        &tiny,
+        &defaults(),
+        &[("retention.bytes", SET, Some(&shown))],
+    )
+    .unwrap();
+    assert_eq!(change.retention_bytes, Some(8));
+}

@@ -223,9 +223,11 @@ pub(crate) fn described(config: &StreamConfig) -> Vec<(&'static str, String, boo
     };
     vec![
         ("retention.ms", or_unlimited(config.retention_ms), false),
+        // Rounded up: a limit below Q bytes per streamlet is still a limit (not -1), and
+        // a value written back as read keeps at least the limit there is.
         (
             "retention.bytes",
-            or_unlimited(config.retention_bytes / q),
+            or_unlimited(config.retention_bytes.div_ceil(q)),
             false,
         ),
         ("segment.bytes", config.segment_size_bytes.to_string(), true),
