@@ -380,8 +380,6 @@ async fn a_consumer_group_takes_over_from_a_member_killed_mid_stream() {
                 }
             }
         };
-        produce(0).await;
-
         let outputs: Vec<_> = (0..3)
             .map(|i| test.dir.path().join(format!("member-{i}.out")))
             .collect();
@@ -401,8 +399,7 @@ async fn a_consumer_group_takes_over_from_a_member_killed_mid_stream() {
                     // Member 0 must still be running when the second phase reaches it: the
                     // test waits 2.5 s past its first 1,000 records, and on a loaded 2-core
                     // machine the second phase's first records can take seconds more (with
-                    // 6 s, member 0 once ran out of patience first and the test stalled;
-                    // with 12 s it once stalled in CI, cause unseen: hence its stderr below).
+                    // 6 s, member 0 once ran out of patience first and the test stalled).
                     "--idle-timeout-ms",
                     "20000",
                 ])
@@ -412,6 +409,32 @@ async fn a_consumer_group_takes_over_from_a_member_killed_mid_stream() {
                 .unwrap();
             members.push(child);
         }
+        // The first phase is written only once all three members are in the group: a member
+        // that joined after the others had read and committed the whole phase got only logs
+        // already read to their end, and waited for records the test held back until it
+        // printed some (CI stalled this way three times, member 0 exiting idle with 0 lines).
+        let admin = test.cluster.coordinator.admin_addr;
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let response = TestCluster::http_get(admin, "/groups").await;
+            let body: serde_json::Value =
+                serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+            let joined = body["groups"].as_array().and_then(|groups| {
+                groups
+                    .iter()
+                    .find(|g| g["group"] == "billing")
+                    .and_then(|g| g["members"].as_u64())
+            });
+            if joined == Some(3) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the group never had its three members: {body}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        produce(0).await;
         let lines = |path: &std::path::Path| -> Vec<u64> {
             std::fs::read_to_string(path)
                 .unwrap_or_default()
@@ -508,7 +531,6 @@ async fn a_consumer_group_takes_over_from_a_member_killed_mid_stream() {
 
         // The survivors committed everything at close: the coordinator's lag (from the ends
         // the owners report) comes down to 0 for every partition the records went to.
-        let admin = test.cluster.coordinator.admin_addr;
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         loop {
             let response = TestCluster::http_get(admin, "/groups").await;
