@@ -309,6 +309,10 @@ pub struct KafkaConfig {
     /// How often an authenticated connection checks its user still holds the credential it
     /// proved (0: never).
     pub session_recheck_ms: u64,
+    /// Fetch sessions (KIP-227) this broker keeps at most, and partitions kept over all of
+    /// them; past either, fetches are answered sessionless.
+    pub fetch_sessions_max: u32,
+    pub fetch_session_partitions_max: u32,
 }
 
 /// The SASL mechanisms the Kafka listener can require.

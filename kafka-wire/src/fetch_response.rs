@@ -22,19 +22,33 @@ pub struct TopicAnswer {
     pub partitions: Vec<PartitionAnswer>,
 }
 
+/// A fetch answer's top-level fields.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FetchHeader {
+    pub throttle_ms: i32,
+    /// A fetch session's error (v7+), with no partitions.
+    pub error_code: i16,
+    /// The fetch session the answer belongs to (v7+; 0: none).
+    pub session_id: i32,
+}
+
 /// The first flexible version (compact lengths, tagged fields).
 const FLEXIBLE: i16 = 12;
 
 /// Encodes a fetch answer of `version` (4..=12) as body parts: the encoded fields between the
-/// batches, and the batches as they are. No fetch sessions: session id 0.
-pub fn encode_fetch_response(version: i16, topics: &[TopicAnswer], throttle_ms: i32) -> Vec<Bytes> {
+/// batches, and the batches as they are.
+pub fn encode_fetch_response(
+    version: i16,
+    header: &FetchHeader,
+    topics: &[TopicAnswer],
+) -> Vec<Bytes> {
     let flexible = version >= FLEXIBLE;
     let mut parts = Vec::new();
     let mut fields = BytesMut::with_capacity(256);
-    fields.put_i32(throttle_ms);
+    fields.put_i32(header.throttle_ms);
     if version >= 7 {
-        fields.put_i16(0); // error_code
-        fields.put_i32(0); // session_id: sessions are not kept
+        fields.put_i16(header.error_code);
+        fields.put_i32(header.session_id);
     }
     put_count(&mut fields, flexible, topics.len());
     for topic in topics {
@@ -145,11 +159,20 @@ mod tests {
                 },
             ],
         }];
+        let header = FetchHeader {
+            throttle_ms: 5,
+            error_code: 0,
+            session_id: 77,
+        };
         for version in 4..=12 {
-            let parts = encode_fetch_response(version, &topics, 0);
+            let parts = encode_fetch_response(version, &header, &topics);
             let mut whole: Bytes = parts.concat().into();
             let decoded = FetchResponse::decode(&mut whole, version).unwrap();
             assert!(whole.is_empty(), "v{version}: every byte read");
+            assert_eq!(decoded.throttle_time_ms, 5);
+            if version >= 7 {
+                assert_eq!(decoded.session_id, 77);
+            }
             let topic = &decoded.responses[0];
             assert_eq!(topic.topic.as_str(), "clicks");
             let first = &topic.partitions[0];

@@ -18,7 +18,7 @@ pub mod request;
 mod shapes;
 pub mod versions;
 
-pub use fetch_response::{PartitionAnswer, TopicAnswer, encode_fetch_response};
+pub use fetch_response::{FetchHeader, PartitionAnswer, TopicAnswer, encode_fetch_response};
 pub use guard::GuardError;
 pub use request::{DecodeError, Decoded, RequestBody, RequestHeader, decode_request};
 pub use versions::Api;

@@ -4,6 +4,7 @@
 
 use crate::authenticator::Authenticator;
 use crate::connection::serve_connection;
+use crate::fetch_sessions::FetchSessions;
 use crate::shared::{Advertised, ConnectionLimits as KafkaLimits, Kafka};
 use crate::topics::Topics;
 use std::net::SocketAddr;
@@ -123,6 +124,10 @@ impl KafkaListener {
                 self.config.quota_produce_bytes_per_second,
                 self.config.quota_fetch_bytes_per_second,
             ),
+            fetch_sessions: std::sync::Mutex::new(FetchSessions::new(
+                self.config.fetch_sessions_max as usize,
+                self.config.fetch_session_partitions_max as usize,
+            )),
         });
         let listeners = &config.listeners;
         let limits = KafkaLimits {

@@ -19,7 +19,8 @@
 //!   streamlets × Q and config, and how DescribeConfigs shows them; `topic_alter` (pure):
 //!   what IncrementalAlterConfigs and AlterConfigs ask of a topic, as a retention change;
 //!   `leader_epochs` (pure): a streamlet's ownership epoch as Kafka's leader epoch, and the
-//!   check of a request's. `errors`: Kafka's names
+//!   check of a request's. `fetch_sessions` (pure): KIP-227 fetch sessions, so a fetch names
+//!   only what moved and its answer carries only what changed. `errors`: Kafka's names
 //!   for Tailstream's refusals. `quotas`: produce and fetch byte rates per principal, with
 //!   Kafka's throttle_time_ms. `metrics`: metric names.
 mod authenticate;
@@ -27,6 +28,7 @@ mod authenticator;
 mod budget;
 mod connection;
 mod errors;
+mod fetch_sessions;
 mod frames;
 pub mod front_end;
 mod handlers;

@@ -26,3 +26,9 @@ pub const SESSIONS_REVOKED: &str = "tailstream_kafka_sessions_revoked_total";
 pub const THROTTLED_MS: &str = "tailstream_kafka_throttled_milliseconds_total";
 /// Batches refused because their producer id was not issued to the connection's user.
 pub const PRODUCER_IDS_REFUSED: &str = "tailstream_kafka_producer_ids_refused_total";
+/// Fetch sessions (KIP-227) this broker keeps, and partitions kept over all of them.
+pub const FETCH_SESSIONS: &str = "tailstream_kafka_fetch_sessions";
+pub const FETCH_SESSION_PARTITIONS: &str = "tailstream_kafka_fetch_session_partitions";
+/// Fetches refused for their session, by reason (`not_found`: an unknown id, one of another
+/// user's, or a session grown past the bound; `epoch`: out of order).
+pub const FETCH_SESSION_ERRORS: &str = "tailstream_kafka_fetch_session_errors_total";

@@ -36,6 +36,9 @@ pub(crate) struct Kafka {
     pub authorizer: Option<Arc<Authorizer>>,
     /// Produce and fetch byte rates per principal.
     pub quotas: crate::quotas::Quotas,
+    /// Fetch sessions (KIP-227), held only while a fetch begins or finishes (never across an
+    /// await).
+    pub fetch_sessions: std::sync::Mutex<crate::fetch_sessions::FetchSessions>,
 }
 
 /// A host and port as Kafka's Metadata and FindCoordinator answers carry them.

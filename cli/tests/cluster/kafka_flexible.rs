@@ -32,7 +32,7 @@ fn topic() -> TopicName {
 
 /// One request of a flexible `version` on `stream`: header v2 (its tagged fields: none) out,
 /// header v1 back (its tagged fields, none, ahead of the body).
-async fn call<Q: Encodable, A: Decodable>(
+pub(crate) async fn call<Q: Encodable, A: Decodable>(
     stream: &mut TcpStream,
     api_key: i16,
     version: i16,

@@ -21,6 +21,7 @@ mod kafka_admin;
 mod kafka_auth;
 mod kafka_clients;
 mod kafka_delivery;
+mod kafka_fetch_sessions;
 mod kafka_flexible;
 mod kafka_hostile;
 mod kafka_leader_epochs;

@@ -1,11 +1,13 @@
 //! Fetch: the committed record batches of each partition from the one that holds the fetch
 //! offset, sent as the segment bytes they are stored in (never decoded or copied), with the
 //! partition's high watermark (its committed end) and log start offset (after retention).
-//! Waits, up to `max_wait_ms`, until `min_bytes` are there. No fetch sessions: every fetch
-//! names its partitions, and the answer's session id is 0.
+//! Waits, up to `max_wait_ms`, until `min_bytes` are there. With a fetch session (KIP-227,
+//! `fetch_sessions`), the partitions read are the session's, and an incremental answer carries
+//! only those with something new.
 
 use super::Answer;
 use crate::errors::{NONE, data_error_code};
+use crate::fetch_sessions::{Answered, Ask, FetchedPartition, Plan};
 use crate::leader_epochs::{check, leader_epoch};
 use crate::shared::Kafka;
 use crate::topics::{Partition, partition};
@@ -15,15 +17,16 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::FetchRequest;
 use std::sync::Arc;
 use std::time::Duration;
+use tailstream_auth::Principal;
 use tailstream_identity::Access;
-use tailstream_kafka_wire::{PartitionAnswer, TopicAnswer, encode_fetch_response};
+use tailstream_kafka_wire::{FetchHeader, PartitionAnswer, TopicAnswer, encode_fetch_response};
 use tailstream_storage::CommitPoint;
 use tailstream_wire::RecordOffset;
 use tailstream_wire::messages::AclOperation;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-/// One partition of the request, resolved once.
+/// One partition of the fetch, resolved once.
 struct Wanted {
     index: i32,
     target: Result<Partition, i16>,
@@ -41,6 +44,7 @@ struct WantedTopic {
 pub(crate) fn answer(
     kafka: Arc<Kafka>,
     access: Access,
+    principal: Principal,
     wait_max: Duration,
     version: i16,
     request: FetchRequest,
@@ -54,42 +58,26 @@ pub(crate) fn answer(
             .min(kafka.broker.fetch_bytes_max as usize)
             .max(1);
         let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
-        let mut wanted = Vec::with_capacity(request.topics.len());
-        for topic in request.topics {
-            let stream = kafka
-                .topics
-                .route_if(
-                    &access,
-                    AclOperation::Read,
-                    topic.topic.as_str(),
-                    crate::topics::highest(topic.partitions.iter().map(|p| p.partition)),
-                )
-                .await;
-            let partitions = topic
-                .partitions
-                .into_iter()
-                .map(|p| Wanted {
-                    index: p.partition,
-                    target: match &stream {
-                        Err(error) => Err(error.code),
-                        Ok(stream) => partition(stream, p.partition)
-                            .ok_or(ResponseError::UnknownTopicOrPartition.code()),
-                    },
-                    offset: p.fetch_offset,
-                    leader_epoch: p.current_leader_epoch,
-                    max_bytes: usize::try_from(p.partition_max_bytes).unwrap_or(0).max(1),
-                })
-                .collect();
-            wanted.push(WantedTopic {
-                name: topic.topic.as_str().to_owned(),
-                partitions,
-            });
-        }
+        let mut header = FetchHeader {
+            throttle_ms,
+            error_code: NONE,
+            session_id: crate::fetch_sessions::NO_SESSION,
+        };
+        let plan = match begin_session(&kafka, &principal, request) {
+            Ok(plan) => plan,
+            Err(code) => {
+                header.error_code = code;
+                return Ok(encode_fetch_response(version, &header, &[]));
+            }
+        };
+        header.session_id = plan.session_id;
+        let wanted = resolve(&kafka, &access, &plan.partitions).await;
         loop {
             let (answers, bytes, failed, mut commits) = read_once(&kafka, &wanted, max_bytes);
             let now = Instant::now();
             if bytes >= min_bytes || failed || now >= deadline || commits.is_empty() {
-                return Ok(encode_fetch_response(version, &answers, throttle_ms));
+                let answers = finish_session(&kafka, &plan, answers);
+                return Ok(encode_fetch_response(version, &header, &answers));
             }
             // Long poll: until any of the partitions commits more, or the deadline.
             let changed = select_all(commits.iter_mut().map(|c| c.changed().boxed()));
@@ -99,6 +87,133 @@ pub(crate) fn answer(
             }
         }
     }))
+}
+
+/// The request as the sessions see it, and what they plan: the partitions to read (the
+/// session's, for an incremental fetch) or the fetch's session error.
+fn begin_session(kafka: &Kafka, principal: &Principal, request: FetchRequest) -> Result<Plan, i16> {
+    let named = request
+        .topics
+        .into_iter()
+        .flat_map(|topic| {
+            let name = topic.topic.as_str().to_owned();
+            topic.partitions.into_iter().map(move |p| FetchedPartition {
+                topic: name.clone(),
+                partition: p.partition,
+                fetch_offset: p.fetch_offset,
+                max_bytes: p.partition_max_bytes,
+                leader_epoch: p.current_leader_epoch,
+            })
+        })
+        .collect();
+    let forgotten = request
+        .forgotten_topics_data
+        .into_iter()
+        .flat_map(|topic| {
+            let name = topic.topic.as_str().to_owned();
+            topic.partitions.into_iter().map(move |p| (name.clone(), p))
+        })
+        .collect();
+    let ask = Ask {
+        session_id: request.session_id,
+        epoch: request.session_epoch,
+        named,
+        forgotten,
+    };
+    let mut sessions = kafka
+        .fetch_sessions
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    let plan = sessions.begin(
+        principal,
+        ask,
+        std::time::Instant::now(),
+        rand::random::<i32>,
+    );
+    let (count, partitions) = sessions.len();
+    drop(sessions);
+    metrics::gauge!(crate::metrics::FETCH_SESSIONS).set(count as f64);
+    metrics::gauge!(crate::metrics::FETCH_SESSION_PARTITIONS).set(partitions as f64);
+    if let Err(code) = plan {
+        let reason = if code == ResponseError::InvalidFetchSessionEpoch.code() {
+            "epoch"
+        } else {
+            "not_found"
+        };
+        metrics::counter!(crate::metrics::FETCH_SESSION_ERRORS, "reason" => reason).increment(1);
+    }
+    plan
+}
+
+/// Tells the session what was answered, and keeps only the partitions it says the answer
+/// carries (all of them, unless the fetch is incremental).
+fn finish_session(kafka: &Kafka, plan: &Plan, answers: Vec<TopicAnswer>) -> Vec<TopicAnswer> {
+    if plan.session_id == crate::fetch_sessions::NO_SESSION {
+        return answers;
+    }
+    let answered = answers
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .map(|p| Answered {
+            error_code: p.error_code,
+            high_watermark: p.high_watermark,
+            log_start_offset: p.log_start_offset,
+            has_records: !p.batches.is_empty(),
+        });
+    let carried = kafka
+        .fetch_sessions
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .finish(plan, answered);
+    let mut carried = carried.into_iter();
+    answers
+        .into_iter()
+        .filter_map(|mut topic| {
+            // `carried` has one flag per partition, in this order.
+            topic.partitions.retain(|_| carried.next().unwrap_or(true));
+            (!topic.partitions.is_empty()).then_some(topic)
+        })
+        .collect()
+}
+
+/// The plan's partitions, each routed once per topic (a run of one topic's partitions).
+async fn resolve(
+    kafka: &Kafka,
+    access: &Access,
+    partitions: &[FetchedPartition],
+) -> Vec<WantedTopic> {
+    let mut wanted = Vec::new();
+    for run in partitions.chunk_by(|a, b| a.topic == b.topic) {
+        let topic = run[0].topic.as_str();
+        let stream = kafka
+            .topics
+            .route_if(
+                access,
+                AclOperation::Read,
+                topic,
+                crate::topics::highest(run.iter().map(|p| p.partition)),
+            )
+            .await;
+        let partitions = run
+            .iter()
+            .map(|p| Wanted {
+                index: p.partition,
+                target: match &stream {
+                    Err(error) => Err(error.code),
+                    Ok(stream) => partition(stream, p.partition)
+                        .ok_or(ResponseError::UnknownTopicOrPartition.code()),
+                },
+                offset: p.fetch_offset,
+                leader_epoch: p.leader_epoch,
+                max_bytes: usize::try_from(p.max_bytes).unwrap_or(0).max(1),
+            })
+            .collect();
+        wanted.push(WantedTopic {
+            name: topic.to_owned(),
+            partitions,
+        });
+    }
+    wanted
 }
 
 /// One pass over every wanted partition: the answers, the bytes they carry, whether any

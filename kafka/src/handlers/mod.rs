@@ -87,7 +87,16 @@ pub(crate) async fn dispatch(
         }
         RequestBody::Fetch(request) => {
             let wait_max = limits.fetch_wait_max;
-            fetch::answer(k(), access, wait_max, version, request, throttle_ms)
+            let principal = principal.clone();
+            fetch::answer(
+                k(),
+                access,
+                principal,
+                wait_max,
+                version,
+                request,
+                throttle_ms,
+            )
         }
         RequestBody::ListOffsets(request) => list_offsets::answer(k(), access, version, request),
         RequestBody::FindCoordinator(request) => {
