@@ -32,3 +32,6 @@ pub const FETCH_SESSION_PARTITIONS: &str = "tailstream_kafka_fetch_session_parti
 /// Fetches refused for their session, by reason (`not_found`: an unknown id, one of another
 /// user's, or a session grown past the bound; `epoch`: out of order).
 pub const FETCH_SESSION_ERRORS: &str = "tailstream_kafka_fetch_session_errors_total";
+/// Fetches answered, by kind (`sessionless`; `full`: one that opened a session;
+/// `incremental`: one within a session; `refused`: a session error).
+pub const FETCHES: &str = "tailstream_kafka_fetches_total";

@@ -134,6 +134,13 @@ fn begin_session(kafka: &Kafka, principal: &Principal, request: FetchRequest) ->
     drop(sessions);
     metrics::gauge!(crate::metrics::FETCH_SESSIONS).set(count as f64);
     metrics::gauge!(crate::metrics::FETCH_SESSION_PARTITIONS).set(partitions as f64);
+    let kind = match &plan {
+        Ok(plan) if plan.incremental => "incremental",
+        Ok(plan) if plan.session_id != crate::fetch_sessions::NO_SESSION => "full",
+        Ok(_) => "sessionless",
+        Err(_) => "refused",
+    };
+    metrics::counter!(crate::metrics::FETCHES, "kind" => kind).increment(1);
     if let Err(code) = plan {
         let reason = if code == ResponseError::InvalidFetchSessionEpoch.code() {
             "epoch"
