@@ -250,6 +250,8 @@ impl Recovery {
             .flat_map(|(_, segments)| segments.iter().map(|s| s.bytes.len() as u64))
             .sum();
         let streamlet = self.rebuild(&request, logs).await?;
+        // Records deleted before a log's start stay deleted under the new owner.
+        streamlet.set_log_starts(&assignment.log_starts);
         let (streamlet, fresh) = self.store.insert_recovered(streamlet);
         if !fresh {
             return Err(RecoveryError::Superseded(

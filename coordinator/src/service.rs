@@ -632,6 +632,7 @@ impl CoordinatorService {
             (_, Opcode::CreateStream) => self.create_stream(request.body),
             (_, Opcode::AddStreamlets) => self.add_streamlets(request.body),
             (_, Opcode::AlterRetention) => self.alter_retention(request.body),
+            (_, Opcode::DeleteRecords) => self.delete_records(request.body),
             (_, Opcode::DescribeStream) => ready(self.describe_stream(request.body)),
             (_, Opcode::DeleteStream) => self.delete_stream(request.body),
             (_, Opcode::DescribeLeadership) => {

@@ -19,10 +19,10 @@ use tailstream_net::scram_server::CredentialSource;
 use tailstream_net::{Request, Response};
 use tailstream_wire::messages::{
     AclOperation, AclResource, AddStreamletsRequest, AlterRetentionRequest, CreateStreamRequest,
-    DeleteGroupsRequest, DeleteStreamRequest, DescribeStreamRequest, GroupHeartbeatRequest,
-    GroupJoinRequest, GroupLeaveRequest, GroupSyncRequest, ListStreamsResponse,
-    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, OffsetFetchResponse,
-    ScramCredential,
+    DeleteGroupsRequest, DeleteRecordsRequest, DeleteStreamRequest, DescribeStreamRequest,
+    GroupHeartbeatRequest, GroupJoinRequest, GroupLeaveRequest, GroupSyncRequest,
+    ListStreamsResponse, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest,
+    OffsetFetchResponse, ScramCredential,
 };
 use tailstream_wire::{Decode, Opcode, Status};
 
@@ -128,6 +128,11 @@ impl CoordinatorService {
             Opcode::AlterRetention => {
                 let request: AlterRetentionRequest = decode(body())?;
                 stream(AclOperation::Alter, &request.name)
+            }
+            // Kafka's DeleteRecords needs Delete on the topic.
+            Opcode::DeleteRecords => {
+                let request: DeleteRecordsRequest = decode(body())?;
+                stream(AclOperation::Delete, &request.name)
             }
             Opcode::GroupJoin => group(&decode::<GroupJoinRequest>(body())?.group),
             Opcode::GroupSync => group(&decode::<GroupSyncRequest>(body())?.group),

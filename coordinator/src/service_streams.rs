@@ -1,14 +1,17 @@
 //! Changing a stream after creation: growing it (Kafka's CreatePartitions: the new streamlets
 //! are placed and made durable, then their owners are sent those alone, as a creation sends
 //! its own) and setting its retention (IncrementalAlterConfigs: durable, then its owners are
-//! sent their assignments, which carry it).
+//! sent their assignments, which carry it) and its logs' starts (DeleteRecords: durable, then
+//! the streamlet's owner is sent its assignment, which carries them).
 
 use super::{CoordinatorService, decode, later};
 use bytes::Bytes;
 use std::time::Instant;
 use tailstream_net::{Reply, Response};
 use tailstream_wire::StreamletId;
-use tailstream_wire::messages::{AddStreamletsRequest, AlterRetentionRequest};
+use tailstream_wire::messages::{
+    AddStreamletsRequest, AlterRetentionRequest, DeleteRecordsRequest,
+};
 
 impl CoordinatorService {
     pub(super) fn add_streamlets(&self, body: Bytes) -> Reply {
@@ -88,6 +91,33 @@ impl CoordinatorService {
                 core.push_assignments(owners).await;
             }
             Response::ok(&metadata)
+        })
+    }
+
+    pub(super) fn delete_records(&self, body: Bytes) -> Reply {
+        let request: DeleteRecordsRequest = match decode(body) {
+            Ok(request) => request,
+            Err(response) => return Reply::Ready(response),
+        };
+        let core = self.core.clone();
+        later(async move {
+            let (name, streamlet) = (request.name.clone(), request.streamlet);
+            let changed = core
+                .change(move |m| {
+                    m.delete_records(&request.name, request.streamlet, &request.starts)
+                })
+                .await;
+            match changed {
+                Ok((owner, true)) => {
+                    tracing::info!(stream = %name, %streamlet, "records deleted before new log starts");
+                    // The owner serves from the new starts once its assignment says so (a
+                    // missed push: from its next heartbeat's).
+                    core.push_assignments(vec![owner]).await;
+                    Response::empty()
+                }
+                Ok((_, false)) => Response::empty(),
+                Err(error) => error.response(),
+            }
         })
     }
 }

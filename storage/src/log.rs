@@ -19,6 +19,7 @@ use super::segment::Segment;
 use super::streamlet::StreamletShared;
 use bytes::Bytes;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 use tailstream_wire::batch::{BatchInfo, stamp_base_offset};
@@ -126,6 +127,10 @@ pub struct Log {
     insync: watch::Sender<bool>,
     /// Where a moved commit point is told (set once the store holds the log).
     commit_feed: OnceLock<FeedLink>,
+    /// The first record offset still served: Kafka's DeleteRecords deleted those before it
+    /// (the coordinator keeps it; an assignment brings it). Only grows; outside `state`, so a
+    /// rebuild that replaces the state keeps it.
+    start: AtomicU64,
 }
 
 pub(super) fn to_position(position: usize) -> SegmentPosition {
@@ -151,7 +156,18 @@ impl Log {
             replication_wake: OnceLock::new(),
             insync: watch::Sender::new(true),
             commit_feed: OnceLock::new(),
+            start: AtomicU64::new(0),
         }
+    }
+
+    /// Moves the log's start forward to `offset` (never back); returns whether it moved.
+    pub fn raise_start(&self, offset: RecordOffset) -> bool {
+        self.start.fetch_max(offset.0, Ordering::Relaxed) < offset.0
+    }
+
+    /// The start as set (`bounds` gives the first record actually served).
+    pub fn start(&self) -> RecordOffset {
+        RecordOffset(self.start.load(Ordering::Relaxed))
     }
 
     /// Links the log to its store's feed and queues it there once, so what it holds already

@@ -146,10 +146,13 @@ impl Log {
     /// past the last committed record.
     pub fn bounds(&self) -> (RecordOffset, RecordOffset) {
         let state = self.lock();
-        let first = state
+        let kept = state
             .groups
             .front()
             .map_or(state.committed_offset, Group::first_offset);
+        // A start past the commit point (never set so: it is checked against the committed
+        // end) would serve nothing rather than a range that ends before it begins.
+        let first = kept.max(self.start()).min(state.committed_offset.max(kept));
         (first, state.committed_offset)
     }
 
@@ -201,6 +204,15 @@ impl Log {
         let state = self.lock();
         let oldest = state.groups.front()?;
         Some((oldest.id(), oldest.written_bytes(), oldest.sealed_at()?))
+    }
+
+    /// The oldest group, if sealed and every record of it is before the log's start (the
+    /// next group begins at or before it): DeleteRecords deleted it all.
+    pub fn oldest_group_before_start(&self) -> Option<GroupId> {
+        let state = self.lock();
+        let oldest = state.groups.front()?;
+        let next = state.groups.get(1)?;
+        (oldest.is_sealed() && next.first_offset() <= self.start()).then(|| oldest.id())
     }
 
     /// Frees the oldest group if it is `group` and sealed; returns its bytes.

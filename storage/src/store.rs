@@ -153,6 +153,7 @@ impl Store {
                     "retention changed"
                 );
             }
+            existing.set_log_starts(&assignment.log_starts);
             return None;
         }
         if assignment.recovering {
@@ -167,6 +168,7 @@ impl Store {
             self.replication_backlog_bytes_max,
         ));
         streamlet.set_ownership(assignment.epoch, true);
+        streamlet.set_log_starts(&assignment.log_starts);
         streamlet.link_commit_feed(&self.commit_feed);
         streamlets.insert(key, streamlet.clone());
         Some(streamlet)

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tailstream_wire::batch::BatchInfo;
-use tailstream_wire::messages::{LogGroups, StreamConfig};
+use tailstream_wire::messages::{LogGroups, LogStart, StreamConfig};
 use tailstream_wire::{
     GroupId, LogId, OwnershipEpoch, ProducerId, SegmentId, StreamId, StreamletId,
 };
@@ -271,6 +271,19 @@ impl Streamlet {
         ms != retention_ms || bytes != retention_bytes
     }
 
+    /// Takes the starts of an assignment (records before them deleted); returns whether any
+    /// moved. A start naming no log of this streamlet is ignored (the coordinator checked
+    /// it against the stream's Q).
+    pub fn set_log_starts(&self, starts: &[LogStart]) -> bool {
+        let mut moved = false;
+        for start in starts {
+            if let Ok(log) = self.log(start.log) {
+                moved |= log.raise_start(start.offset);
+            }
+        }
+        moved
+    }
+
     pub fn logs(&self) -> &[Log] {
         &self.logs
     }
@@ -333,6 +346,20 @@ impl Streamlet {
     }
 
     fn free_past_retention(&self, now: Instant) -> u64 {
+        // Groups whose records were all deleted (DeleteRecords) go first, whatever the limits.
+        let mut freed = 0;
+        for log in &self.logs {
+            while let Some(group) = log.oldest_group_before_start() {
+                match log.free_oldest_group(group) {
+                    Some(bytes) => freed += bytes,
+                    None => break,
+                }
+            }
+        }
+        freed + self.free_past_limits(now)
+    }
+
+    fn free_past_limits(&self, now: Instant) -> u64 {
         let (retention_ms, retention_bytes) =
             (self.shared.retention.ms(), self.shared.retention.bytes());
         if retention_bytes == 0 && retention_ms == 0 {

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use std::time::{Duration, Instant};
 use tailstream_wire::batch::{base_offset, validate_batch};
 use tailstream_wire::entry::{EntryType, LogDigest};
-use tailstream_wire::messages::StreamConfig;
+use tailstream_wire::messages::{LogStart, StreamConfig};
 use tailstream_wire::records::{RecordBatchBuilder, RecordIter};
 use tailstream_wire::scan::EntryIter;
 use tailstream_wire::{
@@ -384,6 +384,40 @@ fn retention_set_after_creation_frees_by_the_new_limits_and_unset_frees_nothing(
         0,
         "the creation's settings stay as they were"
     );
+}
+
+#[test]
+fn a_log_start_hides_the_records_before_it_and_retention_frees_their_groups() {
+    let s = streamlet(config(1, 4096, 1), 64 * 4096);
+    let value = "q".repeat(1000);
+    for seq in 0..20u32 {
+        append(&s, &batch(1, seq, &[&value])).unwrap();
+    }
+    let log = &s.logs()[0];
+    assert_eq!(log.bounds(), (RecordOffset(0), RecordOffset(20)));
+    let written = log.written_bytes();
+    let start = |offset| LogStart {
+        log: LogId(0),
+        offset: RecordOffset(offset),
+    };
+    assert!(s.set_log_starts(&[start(10)]));
+    assert!(!s.set_log_starts(&[start(4)]), "a start never moves back");
+    assert!(
+        !s.set_log_starts(&[LogStart {
+            log: LogId(9),
+            ..start(15)
+        }]),
+        "no such log"
+    );
+    assert_eq!(log.bounds(), (RecordOffset(10), RecordOffset(20)));
+    // No retention limits, yet the groups wholly before the start are freed, and no more.
+    assert!(s.enforce_retention(Instant::now()) > 0);
+    assert!(log.written_bytes() < written);
+    assert_eq!(log.bounds(), (RecordOffset(10), RecordOffset(20)));
+    assert_eq!(s.enforce_retention(Instant::now()), 0);
+    // A start past the commit point serves nothing rather than a range ending before it.
+    assert!(s.set_log_starts(&[start(25)]));
+    assert_eq!(log.bounds(), (RecordOffset(20), RecordOffset(20)));
 }
 
 #[test]

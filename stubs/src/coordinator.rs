@@ -13,17 +13,18 @@ use tailstream_net::{RpcClientConfig, RpcPool};
 use tailstream_wire::messages::{
     AclChangeRequest, AclRule, AddStreamletsRequest, AllocateProducerIdRequest,
     AllocateProducerIdResponse, AlterRetentionRequest, BrokerInfo, CreateStreamRequest,
-    CreateUserRequest, DeleteGroupsRequest, DeleteGroupsResponse, DeleteStreamRequest,
-    DeleteUserRequest, DescribeConsumerGroupsResponse, DescribeGroupsRequest,
+    CreateUserRequest, DeleteGroupsRequest, DeleteGroupsResponse, DeleteRecordsRequest,
+    DeleteStreamRequest, DeleteUserRequest, DescribeConsumerGroupsResponse, DescribeGroupsRequest,
     DescribeGroupsResponse, DescribeLeadershipResponse, DescribeStreamRequest, Empty,
     GroupHeartbeatRequest, GroupJoinRequest, GroupJoinResponse, GroupLeaveRequest, GroupRemoval,
     GroupSyncRequest, GroupSyncResponse, ListAclsResponse, ListBrokersResponse,
-    ListRecoveriesResponse, ListStreamsResponse, ListUsersResponse, LookupCredentialsRequest,
-    LookupCredentialsResponse, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest,
-    OffsetFetchResponse, ProducerIdBindingKeyResponse, ProducerSession, RecoverySummary,
-    ScramCredential, SecurityListRequest, StreamConfig, StreamMetadata, UserSummary,
+    ListRecoveriesResponse, ListStreamsResponse, ListUsersResponse, LogStart,
+    LookupCredentialsRequest, LookupCredentialsResponse, OffsetCommitRequest, OffsetDeleteRequest,
+    OffsetFetchRequest, OffsetFetchResponse, ProducerIdBindingKeyResponse, ProducerSession,
+    RecoverySummary, ScramCredential, SecurityListRequest, StreamConfig, StreamMetadata,
+    UserSummary,
 };
-use tailstream_wire::{Decode, Encode, Opcode, Status};
+use tailstream_wire::{Decode, Encode, Opcode, Status, StreamletId};
 
 /// How long calls keep retrying a coordinator that is restarting or has no brokers.
 const CONTROL_RETRY_MS_MAX: u64 = 10_000;
@@ -184,6 +185,24 @@ impl CoordinatorClient {
         };
         let metadata: StreamMetadata = self.call(Opcode::AlterRetention, &request).await?;
         self.cache(metadata)
+    }
+
+    /// Deletes the records of `streamlet`'s logs before the offsets of `starts` (Kafka's
+    /// DeleteRecords): durable once answered; a start at or before the kept one changes
+    /// nothing, so a retry is harmless.
+    pub async fn delete_records(
+        &self,
+        name: &str,
+        streamlet: StreamletId,
+        starts: Vec<LogStart>,
+    ) -> Result<(), StubError> {
+        let request = DeleteRecordsRequest {
+            name: name.to_string(),
+            streamlet,
+            starts,
+        };
+        let _: Empty = self.call(Opcode::DeleteRecords, &request).await?;
+        Ok(())
     }
 
     /// Checks metadata from the coordinator (its settings size callers' allocations and index

@@ -118,6 +118,9 @@ opcodes! {
     AddStreamlets = 37,
     /// Client → coordinator: change a stream's retention (answered with its metadata).
     AlterRetention = 38,
+    /// Client → coordinator: delete a streamlet's logs' records before offsets (answered
+    /// empty).
+    DeleteRecords = 39,
     /// Client → broker: append one record batch to a streamlet.
     Produce = 30,
     /// Client → broker: read committed entries of one segment of a group.

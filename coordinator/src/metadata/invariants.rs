@@ -6,6 +6,7 @@
 //!   owner per epoch);
 //! - a serving streamlet's owner is a current member (a crashed generation serves nothing);
 //! - a log's kept segments only grow, and its oldest is never past its head;
+//! - a log's start (records before it deleted) only moves forward;
 //! - a stream never loses a streamlet (it only grows), and of its settings only retention
 //!   changes;
 //! - the metadata version never goes back.
@@ -91,6 +92,15 @@ pub fn check_transition(previous: &Metadata, next: &Metadata) -> Result<(), Stri
                         "{} log {log}: kept segments went back",
                         streamlet()
                     ));
+                }
+            }
+            for (log, old_start) in &old.log_starts {
+                if placement
+                    .log_starts
+                    .get(log)
+                    .is_none_or(|start| start < old_start)
+                {
+                    return Err(format!("{} log {log}: its start went back", streamlet()));
                 }
             }
         }

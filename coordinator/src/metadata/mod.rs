@@ -35,8 +35,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use tailstream_auth::producer_binding::BindingKey;
-use tailstream_wire::messages::{PlacementState, StreamConfig, StreamletAssignment};
-use tailstream_wire::{CoordinatorTerm, OwnershipEpoch, ServerId, Status, StreamId, StreamletId};
+use tailstream_wire::messages::{LogStart, PlacementState, StreamConfig, StreamletAssignment};
+use tailstream_wire::{
+    CoordinatorTerm, LogId, OwnershipEpoch, RecordOffset, ServerId, Status, StreamId, StreamletId,
+};
 use thiserror::Error;
 
 /// Producer ids are persisted in blocks of this many, so allocating one is not a disk write.
@@ -128,6 +130,10 @@ pub struct Placement {
     /// (see [`log_bounds`]). A log with no entry never acknowledged a record.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub log_bounds: BTreeMap<u32, KeptSegments>,
+    /// Per log id: the first record still served (Kafka's DeleteRecords deleted those before
+    /// it). Only moves forward; travels with the streamlet to every later owner.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub log_starts: BTreeMap<u32, RecordOffset>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -172,6 +178,14 @@ impl StreamRecord {
             config: self.config.clone(),
             epoch: placement.epoch,
             recovering: placement.state == PlacementState::Recovering,
+            log_starts: placement
+                .log_starts
+                .iter()
+                .map(|(log, offset)| LogStart {
+                    log: LogId(*log),
+                    offset: *offset,
+                })
+                .collect(),
         })
     }
 

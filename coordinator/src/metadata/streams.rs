@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use tailstream_config::{STREAMLETS_MAX, validate_stream_config};
 use tailstream_wire::messages::{
-    AssignStreamletsRequest, BrokerInfo, PlacementState, StreamConfig, StreamMetadata,
+    AssignStreamletsRequest, BrokerInfo, LogStart, PlacementState, StreamConfig, StreamMetadata,
     StreamletAssignment, StreamletPlacement,
 };
 use tailstream_wire::{OwnershipEpoch, ServerId, StreamId, StreamletId};
@@ -87,6 +87,7 @@ impl Metadata {
                 state: PlacementState::Serving,
                 detail: String::new(),
                 log_bounds: BTreeMap::new(),
+                log_starts: BTreeMap::new(),
             })
             .collect();
         let record = StreamRecord {
@@ -140,6 +141,7 @@ impl Metadata {
             state: PlacementState::Serving,
             detail: String::new(),
             log_bounds: BTreeMap::new(),
+            log_starts: BTreeMap::new(),
         });
         let Some(stream) = self.streams.get_mut(name) else {
             return Err(MetadataError::UnknownStream(name.to_string()));
@@ -175,6 +177,54 @@ impl Metadata {
         let altered = stream.clone();
         self.version += 1;
         Ok(altered)
+    }
+
+    /// Moves the starts of some logs of one streamlet forward (Kafka's DeleteRecords). A start
+    /// at or before the one kept changes nothing. Returns the streamlet's owner (to be told)
+    /// and whether anything changed.
+    pub fn delete_records(
+        &mut self,
+        name: &str,
+        streamlet: StreamletId,
+        starts: &[LogStart],
+    ) -> Result<(ServerId, bool), MetadataError> {
+        let stream = self
+            .streams
+            .get_mut(name)
+            .ok_or_else(|| MetadataError::UnknownStream(name.to_string()))?;
+        let logs = stream.config.logs_per_streamlet;
+        let placement = stream.placements.get(streamlet.0 as usize).ok_or_else(|| {
+            MetadataError::InvalidArgument(format!("stream {name:?} has no {streamlet}"))
+        })?;
+        if let Some(start) = starts.iter().find(|s| s.log.0 >= logs) {
+            return Err(MetadataError::InvalidArgument(format!(
+                "stream {name:?} has {logs} logs per streamlet, no {}",
+                start.log
+            )));
+        }
+        let owner = placement.owner;
+        let raised: Vec<&LogStart> = starts
+            .iter()
+            .filter(|s| {
+                placement
+                    .log_starts
+                    .get(&s.log.0)
+                    .is_none_or(|kept| s.offset > *kept)
+            })
+            .collect();
+        if raised.is_empty() {
+            return Ok((owner, false));
+        }
+        let placement = &mut Arc::make_mut(stream).placements[streamlet.0 as usize];
+        for start in raised {
+            let kept = placement
+                .log_starts
+                .entry(start.log.0)
+                .or_insert(start.offset);
+            *kept = (*kept).max(start.offset);
+        }
+        self.version += 1;
+        Ok((owner, true))
     }
 
     /// Deletes a stream: its owners drop its streamlets at the next assignment, and backups

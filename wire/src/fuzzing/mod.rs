@@ -59,6 +59,7 @@ pub fn messages(data: &[u8]) {
         CreateStreamRequest,
         AddStreamletsRequest,
         AlterRetentionRequest,
+        DeleteRecordsRequest,
         DescribeStreamRequest,
         ListStreamsResponse,
         ListBrokersResponse,

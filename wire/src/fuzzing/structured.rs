@@ -42,6 +42,8 @@ fn decode_body(opcode: Option<Opcode>, is_response: bool, body: Bytes) {
         (Opcode::CreateStream, false) => decode!(CreateStreamRequest),
         (Opcode::AddStreamlets, false) => decode!(AddStreamletsRequest),
         (Opcode::AlterRetention, false) => decode!(AlterRetentionRequest),
+        (Opcode::DeleteRecords, false) => decode!(DeleteRecordsRequest),
+        (Opcode::DeleteRecords, true) => decode!(Empty),
         (Opcode::DescribeStream, false) => decode!(DescribeStreamRequest),
         (Opcode::DeleteStream, false) => decode!(DeleteStreamRequest),
         (Opcode::DeleteStream, true) => decode!(Empty),

@@ -202,6 +202,19 @@ wire_message! {
         /// Being rebuilt from backups (a `RecoverStreamlet` brings what to read): not created
         /// empty, not served until rebuilt.
         pub recovering: bool,
+        /// Logs whose records before an offset were deleted (Kafka's DeleteRecords): the
+        /// owner serves none of them, and retention frees the segments wholly before it.
+        #[cfg_attr(test, proptest(strategy = "small_vec::<LogStart>()"))]
+        pub log_starts: Vec<LogStart>,
+    }
+}
+
+wire_message! {
+    /// A log's first record still served: every record before `offset` is deleted.
+    #[derive(Copy)]
+    pub struct LogStart {
+        pub log: LogId,
+        pub offset: RecordOffset,
     }
 }
 
@@ -499,6 +512,20 @@ wire_message! {
         pub name: String,
         pub retention_ms: Option<u64>,
         pub retention_bytes: Option<u64>,
+    }
+}
+
+wire_message! {
+    /// Deletes the records of some logs of one streamlet before an offset each (Kafka's
+    /// DeleteRecords): a log's start only moves forward, so a retry, or an offset at or
+    /// before the start, changes nothing. The owner checks each offset is within its log (the
+    /// coordinator does not know a log's end) before asking. Durable before it is answered;
+    /// the owner (and any later owner) is told through its assignment. Answered empty.
+    pub struct DeleteRecordsRequest {
+        pub name: String,
+        pub streamlet: StreamletId,
+        #[cfg_attr(test, proptest(strategy = "small_vec::<LogStart>()"))]
+        pub starts: Vec<LogStart>,
     }
 }
 

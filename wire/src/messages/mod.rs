@@ -101,6 +101,8 @@ mod tests {
         create_stream: CreateStreamRequest,
         add_streamlets: AddStreamletsRequest,
         alter_retention: AlterRetentionRequest,
+        delete_records: DeleteRecordsRequest,
+        log_start: LogStart,
         describe_stream: DescribeStreamRequest,
         delete_stream: DeleteStreamRequest,
         list_recoveries: ListRecoveriesResponse,
