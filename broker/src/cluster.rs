@@ -1021,6 +1021,7 @@ mod tests {
             config: tailstream_config::Config::embedded().stream_defaults,
             epoch: tailstream_wire::OwnershipEpoch(1),
             recovering: false,
+            log_starts: Vec::new(),
         };
         let request = |version, added_since, streams: &[u64]| AssignStreamletsRequest {
             term: CoordinatorTerm::default(),
