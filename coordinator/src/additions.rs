@@ -113,6 +113,7 @@ mod tests {
             config: tailstream_config::Config::embedded().stream_defaults,
             epoch: OwnershipEpoch(1),
             recovering: false,
+            log_starts: Vec::new(),
         }
     }
 

@@ -149,6 +149,68 @@ fn retention_changes_alone_and_reaches_the_owners_assignments() {
 }
 
 #[test]
+fn log_starts_only_move_forward_and_reach_the_owner_and_every_later_one() {
+    use tailstream_wire::messages::LogStart;
+    let mut m = Metadata::default();
+    let a = broker(&mut m, "127.0.0.1:1");
+    let b = broker(&mut m, "127.0.0.1:2");
+    m.create_stream("s", 2, config(), &[a, b]).unwrap();
+    let start = |log, offset| LogStart {
+        log: LogId(log),
+        offset: RecordOffset(offset),
+    };
+    let version = m.version;
+    let before = m.clone();
+    let (owner, changed) = m
+        .delete_records("s", StreamletId(1), &[start(0, 10), start(1, 3)])
+        .unwrap();
+    assert!(changed);
+    assert_eq!(m.version, version + 1);
+    assert_eq!(super::invariants::check_transition(&before, &m), Ok(()));
+    let assigned = m.assignments_for(owner, Vec::new());
+    let streamlet = assigned
+        .assignments
+        .iter()
+        .find(|s| s.streamlet == StreamletId(1))
+        .unwrap();
+    assert_eq!(streamlet.log_starts, [start(0, 10), start(1, 3)]);
+    // A retry, or a start at or before the kept one, changes nothing; a later one moves it.
+    let (_, changed) = m
+        .delete_records("s", StreamletId(1), &[start(0, 10), start(1, 2)])
+        .unwrap();
+    assert!(!changed);
+    assert_eq!(m.version, version + 1);
+    m.delete_records("s", StreamletId(1), &[start(1, 7)])
+        .unwrap();
+    let kept = &m.streams["s"].placements[1].log_starts;
+    assert_eq!((kept[&0], kept[&1]), (RecordOffset(10), RecordOffset(7)));
+    // Refused: no such stream, streamlet or log.
+    assert!(matches!(
+        m.delete_records("missing", StreamletId(0), &[start(0, 1)]),
+        Err(MetadataError::UnknownStream(_))
+    ));
+    assert!(
+        m.delete_records("s", StreamletId(2), &[start(0, 1)])
+            .is_err()
+    );
+    let q = config().logs_per_streamlet;
+    assert!(
+        m.delete_records("s", StreamletId(0), &[start(q, 1)])
+            .is_err()
+    );
+    // A transition that moves a start back is refused as a bug.
+    let mut back = m.clone();
+    std::sync::Arc::make_mut(back.streams.get_mut("s").unwrap()).placements[1]
+        .log_starts
+        .insert(0, RecordOffset(9));
+    assert!(
+        super::invariants::check_transition(&m, &back)
+            .unwrap_err()
+            .contains("start went back")
+    );
+}
+
+#[test]
 fn replicas_need_as_many_other_live_brokers() {
     let mut m = Metadata::default();
     let a = broker(&mut m, "x:1");
