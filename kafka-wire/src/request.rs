@@ -7,10 +7,10 @@ use super::versions::Api;
 use bytes::Bytes;
 use kafka_protocol::messages::{
     AlterConfigsRequest, ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest,
-    DeleteGroupsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
-    DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
-    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
-    ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
+    DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeClusterRequest,
+    DescribeConfigsRequest, DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest,
+    HeartbeatRequest, IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest,
+    LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
     OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest,
     SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
@@ -52,6 +52,7 @@ pub enum RequestBody {
     CreatePartitions(CreatePartitionsRequest),
     DeleteGroups(DeleteGroupsRequest),
     OffsetDelete(OffsetDeleteRequest),
+    DeleteRecords(DeleteRecordsRequest),
     OffsetForLeaderEpoch(OffsetForLeaderEpochRequest),
     SaslHandshake(SaslHandshakeRequest),
     SaslAuthenticate(SaslAuthenticateRequest),
@@ -199,6 +200,7 @@ pub fn decode_request(frame: Bytes) -> Result<Decoded, DecodeError> {
         CreatePartitions => CreatePartitionsRequest,
         DeleteGroups => DeleteGroupsRequest,
         OffsetDelete => OffsetDeleteRequest,
+        DeleteRecords => DeleteRecordsRequest,
         OffsetForLeaderEpoch => OffsetForLeaderEpochRequest,
         SaslHandshake => SaslHandshakeRequest,
         SaslAuthenticate => SaslAuthenticateRequest,

@@ -264,6 +264,26 @@ fn sample(api: Api) -> RequestBody {
                     2
                 ]),
         ),
+        Api::DeleteRecords => {
+            use kafka_protocol::messages::delete_records_request::{
+                DeleteRecordsPartition, DeleteRecordsTopic,
+            };
+            RequestBody::DeleteRecords(
+                kafka_protocol::messages::DeleteRecordsRequest::default()
+                    .with_topics(vec![
+                        DeleteRecordsTopic::default()
+                            .with_name(topic("t"))
+                            .with_partitions(vec![
+                                DeleteRecordsPartition::default()
+                                    .with_partition_index(3)
+                                    .with_offset(-1);
+                                2
+                            ]);
+                        2
+                    ])
+                    .with_timeout_ms(30_000),
+            )
+        }
         Api::OffsetForLeaderEpoch => RequestBody::OffsetForLeaderEpoch(
             OffsetForLeaderEpochRequest::default().with_topics(vec![
                 OffsetForLeaderTopic::default()
@@ -320,6 +340,7 @@ fn encode_body(body: &RequestBody, version: i16, out: &mut BytesMut) {
         RequestBody::CreatePartitions(r) => r.encode(out, version),
         RequestBody::DeleteGroups(r) => r.encode(out, version),
         RequestBody::OffsetDelete(r) => r.encode(out, version),
+        RequestBody::DeleteRecords(r) => r.encode(out, version),
         RequestBody::OffsetForLeaderEpoch(r) => r.encode(out, version),
         RequestBody::SaslHandshake(r) => r.encode(out, version),
         RequestBody::SaslAuthenticate(r) => r.encode(out, version),
@@ -413,9 +434,9 @@ fn unserved_versions_and_apis_are_told_apart() {
         Ok(Decoded::ApiVersionsFallback { header }) if header.api_version == 9
     ));
     let mut unknown = BytesMut::from(&old_produce[..]);
-    unknown[0..2].copy_from_slice(&21i16.to_be_bytes());
+    unknown[0..2].copy_from_slice(&29i16.to_be_bytes());
     assert!(matches!(
         decode_request(unknown.freeze()),
-        Err(DecodeError::UnknownApi { key: 21, .. })
+        Err(DecodeError::UnknownApi { key: 29, .. })
     ));
 }

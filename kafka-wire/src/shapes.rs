@@ -258,6 +258,12 @@ const CREATE_PARTITIONS_TOPIC: &[Field] = &[f(Str), f(I32), f(Array(CREATE_PARTI
 /// topics, timeout_ms, validate_only.
 const CREATE_PARTITIONS: &[Field] = &[f(Array(CREATE_PARTITIONS_TOPIC)), f(I32), f(I8)];
 
+/// partition_index, offset.
+const DELETE_RECORDS_PARTITION: &[Field] = &[f(I32), f(I64)];
+const DELETE_RECORDS_TOPIC: &[Field] = &[f(Str), f(Array(DELETE_RECORDS_PARTITION))];
+/// topics, timeout_ms.
+const DELETE_RECORDS: &[Field] = &[f(Array(DELETE_RECORDS_TOPIC)), f(I32)];
+
 /// groups_names.
 const DELETE_GROUPS: &[Field] = &[f(Strs)];
 
@@ -301,6 +307,7 @@ pub(crate) fn request_shape(api: Api) -> &'static [Field] {
         Api::IncrementalAlterConfigs => INCREMENTAL_ALTER_CONFIGS,
         Api::CreatePartitions => CREATE_PARTITIONS,
         Api::DeleteGroups => DELETE_GROUPS,
+        Api::DeleteRecords => DELETE_RECORDS,
         Api::OffsetForLeaderEpoch => OFFSET_FOR_LEADER_EPOCH,
         Api::OffsetDelete => OFFSET_DELETE,
         Api::SaslHandshake => SASL_HANDSHAKE,

@@ -29,6 +29,7 @@ pub enum Api {
     ApiVersions = 18,
     CreateTopics = 19,
     DeleteTopics = 20,
+    DeleteRecords = 21,
     InitProducerId = 22,
     OffsetForLeaderEpoch = 23,
     DescribeConfigs = 32,
@@ -69,6 +70,7 @@ const SERVED: &[(Api, i16, i16, i16)] = &[
     (Api::ApiVersions, 0, 0, 3),
     (Api::CreateTopics, 2, 2, 7),
     (Api::DeleteTopics, 1, 1, 5),
+    (Api::DeleteRecords, 0, 0, 2),
     (Api::InitProducerId, 0, 0, 4),
     (Api::OffsetForLeaderEpoch, 2, 2, 4),
     (Api::DescribeConfigs, 1, 1, 4),
@@ -104,6 +106,7 @@ impl Api {
         Api::ApiVersions,
         Api::CreateTopics,
         Api::DeleteTopics,
+        Api::DeleteRecords,
         Api::InitProducerId,
         Api::OffsetForLeaderEpoch,
         Api::DescribeConfigs,
@@ -136,6 +139,7 @@ impl Api {
             Api::ApiVersions => "ApiVersions",
             Api::CreateTopics => "CreateTopics",
             Api::DeleteTopics => "DeleteTopics",
+            Api::DeleteRecords => "DeleteRecords",
             Api::InitProducerId => "InitProducerId",
             Api::OffsetForLeaderEpoch => "OffsetForLeaderEpoch",
             Api::DescribeConfigs => "DescribeConfigs",
@@ -195,6 +199,7 @@ impl Api {
             Api::ApiVersions => 3,
             Api::CreateTopics => 5,
             Api::DeleteTopics => 4,
+            Api::DeleteRecords => 2,
             Api::InitProducerId => 2,
             Api::OffsetForLeaderEpoch => 4,
             Api::DescribeConfigs => 4,
@@ -254,7 +259,7 @@ mod tests {
         assert_eq!(Api::InitProducerId.response_header_version(3), 1);
         assert_eq!(Api::ApiVersions.response_header_version(3), 0);
         assert_eq!(Api::Metadata.response_header_version(8), 0);
-        assert_eq!(Api::from_key(21), None, "DeleteRecords is not served");
+        assert_eq!(Api::from_key(29), None, "DescribeAcls is not served");
         assert!(
             !Api::SaslHandshake.accepts(0),
             "v0 (unframed tokens) is not served"

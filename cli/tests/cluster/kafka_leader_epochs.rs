@@ -31,7 +31,12 @@ fn topic() -> TopicName {
 }
 
 /// One request to `addr` (non-flexible versions only: header v1 out, v0 back).
-async fn call<Q: Encodable, A: Decodable>(addr: &str, api_key: i16, version: i16, body: &Q) -> A {
+pub(crate) async fn call<Q: Encodable, A: Decodable>(
+    addr: &str,
+    api_key: i16,
+    version: i16,
+    body: &Q,
+) -> A {
     let mut encoded = BytesMut::new();
     body.encode(&mut encoded, version).unwrap();
     let mut stream = TcpStream::connect(addr).await.unwrap();

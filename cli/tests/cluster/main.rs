@@ -20,6 +20,7 @@ mod hostile;
 mod kafka_admin;
 mod kafka_auth;
 mod kafka_clients;
+mod kafka_delete_records;
 mod kafka_delivery;
 mod kafka_fetch_sessions;
 mod kafka_flexible;

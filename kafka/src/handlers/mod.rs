@@ -8,6 +8,7 @@
 mod admin_configs;
 mod admin_groups;
 mod admin_partitions;
+mod admin_records;
 mod admin_topics;
 pub(crate) mod api_versions;
 mod coordinator;
@@ -125,6 +126,9 @@ pub(crate) async fn dispatch(
         RequestBody::DeleteGroups(request) => admin_groups::delete(k(), access, version, request),
         RequestBody::CreatePartitions(request) => {
             admin_partitions::create(k(), access, principal, version, request)
+        }
+        RequestBody::DeleteRecords(request) => {
+            admin_records::delete_records(k(), access, version, request)
         }
         RequestBody::OffsetDelete(request) => {
             admin_groups::delete_offsets(k(), access, version, request)
