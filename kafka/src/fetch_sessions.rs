@@ -13,6 +13,7 @@
 
 use kafka_protocol::ResponseError;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tailstream_auth::Principal;
 
@@ -28,10 +29,16 @@ pub(crate) const NO_SESSION: i32 = 0;
 /// never loses its session to a flood of new ones.
 pub(crate) const EVICTABLE_AFTER: Duration = Duration::from_secs(120);
 
+/// Kafka's longest topic name (streams are created within it): a fetch naming a longer one
+/// names no topic, and no session keeps it.
+pub(crate) const TOPIC_NAME_BYTES_MAX: usize = 249;
+
 /// One partition a fetch reads, as the client last named it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct FetchedPartition {
-    pub topic: String,
+    /// Shared by the partitions of one topic: a name is copied once per request, not per
+    /// partition.
+    pub topic: Arc<str>,
     pub partition: i32,
     pub fetch_offset: i64,
     pub max_bytes: i32,
@@ -58,7 +65,7 @@ pub(crate) struct Ask {
     /// new, in an incremental one).
     pub named: Vec<FetchedPartition>,
     /// The partitions it stops reading (incremental only).
-    pub forgotten: Vec<(String, i32)>,
+    pub forgotten: Vec<(Arc<str>, i32)>,
 }
 
 /// How to answer a fetch.
@@ -88,7 +95,7 @@ struct Session {
     owner: Principal,
     /// The epoch the next incremental fetch must carry.
     epoch: i32,
-    partitions: HashMap<(String, i32), Kept>,
+    partitions: HashMap<(Arc<str>, i32), Kept>,
     next_order: u64,
     last_used: Instant,
 }
@@ -163,12 +170,14 @@ impl FetchSessions {
             named,
             forgotten,
         } = ask;
+        let keepable = named.iter().all(|p| p.topic.len() <= TOPIC_NAME_BYTES_MAX);
         if epoch == INITIAL_EPOCH || epoch == FINAL_EPOCH {
             // A full fetch ends the session it names (the client is starting over or leaving).
             if session_id != NO_SESSION {
                 self.remove_owned(owner, session_id);
             }
-            let session_id = if epoch == INITIAL_EPOCH {
+            // An empty fetch opens nothing (a session of nothing is only a slot taken).
+            let session_id = if epoch == INITIAL_EPOCH && keepable && !named.is_empty() {
                 self.open(owner, &named, now, new_id)
             } else {
                 NO_SESSION
@@ -190,15 +199,17 @@ impl FetchSessions {
             return Err(ResponseError::InvalidFetchSessionEpoch.code());
         }
         let before = session.partitions.len();
-        for key in &forgotten {
-            session.partitions.remove(key);
-        }
+        // Named, then forgotten, as Kafka applies them: a partition both named and forgotten
+        // leaves.
         for wanted in named {
             session.upsert(wanted);
         }
+        for key in &forgotten {
+            session.partitions.remove(key);
+        }
         let after = session.partitions.len();
         let partitions = self.partitions - before + after;
-        if partitions > self.partitions_max {
+        if partitions > self.partitions_max || !keepable {
             // Kept as it was would break the bound; the client starts over, and its full
             // fetch is answered sessionless if it is still too big.
             self.sessions.remove(&session_id);
@@ -246,7 +257,8 @@ impl FetchSessions {
                 || answer.has_records
                 || kept.told != Some(now_told);
             if carry {
-                kept.told = Some(now_told);
+                // After an error the partition is carried again once it clears, as in Kafka.
+                kept.told = (answer.error_code == 0).then_some(now_told);
             }
             if answer.has_records {
                 kept.order = session.next_order;

@@ -30,7 +30,7 @@ fn ask(
     session_id: i32,
     epoch: i32,
     named: Vec<FetchedPartition>,
-    forgotten: &[(String, i32)],
+    forgotten: &[(Arc<str>, i32)],
 ) -> Ask {
     Ask {
         session_id,
@@ -69,7 +69,7 @@ fn incremental(
     id: i32,
     epoch: i32,
     named: Vec<FetchedPartition>,
-    forgotten: &[(String, i32)],
+    forgotten: &[(Arc<str>, i32)],
 ) -> Result<Plan, i16> {
     sessions.begin(
         &alice(),
@@ -130,9 +130,62 @@ fn an_incremental_answer_carries_only_what_changed() {
         vec![part("a", 1, 0), part("b", 0, 0), part("a", 0, 10)]
     );
     let carried = sessions.finish(&plan, [quiet(3), quiet(0), quiet(10)]);
-    // b-0 was last told high watermark 0 with its error; now it answers clean with the same
-    // numbers, which the client has: not carried.
+    // b-0 answered an error last time: once clean it is carried again, as in Kafka, even
+    // with the same numbers; a-0 moved to 10 and answers high watermark 10, as told.
+    assert_eq!(carried, [true, true, false]);
+    let plan = incremental(&mut sessions, id, 3, vec![], &[]).unwrap();
+    let carried = sessions.finish(&plan, [quiet(3), quiet(0), quiet(10)]);
+    assert_eq!(carried, [false, false, false], "nothing new");
+    // Only the log start moves (retention, DeleteRecords): carried.
+    let plan = incremental(&mut sessions, id, 4, vec![], &[]).unwrap();
+    let moved_start = Answered {
+        log_start_offset: 2,
+        ..quiet(3)
+    };
+    let carried = sessions.finish(&plan, [moved_start, quiet(0), quiet(10)]);
     assert_eq!(carried, [true, false, false]);
+}
+
+#[test]
+fn oversized_names_and_empty_fetches_get_no_session() {
+    let mut sessions = FetchSessions::new(10, 100);
+    let long = "t".repeat(TOPIC_NAME_BYTES_MAX + 1);
+    let plan = sessions
+        .begin(
+            &alice(),
+            ask(NO_SESSION, INITIAL_EPOCH, vec![part(&long, 0, 0)], &[]),
+            Instant::now(),
+            || 7,
+        )
+        .unwrap();
+    assert_eq!(plan.session_id, NO_SESSION);
+    let plan = sessions
+        .begin(
+            &alice(),
+            ask(NO_SESSION, INITIAL_EPOCH, vec![], &[]),
+            Instant::now(),
+            || 7,
+        )
+        .unwrap();
+    assert_eq!(plan.session_id, NO_SESSION);
+    // Named into a session, an oversized name ends it.
+    let id = opened(&mut sessions, vec![part("a", 0, 0)]);
+    assert_eq!(
+        incremental(&mut sessions, id, 1, vec![part(&long, 0, 0)], &[]),
+        Err(ResponseError::FetchSessionIdNotFound.code())
+    );
+    assert_eq!(sessions.len(), (0, 0));
+    // Named and forgotten in one fetch: it leaves, as in Kafka.
+    let id = opened(&mut sessions, vec![part("a", 0, 0)]);
+    let plan = incremental(
+        &mut sessions,
+        id,
+        1,
+        vec![part("b", 0, 0)],
+        &[("b".into(), 0)],
+    )
+    .unwrap();
+    assert_eq!(plan.partitions, vec![part("a", 0, 0)]);
 }
 
 #[test]
@@ -176,7 +229,7 @@ fn forgotten_partitions_leave_and_named_ones_join() {
         id,
         1,
         vec![part("c", 4, 2)],
-        &[("a".to_owned(), 0)],
+        &[("a".into(), 0)],
     )
     .unwrap();
     assert_eq!(plan.partitions, vec![part("a", 1, 0), part("c", 4, 2)]);
@@ -264,7 +317,7 @@ fn past_the_bounds_fetches_go_sessionless_and_idle_sessions_make_room() {
     let plan = sessions
         .begin(
             &alice(),
-            ask(NO_SESSION, INITIAL_EPOCH, vec![], &[]),
+            ask(NO_SESSION, INITIAL_EPOCH, vec![part("z", 0, 0)], &[]),
             later,
             || draws.next().unwrap_or(0),
         )

@@ -88,6 +88,7 @@ fn fetch(session_id: i32, epoch: i32, named: &[(i32, i64)], forgotten: &[i32]) -
 
 /// The answer's partitions as (partition, high watermark, has records), in its order.
 fn carried(answer: &FetchResponse) -> Vec<(i32, i64, bool)> {
+    assert_eq!(answer.error_code, 0, "{answer:?}");
     answer
         .responses
         .iter()
@@ -138,6 +139,7 @@ async fn fetch_sessions_answer_only_what_changed_and_follow_kafkas_rules() {
         produce(&mut stream, 1, 2).await;
         let moved: FetchResponse = call(&mut stream, FETCH, 12, &fetch(id, 2, &[], &[])).await;
         assert_eq!(carried(&moved), [(1, 2, true)]);
+        assert_eq!(moved.session_id, id);
 
         // Epoch 2 again is out of order; an unknown id is not found. Neither has partitions,
         // and neither moves the session on.
@@ -160,10 +162,12 @@ async fn fetch_sessions_answer_only_what_changed_and_follow_kafkas_rules() {
         // partition 2's records are.
         let forgot: FetchResponse = call(&mut stream, FETCH, 12, &fetch(id, 3, &[], &[1])).await;
         assert_eq!(carried(&forgot), []);
+        assert_eq!(forgot.session_id, id);
         produce(&mut stream, 1, 1).await;
         produce(&mut stream, 2, 4).await;
         let after: FetchResponse = call(&mut stream, FETCH, 12, &fetch(id, 4, &[], &[])).await;
         assert_eq!(carried(&after), [(2, 4, true)]);
+        assert_eq!(after.session_id, id);
 
         // The final epoch ends the session and is answered sessionless, in full.
         let last: FetchResponse =
@@ -185,6 +189,8 @@ async fn fetch_sessions_answer_only_what_changed_and_follow_kafkas_rules() {
             &fetch(reopened.session_id, 1, &[], &[]),
         )
         .await;
+        assert!(reopened.session_id > 0, "{reopened:?}");
+        assert_eq!(carried(&carried_on), []);
         assert_eq!(carried_on.session_id, reopened.session_id);
     })
     .await

@@ -7,7 +7,7 @@
 
 use super::Answer;
 use crate::errors::{NONE, data_error_code};
-use crate::fetch_sessions::{Answered, Ask, FetchedPartition, Plan};
+use crate::fetch_sessions::{Answered, Ask, FINAL_EPOCH, FetchedPartition, NO_SESSION, Plan};
 use crate::leader_epochs::{check, leader_epoch};
 use crate::shared::Kafka;
 use crate::topics::{Partition, partition};
@@ -61,7 +61,7 @@ pub(crate) fn answer(
         let mut header = FetchHeader {
             throttle_ms,
             error_code: NONE,
-            session_id: crate::fetch_sessions::NO_SESSION,
+            session_id: NO_SESSION,
         };
         let plan = match begin_session(&kafka, &principal, request) {
             Ok(plan) => plan,
@@ -96,7 +96,7 @@ fn begin_session(kafka: &Kafka, principal: &Principal, request: FetchRequest) ->
         .topics
         .into_iter()
         .flat_map(|topic| {
-            let name = topic.topic.as_str().to_owned();
+            let name: Arc<str> = Arc::from(topic.topic.as_str());
             topic.partitions.into_iter().map(move |p| FetchedPartition {
                 topic: name.clone(),
                 partition: p.partition,
@@ -110,10 +110,19 @@ fn begin_session(kafka: &Kafka, principal: &Principal, request: FetchRequest) ->
         .forgotten_topics_data
         .into_iter()
         .flat_map(|topic| {
-            let name = topic.topic.as_str().to_owned();
+            let name: Arc<str> = Arc::from(topic.topic.as_str());
             topic.partitions.into_iter().map(move |p| (name.clone(), p))
         })
         .collect();
+    if request.session_id == NO_SESSION && request.session_epoch == FINAL_EPOCH {
+        // Sessionless (every fetch before v7, and librdkafka's): no lock taken.
+        metrics::counter!(crate::metrics::FETCHES, "kind" => "sessionless").increment(1);
+        return Ok(Plan {
+            session_id: NO_SESSION,
+            incremental: false,
+            partitions: named,
+        });
+    }
     let ask = Ask {
         session_id: request.session_id,
         epoch: request.session_epoch,
@@ -136,7 +145,7 @@ fn begin_session(kafka: &Kafka, principal: &Principal, request: FetchRequest) ->
     metrics::gauge!(crate::metrics::FETCH_SESSION_PARTITIONS).set(partitions as f64);
     let kind = match &plan {
         Ok(plan) if plan.incremental => "incremental",
-        Ok(plan) if plan.session_id != crate::fetch_sessions::NO_SESSION => "full",
+        Ok(plan) if plan.session_id != NO_SESSION => "full",
         Ok(_) => "sessionless",
         Err(_) => "refused",
     };
@@ -155,7 +164,7 @@ fn begin_session(kafka: &Kafka, principal: &Principal, request: FetchRequest) ->
 /// Tells the session what was answered, and keeps only the partitions it says the answer
 /// carries (all of them, unless the fetch is incremental).
 fn finish_session(kafka: &Kafka, plan: &Plan, answers: Vec<TopicAnswer>) -> Vec<TopicAnswer> {
-    if plan.session_id == crate::fetch_sessions::NO_SESSION {
+    if plan.session_id == NO_SESSION {
         return answers;
     }
     let answered = answers
@@ -191,7 +200,7 @@ async fn resolve(
 ) -> Vec<WantedTopic> {
     let mut wanted = Vec::new();
     for run in partitions.chunk_by(|a, b| a.topic == b.topic) {
-        let topic = run[0].topic.as_str();
+        let topic = &*run[0].topic;
         let stream = kafka
             .topics
             .route_if(
