@@ -23,7 +23,9 @@ script exits non-zero with why):
   5. CreatePartitions grows TOPIC from 6 partitions (2 streamlets of 3 logs) to 9; 10 (not a
      whole streamlet) and 9 again are INVALID_PARTITIONS; a record produced to new partition
      8 is read back from it.
-  6. DeleteTopics deletes TOPIC, and a second delete is UNKNOWN_TOPIC_OR_PARTITION.
+  6. DeleteRecords deletes that record (partition 8's start moves to 1: its earliest offset),
+     and an offset past the end is OFFSET_OUT_OF_RANGE.
+  7. DeleteTopics deletes TOPIC, and a second delete is UNKNOWN_TOPIC_OR_PARTITION.
 Prints "ok CLIENT" at the end.
 """
 import sys
@@ -186,8 +188,18 @@ def kafka_python(bootstrap, topic, group):
     while not values and time.monotonic() < deadline:
         for records in reader.poll(timeout_ms=500).values():
             values.extend(r.value for r in records)
-    reader.close()
     check(values == [b"in a new partition"], f"read back from partition 8: {values}")
+    eighth = TopicPartition(topic, 8)
+    trimmed = admin.delete_records({eighth: 1})
+    check(trimmed[eighth]["low_watermark"] == 1, f"DeleteRecords: {trimmed}")
+    check(reader.beginning_offsets([eighth]) == {eighth: 1}, "partition 8 starts at 1")
+    from kafka.errors import OffsetOutOfRangeError
+    try:
+        admin.delete_records({eighth: 5})
+        check(False, "an offset past the end is refused")
+    except OffsetOutOfRangeError:
+        pass
+    reader.close()
 
     deleted = admin.delete_topics([topic], raise_errors=False)
     check([t["error_code"] for t in deleted["topics"]] == [0], f"deleted: {deleted}")
@@ -320,8 +332,19 @@ def confluent(bootstrap, topic, group):
         message = reader.poll(0.5)
         if message is not None and message.error() is None:
             values.append(message.value())
-    reader.close()
     check(values == [b"in a new partition"], f"read back from partition 8: {values}")
+    trimmed = admin.delete_records([TopicPartition(topic, 8, 1)])
+    low = list(trimmed.values())[0].result(30).low_watermark
+    check(low == 1, f"DeleteRecords: low watermark {low}")
+    marks = reader.get_watermark_offsets(TopicPartition(topic, 8), timeout=10, cached=False)
+    check(marks == (1, 1), f"partition 8 starts at 1: {marks}")
+    try:
+        list(admin.delete_records([TopicPartition(topic, 8, 5)]).values())[0].result(30)
+        check(False, "an offset past the end is refused")
+    except Exception as error:
+        check(error.args[0].code() == KafkaError.OFFSET_OUT_OF_RANGE,
+              f"OFFSET_OUT_OF_RANGE: {error}")
+    reader.close()
 
     admin.delete_topics([topic])[topic].result(30)
     check(topic not in admin.list_topics(timeout=10).topics, "deleted topic not listed")

@@ -82,9 +82,7 @@ async fn delete_in(
     partitions: &[DeleteRecordsPartition],
 ) -> Vec<DeleteRecordsPartitionResult> {
     let mut results = Vec::with_capacity(partitions.len());
-    // Per streamlet: it, the starts to make durable, and which results they answer.
-    let mut moving: BTreeMap<StreamletId, (Arc<Streamlet>, Vec<LogStart>, Vec<usize>)> =
-        BTreeMap::new();
+    let mut moving: BTreeMap<StreamletId, Moving> = BTreeMap::new();
     for wanted in partitions {
         let index = wanted.partition_index;
         let checked = check(kafka, stream, index, wanted.offset);
@@ -92,16 +90,23 @@ async fn delete_in(
             Err(code) => results.push(result(index, code, -1)),
             Ok(Checked::AlreadyThere(first)) => results.push(result(index, NONE, as_i64(first))),
             Ok(Checked::Moves(streamlet, target, start)) => {
-                let entry = moving
-                    .entry(target.streamlet)
-                    .or_insert_with(|| (streamlet, Vec::new(), Vec::new()));
-                entry.1.push(start);
-                entry.2.push(results.len());
+                let entry = moving.entry(target.streamlet).or_insert_with(|| Moving {
+                    streamlet,
+                    starts: Vec::new(),
+                    answers: Vec::new(),
+                });
+                entry.starts.push(start);
+                entry.answers.push(results.len());
                 results.push(result(index, NONE, -1));
             }
         }
     }
-    for (id, (streamlet, starts, answered)) in moving {
+    for (id, moved) in moving {
+        let Moving {
+            streamlet,
+            starts,
+            answers: answered,
+        } = moved;
         let saved = kafka
             .coordinator
             .delete_records(&stream.name, id, starts.clone())
@@ -126,6 +131,13 @@ async fn delete_in(
         }
     }
     results
+}
+
+/// One streamlet's starts to make durable, and which results they answer.
+struct Moving {
+    streamlet: Arc<Streamlet>,
+    starts: Vec<LogStart>,
+    answers: Vec<usize>,
 }
 
 enum Checked {
