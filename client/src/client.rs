@@ -10,8 +10,8 @@ use tailstream_config::{ClientConfig, ConsumerConfig, ProducerConfig};
 use tailstream_stubs::CoordinatorClient;
 use tailstream_wire::StreamletId;
 use tailstream_wire::messages::{
-    BrokerInfo, DescribeConsumerGroupsResponse, ListGroupsResponse, RecoverySummary, StreamConfig,
-    StreamMetadata,
+    BrokerInfo, DescribeConsumerGroupsResponse, ListGroupsResponse, LogStart, RecoverySummary,
+    StreamConfig, StreamMetadata,
 };
 
 /// A connection to a Tailstream cluster, by its coordinator's address. Cheap to clone.
@@ -129,6 +129,50 @@ impl Client {
             .cluster
             .coordinator()
             .alter_retention(name, retention_ms, retention_bytes)
+            .await?)
+    }
+
+    /// Deletes the records of `streamlet`'s logs before the offsets of `starts` (Kafka's
+    /// DeleteRecords): each log then starts there, on its owner and every later one. An
+    /// offset past a log's committed end is refused (`OffsetOutOfRange`); one at or before its
+    /// start changes nothing. Consumers that read by offset start there; a native consumer
+    /// reading by position still reads retained records before it until retention frees them.
+    pub async fn delete_records(
+        &self,
+        name: &str,
+        streamlet: StreamletId,
+        starts: Vec<LogStart>,
+    ) -> Result<(), ClientError> {
+        let stream = self.describe_stream(name).await?;
+        // The coordinator does not know a log's end: its owner does. Ends only grow (what
+        // was committed survives any crash), so a start within one stays within it.
+        let logs = self.describe_logs(&stream, streamlet).await?;
+        for start in &starts {
+            let end = logs
+                .logs
+                .iter()
+                .find(|l| l.log == start.log)
+                .map(|l| l.committed_offset);
+            match end {
+                Some(end) if start.offset <= end => {}
+                Some(end) => {
+                    return Err(ClientError::OffsetOutOfRange(format!(
+                        "{streamlet} {} ends at offset {}, before {}",
+                        start.log, end.0, start.offset.0
+                    )));
+                }
+                None => {
+                    return Err(ClientError::OffsetOutOfRange(format!(
+                        "stream {name:?} {streamlet} has no {}",
+                        start.log
+                    )));
+                }
+            }
+        }
+        Ok(self
+            .cluster
+            .coordinator()
+            .delete_records(name, streamlet, starts)
             .await?)
     }
 

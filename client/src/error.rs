@@ -63,6 +63,9 @@ pub enum ClientError {
     /// A server answered something no correct server sends (out-of-range metadata, offsets).
     #[error("invalid answer from the cluster: {0}")]
     InvalidAnswer(String),
+    /// An offset past the end of its log (records not yet written cannot be deleted).
+    #[error("{0}")]
+    OffsetOutOfRange(String),
     /// A setting is out of range: the message says which and why.
     #[error("invalid client configuration: {0}")]
     Config(String),

@@ -57,8 +57,9 @@ pub use tailstream_net::login::{Login, set_outgoing as log_in_as};
 pub use tailstream_stubs::{CoordinatorClient, StubError};
 pub use tailstream_wire::messages::{
     BrokerInfo, ConsumerGroupSummary, DescribeConsumerGroupsResponse, ListGroupsResponse,
-    LogGroups, LogReplicaSet, PartitionLagInfo, PlacementState, ProducerSession, RecoverySummary,
-    ScramMechanism, SegmentReplicas, StreamConfig, StreamMetadata, StreamletPlacement,
+    LogGroups, LogReplicaSet, LogStart, PartitionLagInfo, PlacementState, ProducerSession,
+    RecoverySummary, ScramMechanism, SegmentReplicas, StreamConfig, StreamMetadata,
+    StreamletPlacement,
 };
 pub use tailstream_wire::{
     GroupId, LogId, ProducerEpoch, ProducerId, RecordOffset, SegmentId, SegmentPosition, Status,

@@ -4,7 +4,8 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use tailstream_cli::human::{human_bytes, human_count};
 use tailstream_client::{
-    Client, LogGroups, LogReplicaSet, PartitionLagInfo, PlacementState, StreamMetadata, StreamletId,
+    Client, LogGroups, LogId, LogReplicaSet, LogStart, PartitionLagInfo, PlacementState,
+    RecordOffset, StreamMetadata, StreamletId,
 };
 use tailstream_config::Config;
 
@@ -12,8 +13,9 @@ use tailstream_config::Config;
 pub enum StreamCommand {
     /// Create a stream.
     Create(CreateArgs),
-    /// Grow a stream to more streamlets (existing records stay where they are) or change its
-    /// retention; its other settings are fixed at creation.
+    /// Grow a stream to more streamlets (existing records stay where they are), change its
+    /// retention, or delete a log's records before an offset; its other settings are fixed
+    /// at creation.
     Alter {
         name: String,
         /// The stream's new streamlet count: more than it has (the same count changes
@@ -26,6 +28,10 @@ pub enum StreamCommand {
         /// 0 = unlimited.
         #[arg(long)]
         retention_ms: Option<u64>,
+        /// `STREAMLET/LOG:OFFSET`: delete that log's records before OFFSET (Kafka's
+        /// DeleteRecords); repeatable. OFFSET may not be past the log's committed end.
+        #[arg(long, value_parser = parse_log_start)]
+        delete_before: Vec<(StreamletId, LogStart)>,
     },
     /// List streams.
     List {
@@ -72,6 +78,23 @@ pub struct CreateArgs {
     /// 0 = unlimited.
     #[arg(long)]
     retention_ms: Option<u64>,
+}
+
+/// `STREAMLET/LOG:OFFSET`, as `--delete-before` takes it.
+fn parse_log_start(value: &str) -> Result<(StreamletId, LogStart), String> {
+    let shape = || format!("{value:?}: expected STREAMLET/LOG:OFFSET, such as 0/2:1000");
+    let (streamlet, rest) = value.split_once('/').ok_or_else(shape)?;
+    let (log, offset) = rest.split_once(':').ok_or_else(shape)?;
+    let number = |s: &str| s.trim().parse::<u64>().map_err(|_| shape());
+    let streamlet = u32::try_from(number(streamlet)?).map_err(|_| shape())?;
+    let log = u32::try_from(number(log)?).map_err(|_| shape())?;
+    Ok((
+        StreamletId(streamlet),
+        LogStart {
+            log: LogId(log),
+            offset: RecordOffset(number(offset)?),
+        },
+    ))
 }
 
 fn print_stream(stream: &StreamMetadata) {
@@ -125,12 +148,30 @@ pub async fn run(config: Config, coordinator: &str, command: StreamCommand) -> R
             streamlets,
             retention_bytes,
             retention_ms,
+            delete_before,
         } => {
             let retention = retention_bytes.is_some() || retention_ms.is_some();
-            if streamlets.is_none() && !retention {
-                return Err(
-                    "say what to change: --streamlets, --retention-bytes or --retention-ms".into(),
-                );
+            if streamlets.is_none() && !retention && delete_before.is_empty() {
+                return Err("say what to change: --streamlets, --retention-bytes, \
+                            --retention-ms or --delete-before"
+                    .into());
+            }
+            let mut by_streamlet: std::collections::BTreeMap<StreamletId, Vec<LogStart>> =
+                std::collections::BTreeMap::new();
+            for (streamlet, start) in delete_before {
+                by_streamlet.entry(streamlet).or_default().push(start);
+            }
+            for (streamlet, starts) in by_streamlet {
+                cluster
+                    .delete_records(&name, streamlet, starts.clone())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                for start in starts {
+                    println!(
+                        "{name} {streamlet} {}: records before offset {} deleted",
+                        start.log, start.offset.0
+                    );
+                }
             }
             let mut altered = None;
             if let Some(streamlets) = streamlets {

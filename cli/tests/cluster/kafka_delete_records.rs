@@ -1,7 +1,8 @@
 //! DeleteRecords as a Kafka admin client sends it: a partition's log start moves forward to
 //! the offset asked (-1: the high watermark), ListOffsets and Fetch start there, offsets past
 //! the end and partitions led elsewhere are refused with Kafka's codes, and the start holds
-//! on the new leader after the old one is killed.
+//! on the new leader after the old one is killed; `stream alter --delete-before` does the same
+//! from the CLI.
 
 use crate::common;
 use crate::kafka_leader_epochs::call;
@@ -160,6 +161,35 @@ async fn delete_records_moves_a_partitions_start_and_it_holds_on_the_next_leader
         let (ok, _, err) = test.cli(&["produce", TOPIC], b"after\n").await;
         assert!(ok, "{err}");
         assert_eq!(fetch(&next, 200).await, (0, 200, true));
+
+        // The CLI does the same (streamlet 0, log 0 is partition 0), refusing past the end.
+        let (ok, _, err) = test
+            .cli(
+                &["stream", "alter", TOPIC, "--delete-before", "0/0:500"],
+                b"",
+            )
+            .await;
+        assert!(!ok && err.contains("ends at offset 201"), "{err}");
+        let (ok, out, err) = test
+            .cli(
+                &["stream", "alter", TOPIC, "--delete-before", "0/0:201"],
+                b"",
+            )
+            .await;
+        assert!(ok, "{err}");
+        let out = String::from_utf8_lossy(&out);
+        assert!(out.contains("before offset 201"), "{out}");
+        // The owner hears it through its assignment (pushed before the answer, or at its
+        // next heartbeat).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while offset(&next, -2).await != 201 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the owner took the new start"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert_eq!(fetch(&next, 200).await.0, 1);
     })
     .await
     .expect("delete records test finished in time");
