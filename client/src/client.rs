@@ -144,8 +144,15 @@ impl Client {
         starts: Vec<LogStart>,
     ) -> Result<(), ClientError> {
         let stream = self.describe_stream(name).await?;
-        // The coordinator does not know a log's end: its owner does. Ends only grow (what
-        // was committed survives any crash), so a start within one stays within it.
+        let epoch = stream
+            .streamlets
+            .get(streamlet.0 as usize)
+            .map(|p| p.epoch)
+            .ok_or_else(|| {
+                ClientError::OffsetOutOfRange(format!("stream {name:?} has no {streamlet}"))
+            })?;
+        // The coordinator does not know a log's end: its owner does. The coordinator refuses
+        // the starts if the streamlet moved since `epoch`, so they land on the logs checked.
         let logs = self.describe_logs(&stream, streamlet).await?;
         for start in &starts {
             let end = logs
@@ -172,7 +179,7 @@ impl Client {
         Ok(self
             .cluster
             .coordinator()
-            .delete_records(name, streamlet, starts)
+            .delete_records(&stream, streamlet, epoch, starts)
             .await?)
     }
 

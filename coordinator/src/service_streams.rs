@@ -104,18 +104,28 @@ impl CoordinatorService {
             let (name, streamlet) = (request.name.clone(), request.streamlet);
             let changed = core
                 .change(move |m| {
-                    m.delete_records(&request.name, request.streamlet, &request.starts)
+                    let base = m.version;
+                    let (owner, assignment) = m.delete_records(
+                        &request.name,
+                        request.stream,
+                        request.streamlet,
+                        request.epoch,
+                        &request.starts,
+                    )?;
+                    Ok((base, m.version, owner, assignment))
                 })
                 .await;
             match changed {
-                Ok((owner, true)) => {
+                Ok((base, version, owner, Some(assignment))) => {
                     tracing::info!(stream = %name, %streamlet, "records deleted before new log starts");
-                    // The owner serves from the new starts once its assignment says so (a
-                    // missed push: from its next heartbeat's).
-                    core.push_assignments(vec![owner]).await;
+                    // The owner alone hears, of this streamlet alone, as an addition (a held
+                    // streamlet takes an added assignment's starts): no broker is sent its
+                    // whole assignment for it. A missed push: its next heartbeat's.
+                    let added = std::collections::HashMap::from([(owner, vec![assignment])]);
+                    core.push_additions(base, version, added).await;
                     Response::empty()
                 }
-                Ok((_, false)) => Response::empty(),
+                Ok((_, _, _, None)) => Response::empty(),
                 Err(error) => error.response(),
             }
         })

@@ -160,11 +160,20 @@ impl Log {
     /// `None` when every committed record is older.
     pub fn offset_for_timestamp(&self, timestamp_ms: i64) -> Option<(RecordOffset, i64)> {
         let state = self.lock();
-        state
+        let found = state
             .groups
             .iter()
             .flat_map(|g| g.segments().iter())
-            .find_map(|segment| segment.first_at_or_after(timestamp_ms))
+            .find_map(|segment| segment.first_at_or_after(timestamp_ms))?;
+        // Never a deleted record (DeleteRecords): a consumer sent below the start would be
+        // answered out of range and could skip to the end. The start is the first record
+        // served, so the answer is never past a record the timestamp asks for.
+        let start = self.start().min(state.committed_offset);
+        Some(if found.0 < start {
+            (start, found.1)
+        } else {
+            found
+        })
     }
 
     /// The first committed record with the log's largest timestamp (its offset and
@@ -212,7 +221,10 @@ impl Log {
         let state = self.lock();
         let oldest = state.groups.front()?;
         let next = state.groups.get(1)?;
-        (oldest.is_sealed() && next.first_offset() <= self.start()).then(|| oldest.id())
+        // Never past the commit point, whatever start was set: nothing committed later, nor
+        // anything not yet on every backup, is freed for it.
+        let start = self.start().min(state.committed_offset);
+        (oldest.is_sealed() && next.first_offset() <= start).then(|| oldest.id())
     }
 
     /// Frees the oldest group if it is `group` and sealed; returns its bytes.

@@ -142,6 +142,9 @@ impl Store {
     ) -> Option<Arc<Streamlet>> {
         let key = (assignment.stream, assignment.streamlet);
         if let Some(existing) = streamlets.get(&key) {
+            // Starts first: a streamlet that becomes servable here never serves a record the
+            // assignment says is deleted.
+            existing.set_log_starts(&assignment.log_starts);
             existing.set_ownership(assignment.epoch, !assignment.recovering);
             let config = &assignment.config;
             if existing.set_retention(config.retention_ms, config.retention_bytes) {
@@ -153,7 +156,6 @@ impl Store {
                     "retention changed"
                 );
             }
-            existing.set_log_starts(&assignment.log_starts);
             return None;
         }
         if assignment.recovering {
@@ -167,8 +169,8 @@ impl Store {
             self.producers_per_log_max,
             self.replication_backlog_bytes_max,
         ));
-        streamlet.set_ownership(assignment.epoch, true);
         streamlet.set_log_starts(&assignment.log_starts);
+        streamlet.set_ownership(assignment.epoch, true);
         streamlet.link_commit_feed(&self.commit_feed);
         streamlets.insert(key, streamlet.clone());
         Some(streamlet)

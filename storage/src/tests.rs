@@ -415,8 +415,15 @@ fn a_log_start_hides_the_records_before_it_and_retention_frees_their_groups() {
     assert!(log.written_bytes() < written);
     assert_eq!(log.bounds(), (RecordOffset(10), RecordOffset(20)));
     assert_eq!(s.enforce_retention(Instant::now()), 0);
-    // A start past the commit point serves nothing rather than a range ending before it.
-    assert!(s.set_log_starts(&[start(25)]));
+    // A timestamp lookup never answers a deleted record.
+    assert_eq!(
+        log.offset_for_timestamp(0).map(|(o, _)| o),
+        Some(RecordOffset(10))
+    );
+    // A start past the commit point (the coordinator refuses one: only the owner, which
+    // checked the offset against its log under the epoch the coordinator still has, sets a
+    // start) serves nothing rather than a range ending before it.
+    assert!(s.set_log_starts(&[start(1000)]));
     assert_eq!(log.bounds(), (RecordOffset(20), RecordOffset(20)));
 }
 

@@ -24,7 +24,7 @@ use tailstream_wire::messages::{
     RecoverySummary, ScramCredential, SecurityListRequest, StreamConfig, StreamMetadata,
     UserSummary,
 };
-use tailstream_wire::{Decode, Encode, Opcode, Status, StreamletId};
+use tailstream_wire::{Decode, Encode, Opcode, OwnershipEpoch, Status, StreamletId};
 
 /// How long calls keep retrying a coordinator that is restarting or has no brokers.
 const CONTROL_RETRY_MS_MAX: u64 = 10_000;
@@ -188,17 +188,21 @@ impl CoordinatorClient {
     }
 
     /// Deletes the records of `streamlet`'s logs before the offsets of `starts` (Kafka's
-    /// DeleteRecords): durable once answered; a start at or before the kept one changes
-    /// nothing, so a retry is harmless.
+    /// DeleteRecords), checked against its logs under ownership `epoch` (refused if it moved
+    /// since): durable once answered; a start at or before the kept one changes nothing, so a
+    /// retry is harmless.
     pub async fn delete_records(
         &self,
-        name: &str,
+        stream: &StreamMetadata,
         streamlet: StreamletId,
+        epoch: OwnershipEpoch,
         starts: Vec<LogStart>,
     ) -> Result<(), StubError> {
         let request = DeleteRecordsRequest {
-            name: name.to_string(),
+            name: stream.name.clone(),
+            stream: stream.id,
             streamlet,
+            epoch,
             starts,
         };
         let _: Empty = self.call(Opcode::DeleteRecords, &request).await?;

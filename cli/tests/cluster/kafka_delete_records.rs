@@ -114,8 +114,13 @@ async fn delete_records_moves_a_partitions_start_and_it_holds_on_the_next_leader
         let mut config = test.stream_config();
         config.replicas = 1;
         config.logs_per_streamlet = 1;
+        // Small segments, one per group: deleting the first 150 records frees whole groups.
+        config.segment_size_bytes = 4096;
+        config.segments_per_group = 1;
         test.client().create_stream(TOPIC, 1, config).await.unwrap();
-        let lines: String = (0..200).map(|i| format!("record-{i}\n")).collect();
+        let lines: String = (0..200)
+            .map(|i| format!("record-{i:04}-{}\n", "x".repeat(60)))
+            .collect();
         let (ok, _, err) = test.cli(&["produce", TOPIC], lines.as_bytes()).await;
         assert!(ok, "{err}");
 
@@ -137,24 +142,49 @@ async fn delete_records_moves_a_partitions_start_and_it_holds_on_the_next_leader
         );
         // A broker that does not lead the partition says so.
         if leader_addr != asked {
-            assert_eq!(delete(&asked, &[(0, 50)]).await, [(6, -1)]);
+            assert_eq!(delete(&asked, &[(0, 150)]).await, [(6, -1)]);
         }
-        assert_eq!(delete(&leader_addr, &[(0, 50)]).await, [(0, 50)]);
+        assert_eq!(delete(&leader_addr, &[(0, 150)]).await, [(0, 150)]);
         // At or before the start: nothing changes, the start is answered.
-        assert_eq!(delete(&leader_addr, &[(0, 20)]).await, [(0, 50)]);
-        assert_eq!(offset(&leader_addr, -2).await, 50);
+        assert_eq!(delete(&leader_addr, &[(0, 20)]).await, [(0, 150)]);
+        assert_eq!(offset(&leader_addr, -2).await, 150);
         assert_eq!(fetch(&leader_addr, 10).await.0, 1, "OFFSET_OUT_OF_RANGE");
-        assert_eq!(fetch(&leader_addr, 50).await, (0, 50, true));
+        assert_eq!(fetch(&leader_addr, 150).await, (0, 150, true));
+        assert_eq!(
+            offset(&leader_addr, 0).await,
+            150,
+            "by timestamp: never a deleted record"
+        );
 
-        // The next leader starts there too.
+        // Retention frees the groups wholly before the start (and their replicas), whatever
+        // the stream's limits.
+        let owner_admin = test.cluster.broker(victim).unwrap().admin_addr;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let metrics = TestCluster::http_get(owner_admin, "/metrics").await;
+            let freed: u64 = metrics
+                .lines()
+                .filter(|l| l.starts_with("tailstream_retention_freed_bytes_total"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .sum();
+            if freed > 0 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "no group was freed");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        // The next leader starts there too, rebuilt from what the backups still hold, after a
+        // coordinator restart (the start is durable with the streamlet's placement).
         let mut test = test;
+        test.cluster.restart_coordinator().await.unwrap();
+        test.wait_for_brokers(3).await;
         test.cluster.kill_broker(victim).await;
         wait_until_serving(&test, TOPIC).await;
         let next = leader(&asked).await;
         assert_ne!(next, leader_addr);
-        assert_eq!(offset(&next, -2).await, 50);
-        assert_eq!(fetch(&next, 10).await.0, 1, "OFFSET_OUT_OF_RANGE");
-        assert_eq!(fetch(&next, 50).await, (0, 50, true));
+        assert_eq!(offset(&next, -2).await, 150);
+        assert_eq!(fetch(&next, 100).await.0, 1, "OFFSET_OUT_OF_RANGE");
+        assert_eq!(fetch(&next, 150).await, (0, 150, true));
         // -1 is the high watermark: everything is deleted, and new records are served.
         assert_eq!(delete(&next, &[(0, -1)]).await, [(0, 200)]);
         assert_eq!(fetch(&next, 199).await.0, 1);

@@ -179,23 +179,34 @@ impl Metadata {
         Ok(altered)
     }
 
-    /// Moves the starts of some logs of one streamlet forward (Kafka's DeleteRecords). A start
-    /// at or before the one kept changes nothing. Returns the streamlet's owner (to be told)
-    /// and whether anything changed.
+    /// Moves the starts of some logs of one streamlet forward (Kafka's DeleteRecords), as
+    /// checked by its owner under `epoch`: refused if the stream named is no longer `id`, or
+    /// the streamlet is not serving under that epoch any more. A start at or before the one
+    /// kept changes nothing. Returns the streamlet's owner and assignment (to be told) and
+    /// whether anything changed.
     pub fn delete_records(
         &mut self,
         name: &str,
+        id: StreamId,
         streamlet: StreamletId,
+        epoch: OwnershipEpoch,
         starts: &[LogStart],
-    ) -> Result<(ServerId, bool), MetadataError> {
+    ) -> Result<(ServerId, Option<StreamletAssignment>), MetadataError> {
         let stream = self
             .streams
             .get_mut(name)
+            .filter(|s| s.id == id)
             .ok_or_else(|| MetadataError::UnknownStream(name.to_string()))?;
         let logs = stream.config.logs_per_streamlet;
         let placement = stream.placements.get(streamlet.0 as usize).ok_or_else(|| {
             MetadataError::InvalidArgument(format!("stream {name:?} has no {streamlet}"))
         })?;
+        if placement.epoch != epoch || placement.state != PlacementState::Serving {
+            return Err(MetadataError::InvalidArgument(format!(
+                "{name:?} {streamlet} moved since its offsets were checked (now {} on {}, {:?})",
+                placement.epoch, placement.owner, placement.state
+            )));
+        }
         if let Some(start) = starts.iter().find(|s| s.log.0 >= logs) {
             return Err(MetadataError::InvalidArgument(format!(
                 "stream {name:?} has {logs} logs per streamlet, no {}",
@@ -213,9 +224,10 @@ impl Metadata {
             })
             .collect();
         if raised.is_empty() {
-            return Ok((owner, false));
+            return Ok((owner, None));
         }
-        let placement = &mut Arc::make_mut(stream).placements[streamlet.0 as usize];
+        let record = Arc::make_mut(stream);
+        let placement = &mut record.placements[streamlet.0 as usize];
         for start in raised {
             let kept = placement
                 .log_starts
@@ -223,8 +235,9 @@ impl Metadata {
                 .or_insert(start.offset);
             *kept = (*kept).max(start.offset);
         }
+        let assignment = record.assignment(streamlet);
         self.version += 1;
-        Ok((owner, true))
+        Ok((owner, assignment))
     }
 
     /// Deletes a stream: its owners drop its streamlets at the next assignment, and backups

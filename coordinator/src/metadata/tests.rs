@@ -154,19 +154,24 @@ fn log_starts_only_move_forward_and_reach_the_owner_and_every_later_one() {
     let mut m = Metadata::default();
     let a = broker(&mut m, "127.0.0.1:1");
     let b = broker(&mut m, "127.0.0.1:2");
-    m.create_stream("s", 2, config(), &[a, b]).unwrap();
+    let id = m.create_stream("s", 2, config(), &[a, b]).unwrap().id;
+    let epoch = m.streams["s"].placements[1].epoch;
     let start = |log, offset| LogStart {
         log: LogId(log),
         offset: RecordOffset(offset),
     };
     let version = m.version;
     let before = m.clone();
-    let (owner, changed) = m
-        .delete_records("s", StreamletId(1), &[start(0, 10), start(1, 3)])
+    let (owner, assignment) = m
+        .delete_records("s", id, StreamletId(1), epoch, &[start(0, 10), start(1, 3)])
         .unwrap();
-    assert!(changed);
+    assert_eq!(owner, m.streams["s"].placements[1].owner);
     assert_eq!(m.version, version + 1);
     assert_eq!(super::invariants::check_transition(&before, &m), Ok(()));
+    // The owner is sent that streamlet's assignment, which carries the starts, and so does
+    // every later assignment of it.
+    let assignment = assignment.expect("changed");
+    assert_eq!(assignment.log_starts, [start(0, 10), start(1, 3)]);
     let assigned = m.assignments_for(owner, Vec::new());
     let streamlet = assigned
         .assignments
@@ -176,28 +181,45 @@ fn log_starts_only_move_forward_and_reach_the_owner_and_every_later_one() {
     assert_eq!(streamlet.log_starts, [start(0, 10), start(1, 3)]);
     // A retry, or a start at or before the kept one, changes nothing; a later one moves it.
     let (_, changed) = m
-        .delete_records("s", StreamletId(1), &[start(0, 10), start(1, 2)])
+        .delete_records("s", id, StreamletId(1), epoch, &[start(0, 10), start(1, 2)])
         .unwrap();
-    assert!(!changed);
+    assert!(changed.is_none());
     assert_eq!(m.version, version + 1);
-    m.delete_records("s", StreamletId(1), &[start(1, 7)])
+    m.delete_records("s", id, StreamletId(1), epoch, &[start(1, 7)])
         .unwrap();
     let kept = &m.streams["s"].placements[1].log_starts;
     assert_eq!((kept[&0], kept[&1]), (RecordOffset(10), RecordOffset(7)));
-    // Refused: no such stream, streamlet or log.
+    // Refused: no such stream (or one recreated under the name), streamlet or log, or a
+    // streamlet that moved since its offsets were checked.
     assert!(matches!(
-        m.delete_records("missing", StreamletId(0), &[start(0, 1)]),
+        m.delete_records("missing", id, StreamletId(0), epoch, &[start(0, 1)]),
+        Err(MetadataError::UnknownStream(_))
+    ));
+    assert!(matches!(
+        m.delete_records(
+            "s",
+            StreamId(id.0 + 1),
+            StreamletId(1),
+            epoch,
+            &[start(0, 11)]
+        ),
         Err(MetadataError::UnknownStream(_))
     ));
     assert!(
-        m.delete_records("s", StreamletId(2), &[start(0, 1)])
+        m.delete_records("s", id, StreamletId(2), epoch, &[start(0, 1)])
             .is_err()
     );
     let q = config().logs_per_streamlet;
+    let first_epoch = m.streams["s"].placements[0].epoch;
     assert!(
-        m.delete_records("s", StreamletId(0), &[start(q, 1)])
+        m.delete_records("s", id, StreamletId(0), first_epoch, &[start(q, 1)])
             .is_err()
     );
+    let moved = OwnershipEpoch(epoch.0 + 1);
+    assert!(matches!(
+        m.delete_records("s", id, StreamletId(1), moved, &[start(0, 11)]),
+        Err(MetadataError::InvalidArgument(_))
+    ));
     // A transition that moves a start back is refused as a bug.
     let mut back = m.clone();
     std::sync::Arc::make_mut(back.streams.get_mut("s").unwrap()).placements[1]

@@ -7,7 +7,7 @@
 //! them and answers the new low watermark. Needs Delete on the topic.
 
 use super::{Answer, encode};
-use crate::errors::{NONE, cluster_error_code, data_error_code};
+use crate::errors::{NONE, data_error_code};
 use crate::shared::Kafka;
 use crate::topics::{Partition, highest, partition};
 use kafka_protocol::ResponseError;
@@ -18,10 +18,13 @@ use kafka_protocol::messages::delete_records_response::{
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 use tailstream_identity::Access;
 use tailstream_storage::Streamlet;
+use tailstream_stubs::StubError;
 use tailstream_wire::messages::{AclOperation, LogStart, StreamMetadata};
-use tailstream_wire::{RecordOffset, StreamletId};
+use tailstream_wire::{RecordOffset, Status, StreamletId};
+use tokio::time::Instant;
 
 pub(crate) fn delete_records(
     kafka: Arc<Kafka>,
@@ -30,6 +33,10 @@ pub(crate) fn delete_records(
     request: DeleteRecordsRequest,
 ) -> Answer {
     Answer::Later(Box::pin(async move {
+        // What is not durable by `timeout_ms` is answered REQUEST_TIMED_OUT, as in Kafka (it
+        // may still land: a retry is harmless).
+        let timeout = Duration::from_millis(u64::try_from(request.timeout_ms).unwrap_or(0));
+        let deadline = Instant::now() + timeout.min(TIMEOUT_MAX);
         let mut topics = Vec::with_capacity(request.topics.len());
         for topic in request.topics {
             let name = topic.name.as_str();
@@ -43,7 +50,7 @@ pub(crate) fn delete_records(
                 )
                 .await;
             let results = match stream {
-                Ok(stream) => delete_in(&kafka, &stream, &topic.partitions).await,
+                Ok(stream) => delete_in(&kafka, &stream, &topic.partitions, deadline).await,
                 Err(error) => topic
                     .partitions
                     .iter()
@@ -80,6 +87,7 @@ async fn delete_in(
     kafka: &Kafka,
     stream: &StreamMetadata,
     partitions: &[DeleteRecordsPartition],
+    deadline: Instant,
 ) -> Vec<DeleteRecordsPartitionResult> {
     let mut results = Vec::with_capacity(partitions.len());
     let mut moving: BTreeMap<StreamletId, Moving> = BTreeMap::new();
@@ -107,13 +115,18 @@ async fn delete_in(
             starts,
             answers: answered,
         } = moved;
-        let saved = kafka
+        let call = kafka
             .coordinator
-            .delete_records(&stream.name, id, starts.clone())
-            .await;
-        if let Err(error) = &saved {
-            tracing::warn!(stream = %stream.name, streamlet = %id, %error, "records not deleted");
-        } else {
+            .delete_records(stream, id, streamlet.epoch(), starts.clone());
+        let saved = match tokio::time::timeout_at(deadline, call).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => {
+                tracing::warn!(stream = %stream.name, streamlet = %id, %error, "records not deleted");
+                Err(refusal_code(&error))
+            }
+            Err(_) => Err(ResponseError::RequestTimedOut.code()),
+        };
+        if saved.is_ok() {
             // Durable: this owner serves from the new starts at once (its assignment, pushed
             // by the coordinator, says the same).
             streamlet.set_log_starts(&starts);
@@ -126,11 +139,25 @@ async fn delete_in(
                         .log(start.log)
                         .map_or(as_i64(start.offset), |log| as_i64(log.bounds().0));
                 }
-                Err(error) => answer.error_code = cluster_error_code(error),
+                Err(code) => answer.error_code = *code,
             }
         }
     }
     results
+}
+
+/// Longest a DeleteRecords waits for the coordinator, whatever its `timeout_ms`.
+const TIMEOUT_MAX: Duration = Duration::from_secs(30);
+
+/// Kafka's code for a coordinator's refusal: the stream was deleted (or recreated), or the
+/// streamlet moved since its offsets were checked here (the client retries on the new
+/// leader); anything else is retriable as a timeout.
+fn refusal_code(error: &StubError) -> i16 {
+    match error.status() {
+        Some(Status::UnknownStream) => ResponseError::UnknownTopicOrPartition.code(),
+        Some(Status::InvalidArgument) => ResponseError::NotLeaderOrFollower.code(),
+        _ => ResponseError::RequestTimedOut.code(),
+    }
 }
 
 /// One streamlet's starts to make durable, and which results they answer.

@@ -519,11 +519,16 @@ wire_message! {
     /// Deletes the records of some logs of one streamlet before an offset each (Kafka's
     /// DeleteRecords): a log's start only moves forward, so a retry, or an offset at or
     /// before the start, changes nothing. The owner checks each offset is within its log (the
-    /// coordinator does not know a log's end) before asking. Durable before it is answered;
-    /// the owner (and any later owner) is told through its assignment. Answered empty.
+    /// coordinator does not know a log's end) before asking, under `epoch`: a streamlet that
+    /// moved since (or a stream recreated under the name, `stream`) is refused, so an offset
+    /// checked against one log never lands on another. Durable before it is answered; the
+    /// owner (and any later owner) is told through its assignment. Answered empty.
     pub struct DeleteRecordsRequest {
         pub name: String,
+        pub stream: StreamId,
         pub streamlet: StreamletId,
+        /// The ownership epoch the offsets were checked under.
+        pub epoch: OwnershipEpoch,
         #[cfg_attr(test, proptest(strategy = "small_vec::<LogStart>()"))]
         pub starts: Vec<LogStart>,
     }
