@@ -348,7 +348,9 @@ impl Streamlet {
     fn free_past_retention(&self, now: Instant) -> u64 {
         // Groups whose records were all deleted (DeleteRecords) go first, whatever the limits.
         let mut freed = 0;
-        for log in &self.logs {
+        // A log with no start set (nearly all) is skipped on an atomic load, without its lock:
+        // this runs on every roll of a size-limited stream.
+        for log in self.logs.iter().filter(|log| log.start().0 > 0) {
             while let Some(group) = log.oldest_group_before_start() {
                 match log.free_oldest_group(group) {
                     Some(bytes) => freed += bytes,
