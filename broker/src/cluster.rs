@@ -662,6 +662,8 @@ pub async fn run_membership(
     ));
     let backoff = Duration::from_millis(100);
     let mut redirected = false;
+    // Whether the coordinator that renewed the lease last was just asked again at once.
+    let mut asked_renewer_again = false;
     loop {
         let coordinator_addr = coordinators.current();
         // With several coordinators, a heartbeat the current one leaves unanswered for a
@@ -682,9 +684,27 @@ pub async fn run_membership(
                 if !matches!(next, Next::Leader(_)) {
                     redirected = false;
                 }
+                if next != Next::Another {
+                    asked_renewer_again = false;
+                }
                 match next {
                     Next::Same => {}
                     Next::Another => {
+                        if cluster.may_extend_on_word_of(&coordinator_addr) {
+                            if nothing_listens_at(&coordinator_addr).await {
+                                cluster.leader_gone(&coordinator_addr, "nothing listens at its address");
+                            } else if !std::mem::replace(&mut asked_renewer_again, true) {
+                                // It broke the connection but listens: a leader that stepped
+                                // down stands by on the same ports and names the term it led.
+                                // Asked again at once (once): going round the others first
+                                // could outlast the short lease, and with it any extension.
+                                continue;
+                            }
+                        }
+                        asked_renewer_again = false;
+                        coordinators.unanswered(&coordinator_addr);
+                    }
+                    Next::Silent => {
                         if cluster.may_extend_on_word_of(&coordinator_addr)
                             && nothing_listens_at(&coordinator_addr).await
                         {
@@ -716,8 +736,11 @@ pub async fn run_membership(
 enum Next {
     /// The same coordinator (it answered, with an error that a new session may clear).
     Same,
-    /// The next address: this one gave no answer, or does not lead.
+    /// The next address: this one broke the connection, or does not lead.
     Another,
+    /// The next address: this one left a heartbeat unanswered for its deadline (paused, or
+    /// cut off): nothing it says could extend the lease by the time it answered.
+    Silent,
     /// The leader a standby named.
     Leader(String),
 }
@@ -847,7 +870,7 @@ async fn membership_session(
                     Err(_) => {
                         return (
                             format!("heartbeat: no answer within {} ms", deadline.as_millis()),
-                            Next::Another,
+                            Next::Silent,
                         );
                     }
                 }

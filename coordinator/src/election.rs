@@ -475,12 +475,17 @@ pub async fn run_elected(
         };
         store.end_term();
         metrics::gauge!(crate::metrics::LEADER).set(0.0);
-        leadership.resign(&mut client).await;
         if *shutdown.borrow() {
+            leadership.resign(&mut client).await;
             return Ok(());
         }
-        // Standing by again, at once: the leader's listeners are closed.
+        // Standing by again at once, on the ports the leader's listeners (closed now) held,
+        // before resigning (which may wait seconds on an etcd without quorum): brokers whose
+        // lease this term renewed hear at their next heartbeat that it leads no more, and
+        // serve on (`broker::lease`). Left refusing connections meanwhile, they would have had
+        // only a refused connection as evidence, and could miss it within their short lease.
         standby = StandbyListeners::start(&config, mirror.clone(), led_term).await;
+        leadership.resign(&mut client).await;
         metrics::counter!(crate::metrics::LEADERSHIP_LOST).increment(1);
         tracing::warn!(
             why = why.as_deref().unwrap_or("unknown"),
