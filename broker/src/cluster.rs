@@ -596,7 +596,16 @@ async fn run_log_bounds_reporter(
         match reported {
             Ok(full) => more = full,
             Err(error) => {
-                // The membership session handles registration; this only retries.
+                // The membership session handles registration; this only retries. A
+                // `NotLeader` naming the term that renewed the lease is the same word as a
+                // heartbeat's: whichever hears it first extends the lease.
+                if let StubError::Refused {
+                    status: Status::NotLeader,
+                    message,
+                } = &error
+                {
+                    cluster.leader_said_gone(addr, message);
+                }
                 tracing::warn!(%error, "reporting log bounds failed; retrying");
                 coordinators.after_error(addr, &error);
                 client = None;
@@ -664,8 +673,11 @@ pub async fn run_membership(
     let mut redirected = false;
     // Whether the coordinator that renewed the lease last was just asked again at once.
     let mut asked_renewer_again = false;
+    // The address asked again (the shared rotation may have moved on meanwhile: the log bounds
+    // reporter turns it too).
+    let mut ask_again: Option<String> = None;
     loop {
-        let coordinator_addr = coordinators.current();
+        let coordinator_addr = ask_again.take().unwrap_or_else(|| coordinators.current());
         // With several coordinators, a heartbeat the current one leaves unanswered for a
         // lease (at least a second) moves on: a paused leader must not hold brokers until the
         // new one counts them dead. With one, there is nowhere else to go.
@@ -698,6 +710,7 @@ pub async fn run_membership(
                                 // down stands by on the same ports and names the term it led.
                                 // Asked again at once (once): going round the others first
                                 // could outlast the short lease, and with it any extension.
+                                ask_again = Some(coordinator_addr);
                                 continue;
                             }
                         }
