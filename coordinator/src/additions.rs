@@ -37,6 +37,10 @@ pub struct Additions {
     steps: BTreeMap<u64, Step>,
     /// When each broker was last sent its full assignment.
     full_sent: HashMap<ServerId, Instant>,
+    /// The newest assignment version each broker is known to hold: heard in its heartbeats,
+    /// and assumed from each assignment sent to it. One that failed leaves it too high: the
+    /// broker then ignores additions counted from it and catches up through its heartbeat.
+    held: HashMap<ServerId, u64>,
 }
 
 impl Additions {
@@ -54,6 +58,17 @@ impl Additions {
         while self.steps.len() > STEPS_KEPT {
             self.steps.pop_first();
         }
+    }
+
+    /// `server` holds `version` (heard, or sent to it): versions held only go up.
+    pub fn holds(&mut self, server: ServerId, version: u64) {
+        let held = self.held.entry(server).or_insert(version);
+        *held = (*held).max(version);
+    }
+
+    /// The newest version `server` is known to hold.
+    pub fn held(&self, server: ServerId) -> Option<u64> {
+        self.held.get(&server).copied()
     }
 
     /// `server` was sent its full assignment at `now`.

@@ -422,7 +422,10 @@ impl Coordinator {
                 let Ok(record) = state.metadata.check_server(server) else {
                     continue;
                 };
-                pushes.push((record.peer_addr.clone(), state.assignments_for(server)));
+                let addr = record.peer_addr.clone();
+                let request = state.assignments_for(server);
+                state.additions.holds(server, request.version);
+                pushes.push((addr, request));
                 state.additions.sent_full(server, now);
             }
             pushes
@@ -431,9 +434,12 @@ impl Coordinator {
     }
 
     /// Records that the change from version `base` to `version` only added `added` (per
-    /// owner), and pushes each owner what it gained (bounded in time, like
-    /// `push_assignments`), or its full set when its last one is not recent. An owner not at
-    /// `base` ignores additions and catches up through its heartbeat.
+    /// owner), and pushes each owner what it gained since the version it holds (bounded in
+    /// time, like `push_assignments`), or its full set when no chain of additions leads there
+    /// or its last one is not recent. Counted from the version it holds, not from `base`: an
+    /// owner a step behind (another broker's registration, a change elsewhere) would ignore
+    /// additions from `base` and wait for a catch-up heartbeat, and a create would answer
+    /// before its owners could serve it.
     pub async fn push_additions(
         &self,
         base: u64,
@@ -442,29 +448,19 @@ impl Coordinator {
     ) {
         let pushes: Vec<_> = {
             let mut state = self.lock();
-            let now = Instant::now();
+            let owners: Vec<ServerId> = added.keys().copied().collect();
+            state.additions.record(base, version, added);
             let mut pushes = Vec::new();
-            for (server, assignments) in &added {
-                let Ok(record) = state.metadata.check_server(*server) else {
+            for server in owners {
+                let Ok(record) = state.metadata.check_server(server) else {
                     continue;
                 };
                 let addr = record.peer_addr.clone();
-                let request = if state.additions.full_is_recent(*server, now) {
-                    AssignStreamletsRequest {
-                        term: state.metadata.term,
-                        target: *server,
-                        version,
-                        added_since: Some(base),
-                        assignments: assignments.clone(),
-                        brokers: state.broker_infos(),
-                    }
-                } else {
-                    state.additions.sent_full(*server, now);
-                    state.assignments_for(*server)
-                };
+                let held = state.additions.held(server).unwrap_or(base);
+                let request = state.assignments_since(server, held);
+                state.additions.holds(server, request.version);
                 pushes.push((addr, request));
             }
-            state.additions.record(base, version, added);
             pushes
         };
         self.push(pushes).await;

@@ -279,6 +279,7 @@ impl CoordinatorService {
             tracing::info!(%server_id, rpc = %rpc_addr, "broker registered");
             let assignments = state.assignments_for(server_id);
             state.additions.sent_full(server_id, Instant::now());
+            state.additions.holds(server_id, assignments.version);
             Response::ok(&RegisterBrokerResponse {
                 server_id,
                 assignments,
@@ -309,8 +310,14 @@ impl CoordinatorService {
             &request.log_ends,
             request.replication,
         );
+        state
+            .additions
+            .holds(request.server_id, request.known_version);
         let assignments = (request.known_version < state.metadata.version)
             .then(|| state.assignments_since(request.server_id, request.known_version));
+        if let Some(sent) = &assignments {
+            state.additions.holds(request.server_id, sent.version);
+        }
         let brokers = state.broker_infos();
         Ok(Response::ok(&BrokerHeartbeatResponse {
             term: state.metadata.term,
