@@ -29,10 +29,18 @@ impl MappedBuffer {
         Self::map(file)
     }
 
-    /// Creates `path` as `len` zero bytes with every block allocated (written, not sparse), and
-    /// maps it. Pool buffers are made this way once and then reused: writes into them never
-    /// fault in fresh pages or allocate blocks on the replication path.
-    pub fn create_allocated(path: &Path, len: u32) -> io::Result<Self> {
+    /// Creates `path` as `len` zero bytes, written (not sparse), and maps it. Pool buffers are
+    /// made this way once and then reused: their pages are in the page cache, and the
+    /// filesystem reserved their blocks at the write (a full disk fails here, not as a fault
+    /// on the replication path).
+    ///
+    /// `synced`: written back before it is returned. An open buffer is only promised to survive
+    /// the backup process, which the page cache does, so this is not for safety: unsynced
+    /// zeros are written back later, and on ext4 (ordered mode) any fsync meanwhile (the
+    /// coordinator's journal on the same disk, a closed segment's) waits for them too. Spares,
+    /// made in the background, are synced; a buffer an open waits for is not (the sync
+    /// doubled a fresh log's first append).
+    pub fn create_allocated(path: &Path, len: u32, synced: bool) -> io::Result<Self> {
         use std::io::Write;
         let mut file = OpenOptions::new()
             .read(true)
@@ -47,7 +55,9 @@ impl MappedBuffer {
             file.write_all(&zeros[..n])?;
             left -= n;
         }
-        file.sync_all()?;
+        if synced {
+            file.sync_all()?;
+        }
         Self::map(file)
     }
 

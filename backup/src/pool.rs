@@ -23,7 +23,8 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 use tailstream_wire::replica_files::{
     CLAIM_BYTES, Claim as ClaimRecord, decode_claim, encode_claim,
 };
@@ -90,6 +91,25 @@ struct PoolState {
     free: HashMap<u32, Vec<PoolBuffer>>,
     in_use: u32,
     in_use_bytes: u64,
+    /// Free buffers to keep made ahead of need (0: none), of `spare_capacity` bytes: the size
+    /// last asked for (or the configured segment size until then).
+    spares_wanted: u32,
+    spare_capacity: u32,
+}
+
+impl PoolState {
+    /// (free buffers, their bytes).
+    fn free_totals(&self) -> (u32, u64) {
+        self.free
+            .iter()
+            .fold((0, 0), |(count, bytes), (capacity, buffers)| {
+                let n = u32::try_from(buffers.len()).unwrap_or(u32::MAX);
+                (
+                    count.saturating_add(n),
+                    bytes.saturating_add(u64::from(*capacity) * u64::from(n)),
+                )
+            })
+    }
 }
 
 #[derive(Debug)]
@@ -99,6 +119,8 @@ pub struct BufferPool {
     bytes_max: u64,
     next_id: AtomicU64,
     state: Mutex<PoolState>,
+    /// Woken when a buffer is taken: the spare maker may have one to make.
+    demand: Condvar,
 }
 
 /// Why a buffer could not be had.
@@ -188,6 +210,7 @@ impl BufferPool {
             bytes_max,
             next_id: AtomicU64::new(highest + 1),
             state: Mutex::new(state),
+            demand: Condvar::new(),
         };
         Ok((pool, claimed))
     }
@@ -210,23 +233,16 @@ impl BufferPool {
             }
             state.in_use += 1;
             state.in_use_bytes += u64::from(capacity);
+            // The spares follow the size asked for; the maker makes up for this one.
+            state.spare_capacity = capacity;
+            self.demand.notify_one();
             if let Some(buffer) = state.free.get_mut(&capacity).and_then(Vec::pop) {
                 return Ok(buffer);
             }
         }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let file_name = format!("buf-{id}.buf");
-        let path = self.dir.join(&file_name);
-        let created = MappedBuffer::create_allocated(&path, capacity).and_then(|map| {
-            let claim_file = open_claim_file(&path.with_extension("claim"))?;
-            Ok(PoolBuffer {
-                file_name,
-                map,
-                high_water: 0,
-                claim_file,
-            })
-        });
-        match created {
+        // None ready: this open waits for a buffer to be written through and synced.
+        metrics::counter!(crate::metrics::BACKUP_BUFFERS_MADE_ON_OPEN).increment(1);
+        match self.create(capacity, false) {
             Ok(buffer) => Ok(buffer),
             Err(error) => {
                 let mut state = self.lock();
@@ -234,6 +250,68 @@ impl BufferPool {
                 state.in_use_bytes -= u64::from(capacity);
                 Err(AcquireError::Io(error))
             }
+        }
+    }
+
+    /// A new buffer of `capacity` bytes, every block written (and `synced`: see
+    /// [`MappedBuffer::create_allocated`]), counted nowhere yet.
+    fn create(&self, capacity: u32, synced: bool) -> std::io::Result<PoolBuffer> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let file_name = format!("buf-{id}.buf");
+        let path = self.dir.join(&file_name);
+        let map = MappedBuffer::create_allocated(&path, capacity, synced)?;
+        let claim_file = open_claim_file(&path.with_extension("claim"))?;
+        Ok(PoolBuffer {
+            file_name,
+            map,
+            high_water: 0,
+            claim_file,
+        })
+    }
+
+    /// Keeps `count` free buffers of `capacity` bytes made ahead of need (until opens ask for
+    /// another size), so that an open finds one ready instead of writing one through: made by
+    /// whoever calls [`Self::make_spare`].
+    pub fn want_spares(&self, count: u32, capacity: u32) {
+        let mut state = self.lock();
+        state.spares_wanted = count;
+        if state.spare_capacity == 0 {
+            state.spare_capacity = capacity;
+        }
+        self.demand.notify_one();
+    }
+
+    /// The size of the spare to make now, if one is wanted: fewer free buffers of the size
+    /// last asked for than wanted, and room for one more within the pool's bounds (free
+    /// buffers counted as if in use, so spares never let the pool outgrow them).
+    pub fn spare_to_make(&self) -> Option<u32> {
+        let state = self.lock();
+        let capacity = state.spare_capacity;
+        if state.spares_wanted == 0 || capacity == 0 {
+            return None;
+        }
+        let ready = state.free.get(&capacity).map_or(0, Vec::len);
+        let (free, free_bytes) = state.free_totals();
+        let room = state.in_use.saturating_add(free) < self.buffers_max
+            && state.in_use_bytes + free_bytes + u64::from(capacity) <= self.bytes_max;
+        (ready < state.spares_wanted as usize && room).then_some(capacity)
+    }
+
+    /// Makes one free buffer of `capacity` bytes (blocking: run off the async threads).
+    pub fn make_spare(&self, capacity: u32) -> std::io::Result<()> {
+        let buffer = self.create(capacity, true)?;
+        metrics::counter!(crate::metrics::BACKUP_SPARE_BUFFERS_MADE).increment(1);
+        self.lock().free.entry(capacity).or_default().push(buffer);
+        Ok(())
+    }
+
+    /// Waits until a buffer is taken (or `timeout`): there may be a spare to make. Whether it
+    /// was woken (not timed out).
+    pub fn wait_for_demand(&self, timeout: Duration) -> bool {
+        let state = self.lock();
+        match self.demand.wait_timeout(state, timeout) {
+            Ok((_, waited)) => !waited.timed_out(),
+            Err(poisoned) => !poisoned.into_inner().1.timed_out(),
         }
     }
 
@@ -338,6 +416,44 @@ mod tests {
         let (pool, _) = BufferPool::load(dir.path(), 2, 1 << 20).unwrap();
         let reused = pool.acquire(4096).unwrap();
         assert!(reused.map.bytes().iter().all(|byte| *byte == 0));
+    }
+
+    #[test]
+    fn spares_follow_the_size_asked_for_and_stay_within_the_bounds() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pool, _) = BufferPool::load(dir.path(), 3, 1 << 20).unwrap();
+        assert_eq!(pool.spare_to_make(), None, "none wanted");
+        pool.want_spares(2, 4096);
+        assert_eq!(pool.spare_to_make(), Some(4096));
+        pool.make_spare(4096).unwrap();
+        pool.make_spare(4096).unwrap();
+        assert_eq!(pool.spare_to_make(), None, "two ready");
+        // An open takes one ready (no buffer made on the open's time) and asks for another.
+        let taken = pool.acquire(4096).unwrap();
+        assert_eq!(pool.usage(), (1, 4096, 1));
+        assert_eq!(pool.spare_to_make(), Some(4096));
+        pool.make_spare(4096).unwrap();
+        // Three buffers in all (one in use, two free): the count bound leaves no room.
+        assert_eq!(
+            pool.spare_to_make(),
+            None,
+            "spares never outgrow the pool's bound"
+        );
+        pool.release(taken);
+        // Opens of another size move the spares to it, within the bound again.
+        let other_dir = tempfile::tempdir().unwrap();
+        let (pool, _) = BufferPool::load(other_dir.path(), 8, 24_000).unwrap();
+        pool.want_spares(1, 4096);
+        pool.make_spare(4096).unwrap();
+        let other = pool.acquire(8192).unwrap();
+        assert_eq!(pool.spare_to_make(), Some(8192));
+        pool.make_spare(8192).unwrap();
+        assert_eq!(
+            pool.spare_to_make(),
+            None,
+            "8192 in use + 4096 + 8192 free: no room for another 8192 in 24000 bytes"
+        );
+        pool.release(other);
     }
 
     #[test]

@@ -96,6 +96,13 @@ struct Index {
     newest_generation: HashMap<u32, u32>,
 }
 
+/// How often the spare maker looks again without being woken (it also notices the store gone).
+const SPARE_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long the spare maker lets an open that took a spare finish before it makes another.
+const SPARE_SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
+/// The pause after a spare could not be made.
+const SPARE_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_secs(5);
+
 #[derive(Debug)]
 pub struct BackupStore {
     root: PathBuf,
@@ -301,6 +308,65 @@ impl BackupStore {
             self.discard(&old);
         }
         Ok(())
+    }
+
+    /// Keeps `count` free pool buffers made ahead of need (of `capacity_hint` bytes until opens
+    /// ask for another size), on a thread of their own: writing a buffer through and syncing it
+    /// takes milliseconds per MiB, which a fresh log's first append would otherwise wait for
+    /// on each of its backups. The thread ends with the store. The receiver hears once the
+    /// first spares are made (or could not be), so a broker can finish starting with them.
+    pub fn keep_spares(
+        self: &Arc<Self>,
+        count: u32,
+        capacity_hint: u32,
+    ) -> std::io::Result<tokio::sync::oneshot::Receiver<()>> {
+        let (made, first_made) = tokio::sync::oneshot::channel();
+        if count == 0 {
+            let _ = made.send(());
+            return Ok(first_made);
+        }
+        self.pool.want_spares(count, capacity_hint);
+        let store = Arc::downgrade(self);
+        let mut made = Some(made);
+        std::thread::Builder::new()
+            .name("backup-spares".into())
+            .spawn(move || {
+                let mut failures = 0u32;
+                loop {
+                    let Some(store) = store.upgrade() else {
+                        return;
+                    };
+                    let Some(capacity) = store.pool.spare_to_make() else {
+                        if let Some(made) = made.take() {
+                            let _ = made.send(());
+                        }
+                        if store.pool.wait_for_demand(SPARE_CHECK_INTERVAL) {
+                            // Not on the heels of the open that took one: its segment's
+                            // bounds are being saved (an fsync at the coordinator, maybe on
+                            // this disk) before its first record is acknowledged.
+                            drop(store);
+                            std::thread::sleep(SPARE_SETTLE);
+                        }
+                        continue;
+                    };
+                    match store.pool.make_spare(capacity) {
+                        Ok(()) => failures = 0,
+                        Err(error) => {
+                            // A full disk, say: opens still make their own (and say why).
+                            failures = failures.saturating_add(1);
+                            if let Some(made) = made.take() {
+                                let _ = made.send(());
+                            }
+                            if failures == 1 {
+                                tracing::warn!(%error, "making a spare replica buffer failed; retrying every few seconds");
+                            }
+                            drop(store);
+                            std::thread::sleep(SPARE_RETRY_PAUSE);
+                        }
+                    }
+                }
+            })
+            .map(|_| first_made)
     }
 
     /// Opens a replica in a pool buffer, claimed for it.

@@ -8,6 +8,8 @@
 //!   listener instead, with a lean Kafka producer per partition, reporting the same figures.
 //! - [`kafka`]: `tailstream bench kafka`: the same closed-loop load through the native
 //!   protocol and through the Kafka listener, side by side on one cluster, and their ratio.
+//! - [`first_append`]: `tailstream bench first-append`: a fresh log's first acknowledged
+//!   append beside the next one on the same log.
 //! - [`e2e`]: `tailstream bench e2e`: produce-to-consume latency under an open-loop load.
 //! - [`consume`]: `tailstream bench consume`: read throughput of a filled stream, C consumers.
 //! - [`recovery`]: `tailstream bench recovery`: fills one streamlet, kills its owner, and
@@ -34,6 +36,7 @@ pub mod consume;
 pub mod cpu;
 pub mod e2e;
 pub mod failover;
+pub mod first_append;
 pub mod floor;
 pub mod harness;
 pub mod kafka;

@@ -5,8 +5,8 @@ use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 
 /// The backup's own metrics, described here with the rest.
 pub use tailstream_backup::metrics::{
-    BACKUP_BUFFER_BYTES_USED, BACKUP_BUFFERS_FREE, BACKUP_BUFFERS_USED, BACKUP_CLAIMS_REJECTED,
-    BACKUP_WRITTEN_BYTES,
+    BACKUP_BUFFER_BYTES_USED, BACKUP_BUFFERS_FREE, BACKUP_BUFFERS_MADE_ON_OPEN,
+    BACKUP_BUFFERS_USED, BACKUP_CLAIMS_REJECTED, BACKUP_SPARE_BUFFERS_MADE, BACKUP_WRITTEN_BYTES,
 };
 /// Storage's own metrics, described here with the rest.
 pub use tailstream_storage::metrics::{
@@ -70,6 +70,16 @@ const COUNTERS: &[(&str, Unit, &str)] = &[
         PRODUCES_PACED,
         Unit::Count,
         "Native produces answered Busy because their connection owed decompression (broker.decompressed_bytes_per_second_per_connection).",
+    ),
+    (
+        BACKUP_BUFFERS_MADE_ON_OPEN,
+        Unit::Count,
+        "Replica opens that found no free buffer of their size and waited for one to be written through and synced (backup.spare_buffers keeps some made ahead).",
+    ),
+    (
+        BACKUP_SPARE_BUFFERS_MADE,
+        Unit::Count,
+        "Replica buffers made ahead of need in the background (backup.spare_buffers).",
     ),
     (
         BACKUP_CLAIMS_REJECTED,

@@ -42,6 +42,9 @@ use tailstream_stubs::coordinator::client_rpc_config;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+/// How long a starting broker waits for its first spare replica buffers before it registers.
+const SPARES_AT_START_WAIT: Duration = Duration::from_secs(1);
+
 /// What a broker process needs to start.
 #[derive(Clone, Debug)]
 pub struct BrokerOptions {
@@ -128,6 +131,12 @@ pub async fn run_with(
         BackupStore::load(&config.data_dir.join("backup"), backup_limits)
             .map_err(|e| e.to_string())?,
     );
+    let spares_made = backup_store
+        .keep_spares(
+            backup_config.spare_buffers,
+            options.config.stream_defaults.segment_size_bytes,
+        )
+        .map_err(|e| format!("starting the spare buffer maker: {e}"))?;
     let store = Arc::new(Store::new(
         config.segment_memory_bytes_max,
         config.producers_per_log_max as usize,
@@ -295,6 +304,9 @@ pub async fn run_with(
         },
         shutdown.clone(),
     ));
+    // Registered (and given streamlets) once the first spare buffers are ready, so the first
+    // logs opened here after start-up find them: a second at most, then without.
+    let _ = tokio::time::timeout(SPARES_AT_START_WAIT, spares_made).await;
     control.handle().spawn(run_membership(
         cluster,
         options.coordinator_peer_addr.clone(),

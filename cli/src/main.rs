@@ -118,6 +118,9 @@ enum BenchCommand {
     /// The same produce load through the native protocol and through the Kafka listener,
     /// side by side on one cluster; report both and their ratio.
     Kafka(tailstream_bench::kafka::KafkaBenchArgs),
+    /// Time a fresh log's first acknowledged append (it opens the log's replicas) beside the
+    /// next record's.
+    FirstAppend(tailstream_bench::first_append::FirstAppendBenchArgs),
     /// Turn benchmark JSON lines into SVG figures (throughput, replication, latency, recovery).
     Plot(tailstream_bench::plot::PlotArgs),
 }
@@ -230,6 +233,9 @@ fn main() -> ExitCode {
             }
             Command::Bench(BenchCommand::Kafka(args)) => {
                 tailstream_bench::kafka::run(config, args).await
+            }
+            Command::Bench(BenchCommand::FirstAppend(args)) => {
+                tailstream_bench::first_append::run(config, args).await
             }
             Command::Bench(BenchCommand::Plot(args)) => tailstream_bench::plot::run(args),
         }

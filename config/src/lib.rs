@@ -32,6 +32,8 @@ pub const LOGS_PER_STREAMLET_MAX: u32 = 256;
 pub const STREAMLETS_MAX: u32 = 4096;
 /// Most backups per segment.
 pub const REPLICAS_MAX: u32 = 7;
+/// Most spare replica buffers a backup keeps made ahead (`backup.spare_buffers`).
+pub const SPARE_BUFFERS_MAX: u32 = 64;
 /// Largest request body the coordinator accepts (its requests are small metadata).
 pub const COORDINATOR_FRAME_BODY_BYTES_MAX: u32 = 1 << 20;
 
@@ -161,6 +163,8 @@ pub struct BackupConfig {
     pub open_buffers_max: u32,
     pub open_buffer_bytes_max: u64,
     pub nic_connections_max: u32,
+    /// Free replica buffers kept made ahead of need, in the background.
+    pub spare_buffers: u32,
 }
 
 /// What every listener of every process applies.
@@ -589,6 +593,11 @@ impl Config {
         }
         if self.backup.open_buffers_max == 0 || self.backup.nic_connections_max == 0 {
             return invalid("backup buffer and connection limits must be positive".into());
+        }
+        if self.backup.spare_buffers > SPARE_BUFFERS_MAX {
+            return invalid(format!(
+                "backup.spare_buffers must be at most {SPARE_BUFFERS_MAX}"
+            ));
         }
         if self.consumer.member_heartbeat_interval_ms == 0
             || self.consumer.member_heartbeat_interval_ms

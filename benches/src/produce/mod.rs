@@ -436,7 +436,7 @@ fn brokers_to_start(args: &ProduceBenchArgs) -> u32 {
 }
 
 /// Distinct per run, so runs against one joined cluster never collide.
-fn unique_suffix() -> u64 {
+pub(crate) fn unique_suffix() -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
