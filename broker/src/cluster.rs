@@ -580,6 +580,10 @@ async fn run_log_bounds_reporter(
         };
         // As heartbeats do: with several coordinators, one that leaves a report unanswered
         // for a lease is passed over (acknowledgements in new segments wait on this report).
+        // Its answer may come after a heartbeat's: a `NotLeader` counts only if nothing
+        // renewed the lease since this report was sent (a lapse the leader has since left
+        // says nothing of the renewal after it).
+        let renewal_at_send = cluster.lease.last_renewal();
         let reported = report_log_bounds(&cluster, connected, server_id);
         let reported = if let Some(deadline) = answer_deadline(&cluster, &coordinators) {
             tokio::time::timeout(deadline, reported)
@@ -603,6 +607,7 @@ async fn run_log_bounds_reporter(
                     status: Status::NotLeader,
                     message,
                 } = &error
+                    && cluster.lease.last_renewal() == renewal_at_send
                 {
                     cluster.leader_said_gone(addr, message);
                 }
@@ -682,6 +687,7 @@ pub async fn run_membership(
         // lease (at least a second) moves on: a paused leader must not hold brokers until the
         // new one counts them dead. With one, there is nowhere else to go.
         let heartbeat_deadline = answer_deadline(&cluster, &coordinators);
+        let renewal_before = cluster.lease.last_renewal();
         let session = membership_session(
             &cluster,
             &coordinator_addr,
@@ -696,7 +702,9 @@ pub async fn run_membership(
                 if !matches!(next, Next::Leader(_)) {
                     redirected = false;
                 }
-                if next != Next::Another {
+                // Once per word of a broken connection: a session that renewed the lease
+                // since earns the next one its own retry.
+                if next != Next::Another || cluster.lease.last_renewal() != renewal_before {
                     asked_renewer_again = false;
                 }
                 match next {
@@ -706,10 +714,11 @@ pub async fn run_membership(
                             if nothing_listens_at(&coordinator_addr).await {
                                 cluster.leader_gone(&coordinator_addr, "nothing listens at its address");
                             } else if !std::mem::replace(&mut asked_renewer_again, true) {
-                                // It broke the connection but listens: a leader that stepped
-                                // down stands by on the same ports and names the term it led.
-                                // Asked again at once (once): going round the others first
-                                // could outlast the short lease, and with it any extension.
+                                // It broke the connection (or did not answer) but does not
+                                // refuse: a leader that stepped down stands by on the same
+                                // ports and names the term it led. Asked again at once
+                                // (once): going round the others first could outlast the short
+                                // lease, and with it any extension.
                                 ask_again = Some(coordinator_addr);
                                 continue;
                             }
@@ -749,7 +758,8 @@ pub async fn run_membership(
 enum Next {
     /// The same coordinator (it answered, with an error that a new session may clear).
     Same,
-    /// The next address: this one broke the connection, or does not lead.
+    /// The next address: this one broke the connection (or a call to it failed or timed
+    /// out), or does not lead.
     Another,
     /// The next address: this one left a heartbeat unanswered for its deadline (paused, or
     /// cut off): nothing it says could extend the lease by the time it answered.

@@ -98,6 +98,12 @@ impl Lease {
         ))
     }
 
+    /// When the last renewal's heartbeat was sent, in boot-clock nanoseconds (0: never): what
+    /// tells whether the lease was renewed between two moments.
+    pub fn last_renewal(&self) -> u64 {
+        self.renewed_at.load(Ordering::Acquire)
+    }
+
     /// Whether a leaderless extension was taken since the last renewal (told in heartbeats,
     /// so a leader knows when it may count on the short lease again).
     pub fn has_extension(&self) -> bool {
