@@ -204,6 +204,32 @@ mod tests {
         );
     }
 
+    /// The version a broker holds only goes up (a heartbeat sent before a push, answered
+    /// after it, does not set it back), and what it is pushed counts from there: a broker a
+    /// step behind a create's base gets that step's streamlets too, not additions it would
+    /// ignore.
+    #[test]
+    fn what_a_broker_holds_only_goes_up_and_pushes_count_from_it() {
+        let mut additions = fresh();
+        assert_eq!(additions.held(server(0)), None);
+        additions.holds(server(0), 10);
+        additions.holds(server(0), 12);
+        additions.holds(server(0), 11);
+        assert_eq!(additions.held(server(0)), Some(12));
+        additions.holds(server(1), 10);
+        additions.record(10, 11, step(&[(1, 1, 0)]));
+        additions.record(11, 12, step(&[(0, 2, 0), (1, 2, 1)]));
+        // Broker 1 holds 10, a step behind the second create's base (11): it is sent both.
+        let held = additions.held(server(1)).unwrap();
+        let gained: Vec<(u64, u32)> = additions
+            .since(server(1), held, 12, Instant::now())
+            .unwrap()
+            .iter()
+            .map(|a| (a.stream.0, a.streamlet.0))
+            .collect();
+        assert_eq!(gained, [(1, 0), (2, 1)]);
+    }
+
     #[test]
     fn only_the_newest_steps_are_kept() {
         let mut additions = fresh();

@@ -310,9 +310,9 @@ impl CoordinatorService {
             &request.log_ends,
             request.replication,
         );
-        state
-            .additions
-            .holds(request.server_id, request.known_version);
+        // Clamped: a version from the future (a broker's bug) must not pin full sets.
+        let known = request.known_version.min(state.metadata.version);
+        state.additions.holds(request.server_id, known);
         let assignments = (request.known_version < state.metadata.version)
             .then(|| state.assignments_since(request.server_id, request.known_version));
         if let Some(sent) = &assignments {
