@@ -123,6 +123,20 @@ pub struct BufferPool {
     demand: Condvar,
 }
 
+/// The extension of a buffer file while it is being made (renamed to `.buf` when whole).
+const PARTIAL_EXTENSION: &str = "partial";
+
+/// What the spare maker does next ([`BufferPool::next_spare`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum NextSpare {
+    /// Make one of this many bytes.
+    Make(u32),
+    /// None wanted, and a buffer was taken or given back while waiting.
+    Woken,
+    /// None wanted, and nothing happened within the timeout.
+    TimedOut,
+}
+
 /// Why a buffer could not be had.
 #[derive(Debug)]
 pub enum AcquireError {
@@ -147,6 +161,12 @@ impl BufferPool {
             let Some(name) = path.file_name().and_then(|n| n.to_str()).map(String::from) else {
                 continue;
             };
+            if name.starts_with("buf-") && path.extension().is_some_and(|e| e == PARTIAL_EXTENSION)
+            {
+                // A buffer whose making a crash cut short: never whole, never a buffer.
+                std::fs::remove_file(&path)?;
+                continue;
+            }
             let Some(id) = name
                 .strip_prefix("buf-")
                 .and_then(|n| n.strip_suffix(".buf"))
@@ -240,7 +260,7 @@ impl BufferPool {
                 return Ok(buffer);
             }
         }
-        // None ready: this open waits for a buffer to be written through and synced.
+        // None ready: this open waits for a buffer to be written through (not synced).
         metrics::counter!(crate::metrics::BACKUP_BUFFERS_MADE_ON_OPEN).increment(1);
         match self.create(capacity, false) {
             Ok(buffer) => Ok(buffer),
@@ -254,12 +274,16 @@ impl BufferPool {
     }
 
     /// A new buffer of `capacity` bytes, every block written (and `synced`: see
-    /// [`MappedBuffer::create_allocated`]), counted nowhere yet.
+    /// [`MappedBuffer::create_allocated`]), counted nowhere yet. Written under a temporary
+    /// name and renamed when whole: a crash meanwhile leaves no buffer of an odd size for
+    /// `load` to adopt (the leftover is removed there).
     fn create(&self, capacity: u32, synced: bool) -> std::io::Result<PoolBuffer> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let file_name = format!("buf-{id}.buf");
         let path = self.dir.join(&file_name);
-        let map = MappedBuffer::create_allocated(&path, capacity, synced)?;
+        let partial = path.with_extension(PARTIAL_EXTENSION);
+        let map = MappedBuffer::create_allocated(&partial, capacity, synced)?;
+        std::fs::rename(&partial, &path)?;
         let claim_file = open_claim_file(&path.with_extension("claim"))?;
         Ok(PoolBuffer {
             file_name,
@@ -285,16 +309,33 @@ impl BufferPool {
     /// last asked for than wanted, and room for one more within the pool's bounds (free
     /// buffers counted as if in use, so spares never let the pool outgrow them).
     pub fn spare_to_make(&self) -> Option<u32> {
-        let state = self.lock();
+        Self::spare_wanted(&self.lock(), self.buffers_max, self.bytes_max)
+    }
+
+    fn spare_wanted(state: &PoolState, buffers_max: u32, bytes_max: u64) -> Option<u32> {
         let capacity = state.spare_capacity;
         if state.spares_wanted == 0 || capacity == 0 {
             return None;
         }
         let ready = state.free.get(&capacity).map_or(0, Vec::len);
         let (free, free_bytes) = state.free_totals();
-        let room = state.in_use.saturating_add(free) < self.buffers_max
-            && state.in_use_bytes + free_bytes + u64::from(capacity) <= self.bytes_max;
+        let room = state.in_use.saturating_add(free) < buffers_max
+            && state.in_use_bytes + free_bytes + u64::from(capacity) <= bytes_max;
         (ready < state.spares_wanted as usize && room).then_some(capacity)
+    }
+
+    /// The spare to make now; else waits (under the same lock, so a buffer taken meanwhile
+    /// is never missed) until one is taken or given back, or `timeout`.
+    pub fn next_spare(&self, timeout: Duration) -> NextSpare {
+        let state = self.lock();
+        if let Some(capacity) = Self::spare_wanted(&state, self.buffers_max, self.bytes_max) {
+            return NextSpare::Make(capacity);
+        }
+        match self.demand.wait_timeout(state, timeout) {
+            Ok((_, waited)) if waited.timed_out() => NextSpare::TimedOut,
+            Err(poisoned) if poisoned.get_ref().1.timed_out() => NextSpare::TimedOut,
+            _ => NextSpare::Woken,
+        }
     }
 
     /// Makes one free buffer of `capacity` bytes (blocking: run off the async threads).
@@ -303,16 +344,6 @@ impl BufferPool {
         metrics::counter!(crate::metrics::BACKUP_SPARE_BUFFERS_MADE).increment(1);
         self.lock().free.entry(capacity).or_default().push(buffer);
         Ok(())
-    }
-
-    /// Waits until a buffer is taken (or `timeout`): there may be a spare to make. Whether it
-    /// was woken (not timed out).
-    pub fn wait_for_demand(&self, timeout: Duration) -> bool {
-        let state = self.lock();
-        match self.demand.wait_timeout(state, timeout) {
-            Ok((_, waited)) => !waited.timed_out(),
-            Err(poisoned) => !poisoned.into_inner().1.timed_out(),
-        }
     }
 
     /// Takes a buffer back: zeroes what was written, clears its claim, and puts it on the free
@@ -332,6 +363,8 @@ impl BufferPool {
             .entry(buffer.capacity())
             .or_default()
             .push(buffer);
+        // Room freed: a spare held back by the bounds may be made now.
+        self.demand.notify_one();
     }
 
     /// Counts `capacity` bytes of memory that is not a pool buffer (an rdma registered region)

@@ -3,7 +3,7 @@
 //! workers (`spawn_blocking`), except `writer_for`, which only looks up the index.
 
 use super::buffer::ReplicaBuffer;
-use super::pool::{AcquireError, BufferPool};
+use super::pool::{AcquireError, BufferPool, NextSpare};
 use super::replica::{Replica, ReplicaMeta, parse_segment_file};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -336,18 +336,26 @@ impl BackupStore {
                     let Some(store) = store.upgrade() else {
                         return;
                     };
-                    let Some(capacity) = store.pool.spare_to_make() else {
-                        if let Some(made) = made.take() {
-                            let _ = made.send(());
+                    // The first spares are made (or there is no room for them): say so
+                    // before waiting for demand.
+                    if made.is_some()
+                        && store.pool.spare_to_make().is_none()
+                        && let Some(made) = made.take()
+                    {
+                        let _ = made.send(());
+                    }
+                    let capacity = match store.pool.next_spare(SPARE_CHECK_INTERVAL) {
+                        NextSpare::Make(capacity) => capacity,
+                        next => {
+                            if next == NextSpare::Woken {
+                                // Not on the heels of the open that took one: its segment's
+                                // bounds are being saved (an fsync at the coordinator, maybe
+                                // on this disk) before its first record is acknowledged.
+                                drop(store);
+                                std::thread::sleep(SPARE_SETTLE);
+                            }
+                            continue;
                         }
-                        if store.pool.wait_for_demand(SPARE_CHECK_INTERVAL) {
-                            // Not on the heels of the open that took one: its segment's
-                            // bounds are being saved (an fsync at the coordinator, maybe on
-                            // this disk) before its first record is acknowledged.
-                            drop(store);
-                            std::thread::sleep(SPARE_SETTLE);
-                        }
-                        continue;
                     };
                     match store.pool.make_spare(capacity) {
                         Ok(()) => failures = 0,
@@ -679,6 +687,12 @@ impl BackupStore {
     }
 
     /// (buffers in use, their bytes).
+    /// Whether a spare buffer is wanted now (for tests of the spare maker).
+    #[cfg(test)]
+    pub(crate) fn spare_wanted(&self) -> bool {
+        self.pool.spare_to_make().is_some()
+    }
+
     pub fn pool_usage(&self) -> (u32, u64) {
         let (in_use, bytes, _) = self.pool.usage();
         (in_use, bytes)

@@ -287,3 +287,29 @@ fn a_filling_replacement_never_displaces_the_complete_copy_until_it_is_current()
     let store = BackupStore::load(dir.path(), LIMITS).unwrap();
     assert_eq!(epochs(&store), vec![(2, false)]);
 }
+
+/// Spares are made ahead on their own thread and the start-up signal comes once they are;
+/// an open then takes one ready, and the thread makes up for it.
+#[tokio::test]
+async fn spare_buffers_are_made_ahead_and_replaced_after_an_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(BackupStore::load(dir.path(), LIMITS).unwrap());
+    let made = store.keep_spares(2, 4096).unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), made)
+        .await
+        .expect("the first spares are made within seconds")
+        .expect("the spare maker signals before it waits");
+    assert_eq!(store.pool_usage(), (0, 0));
+    assert!(!store.spare_wanted(), "both spares ready");
+    let primary = ServerId::new(1, 1);
+    store.open(&open(primary, 0, 1, false)).unwrap();
+    assert_eq!(store.pool_usage(), (1, 4096));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while store.spare_wanted() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the open's spare was not replaced"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

@@ -77,6 +77,12 @@ pub async fn run(config: Config, args: FirstAppendBenchArgs) -> Result<(), Strin
     if args.streams == 0 {
         return Err("--streams must be positive".into());
     }
+    if args.replicas > tailstream_config::REPLICAS_MAX {
+        return Err(format!(
+            "--replicas must be at most {}",
+            tailstream_config::REPLICAS_MAX
+        ));
+    }
     let brokers = args
         .brokers
         .unwrap_or(args.replicas + 1)

@@ -74,7 +74,7 @@ const COUNTERS: &[(&str, Unit, &str)] = &[
     (
         BACKUP_BUFFERS_MADE_ON_OPEN,
         Unit::Count,
-        "Replica opens that found no free buffer of their size and waited for one to be written through and synced (backup.spare_buffers keeps some made ahead).",
+        "Replica opens that found no free buffer of their size and waited for one to be written through (backup.spare_buffers keeps some made ahead).",
     ),
     (
         BACKUP_SPARE_BUFFERS_MADE,

@@ -131,11 +131,14 @@ pub async fn run_with(
         BackupStore::load(&config.data_dir.join("backup"), backup_limits)
             .map_err(|e| e.to_string())?,
     );
+    // Under rdma, opens get registered regions, never pool buffers: no spares to keep.
+    let spares = if write_path == WritePath::Rdma {
+        0
+    } else {
+        backup_config.spare_buffers
+    };
     let spares_made = backup_store
-        .keep_spares(
-            backup_config.spare_buffers,
-            options.config.stream_defaults.segment_size_bytes,
-        )
+        .keep_spares(spares, options.config.stream_defaults.segment_size_bytes)
         .map_err(|e| format!("starting the spare buffer maker: {e}"))?;
     let store = Arc::new(Store::new(
         config.segment_memory_bytes_max,
@@ -273,6 +276,11 @@ pub async fn run_with(
         .kafka_addr
         .as_ref()
         .map_or(String::new(), |addr| format!(" kafka={addr}"));
+    // Ready (and then registered, given streamlets) once the first spare buffers are made, so
+    // the first logs opened here after start-up find them: a second at most, then without.
+    // Before the ready line, not merely before registering: brokers a launcher starts one
+    // after another on that line then register in the order started (`dev` names them so).
+    let _ = tokio::time::timeout(SPARES_AT_START_WAIT, spares_made).await;
     println!(
         "tailstream broker ready rpc={} peer={} admin=http://{} nic={nic_addr}{kafka} replication={write_path:?}",
         addrs.rpc, addrs.peer, addrs.admin
@@ -304,9 +312,6 @@ pub async fn run_with(
         },
         shutdown.clone(),
     ));
-    // Registered (and given streamlets) once the first spare buffers are ready, so the first
-    // logs opened here after start-up find them: a second at most, then without.
-    let _ = tokio::time::timeout(SPARES_AT_START_WAIT, spares_made).await;
     control.handle().spawn(run_membership(
         cluster,
         options.coordinator_peer_addr.clone(),
