@@ -357,9 +357,10 @@ pub(crate) async fn drive(
     args: &ProduceBenchArgs,
 ) -> Result<ProduceBenchReport, String> {
     let Prepared {
-        roles,
+        mut roles,
         producers,
         stream,
+        cluster,
         ..
     } = prepared;
     let progress = Arc::new(Progress::default());
@@ -386,6 +387,14 @@ pub(crate) async fn drive(
              --records, or shorten --warmup-s)",
             args.warmup_s
         ));
+    }
+    // Past the warm-up every log has written, so its owner has reported its replica set:
+    // the backups measured are the brokers holding those copies (a failed lookup leaves the
+    // backup figure out, never wrong).
+    if args.replicas > 0 {
+        roles.backups = roles::replica_holders(&cluster, local, &stream)
+            .await
+            .unwrap_or(None);
     }
     progress.measuring.store(true, Ordering::Relaxed);
     let measure_start = Instant::now();

@@ -51,7 +51,11 @@ pub struct ProduceBenchReport {
     pub primary_cpu_seconds_per_gib: Option<f64>,
     pub primary_user_cpu_seconds_per_gib: Option<f64>,
     pub primary_system_cpu_seconds_per_gib: Option<f64>,
-    /// The other brokers' CPU divided by R: what holding one copy costs (null when R = 0).
+    /// What holding copies costs a backup, per GiB it receives: the CPU of the brokers that
+    /// hold copies of the stream's logs and own none of its streamlets, over the bytes they
+    /// received (bytes produced × R × their share of the copies). Idle brokers are left out;
+    /// null when R = 0 or when every copy sits on a broker that also owns streamlets (its
+    /// backup work cannot be told from its primary work: see `backup_copies_on_owners`).
     pub backup_cpu_seconds_per_gib: Option<f64>,
     pub backup_user_cpu_seconds_per_gib: Option<f64>,
     pub backup_system_cpu_seconds_per_gib: Option<f64>,
@@ -59,6 +63,12 @@ pub struct ProduceBenchReport {
     /// rest is closing, flushing and re-zeroing replicas, and membership). Null in RPC mode.
     pub backup_nic_user_cpu_seconds_per_gib: Option<f64>,
     pub backup_nic_system_cpu_seconds_per_gib: Option<f64>,
+    /// The brokers measured as backups (they hold copies and own nothing of the stream).
+    pub backup_processes: Option<usize>,
+    /// Copies (log × replica) on brokers that also own streamlets: not in the backup figure.
+    pub backup_copies_on_owners: Option<usize>,
+    /// Brokers that neither own a streamlet nor hold a copy.
+    pub idle_brokers: Option<usize>,
     /// This process: the producers (and the benchmark's own bookkeeping).
     pub client_cpu_seconds_per_gib: Option<f64>,
     pub client_user_cpu_seconds_per_gib: Option<f64>,
@@ -92,16 +102,16 @@ impl ProduceBenchReport {
         let lag = LatencySummary::of(&outcome.send_lag_us);
         let seen = !roles.primaries.is_empty();
         let primary = cpu.primaries.per_gib(bytes).filter(|_| seen);
-        let backup = cpu
-            .others
-            .per_process(args.replicas as usize)
-            .per_gib(bytes)
-            .filter(|_| seen && args.replicas > 0);
-        let backup_nic = cpu
-            .others_nic
-            .per_process(args.replicas as usize)
-            .per_gib(bytes)
-            .filter(|_| seen && args.replicas > 0 && args.replication == "one-sided");
+        let holders = roles.backups.as_ref().filter(|_| args.replicas > 0);
+        // The bytes the measured backups received: each record goes to R copies, and they
+        // hold `share` of all copies.
+        let received = holders
+            .filter(|b| b.share > 0.0)
+            .map(|b| bytes * f64::from(args.replicas) * b.share);
+        let backup = received.and_then(|received| cpu.backups.per_gib(received));
+        let backup_nic = received
+            .filter(|_| args.replication == "one-sided")
+            .and_then(|received| cpu.backups_nic.per_gib(received));
         let brokers_cpu = (cpu.primaries + cpu.others).per_gib(bytes).filter(|_| seen);
         let client = cpu.client.per_gib(bytes);
         Self {
@@ -140,6 +150,9 @@ impl ProduceBenchReport {
             backup_system_cpu_seconds_per_gib: backup.map(|c| c.system_s),
             backup_nic_user_cpu_seconds_per_gib: backup_nic.map(|c| c.user_s),
             backup_nic_system_cpu_seconds_per_gib: backup_nic.map(|c| c.system_s),
+            backup_processes: holders.map(|b| b.pids.len()),
+            backup_copies_on_owners: holders.map(|b| b.copies_on_owners),
+            idle_brokers: holders.map(|b| b.idle),
             client_cpu_seconds_per_gib: client.map(CpuTime::total_s),
             client_user_cpu_seconds_per_gib: client.map(|c| c.user_s),
             client_system_cpu_seconds_per_gib: client.map(|c| c.system_s),
